@@ -1,0 +1,40 @@
+/** The extension identifier (SEP-2663 "Extension Identifier"). */
+export const TASKS_EXTENSION_ID = 'io.modelcontextprotocol/tasks';
+
+/** Per-request client capabilities live under this `_meta` key (MCP 2026-07-28, basic/index "_meta"). */
+export const CLIENT_CAPABILITIES_META_KEY = 'io.modelcontextprotocol/clientCapabilities';
+
+/** Closeout's own `_meta` key for idempotent task creation; servers that are not Closeout ignore it. */
+export const IDEMPOTENCY_KEY_META_KEY = 'io.closeout/idempotencyKey';
+
+/** The `resultType` of a CreateTaskResult (SEP-2663 "Polymorphic Results"). */
+export const TASK_RESULT_TYPE = 'task';
+
+/** Methods added by the extension. */
+export const TASK_METHODS = {
+  get: 'tasks/get',
+  update: 'tasks/update',
+  cancel: 'tasks/cancel',
+} as const;
+
+/** JSON-RPC error codes the extension uses (SEP-2663 "Protocol Errors"). */
+export const ErrorCode = {
+  MethodNotFound: -32601,
+  InvalidParams: -32602,
+  InternalError: -32603,
+  /** Streamable HTTP: a routing header disagrees with the body (MCP 2026-07-28, transports). */
+  HeaderMismatch: -32020,
+  MissingRequiredClientCapability: -32021,
+} as const;
+export type ErrorCode = (typeof ErrorCode)[keyof typeof ErrorCode];
+
+/** Largest taskId either half accepts on the wire; ours are 32 characters. */
+export const MAX_TASK_ID_LENGTH = 256;
+
+/** Largest inputRequests key accepted on the wire. */
+export const MAX_INPUT_KEY_LENGTH = 256;
+
+/** The `data` of a -32021 error that names this extension (SEP-2663 "Capability Negotiation"). */
+export function requiredTasksCapabilityData(): { requiredCapabilities: { extensions: Record<string, object> } } {
+  return { requiredCapabilities: { extensions: { [TASKS_EXTENSION_ID]: {} } } };
+}

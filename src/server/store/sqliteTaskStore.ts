@@ -1,0 +1,407 @@
+/**
+ * The embedded default TaskStore: one SQLite file (better-sqlite3, WAL). Every statement of the store is in this
+ * file; each write is one transaction, committed before its promise resolves.
+ */
+import { chmodSync, closeSync, existsSync, openSync } from 'node:fs';
+
+import Database from 'better-sqlite3';
+
+import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import type {
+  LeaseRef,
+  NewTask,
+  StoredInput,
+  StoredTask,
+  TaskSignal,
+  TaskStore,
+  TerminalOutcome,
+} from './taskStore.js';
+
+const MIGRATIONS: readonly string[] = [
+  `CREATE TABLE tasks (
+     task_id          TEXT PRIMARY KEY,
+     owner            TEXT NOT NULL,
+     tool_name        TEXT NOT NULL,
+     arguments        TEXT NOT NULL,
+     status           TEXT NOT NULL CHECK (status IN ('working','input_required','completed','failed','cancelled')),
+     status_message   TEXT,
+     created_at       INTEGER NOT NULL,
+     last_updated_at  INTEGER NOT NULL,
+     ttl_ms           INTEGER,
+     expires_at       INTEGER, -- created_at + ttl_ms; NULL for an unlimited TTL
+     poll_interval_ms INTEGER NOT NULL,
+     resumable        INTEGER NOT NULL,
+     idempotency_key  TEXT,
+     result           TEXT,
+     error            TEXT,
+     cancel_requested INTEGER NOT NULL DEFAULT 0,
+     lease_owner      TEXT,
+     lease_expires_at INTEGER,
+     fence            INTEGER NOT NULL DEFAULT 1,
+     attempt          INTEGER NOT NULL DEFAULT 1
+   );
+   -- one task per owner and idempotency key
+   CREATE UNIQUE INDEX tasks_idempotency ON tasks (owner, idempotency_key) WHERE idempotency_key IS NOT NULL;
+   -- the sweeps only ever look at open tasks
+   CREATE INDEX tasks_open_lease ON tasks (lease_expires_at) WHERE status IN ('working','input_required');
+   CREATE INDEX tasks_open_expiry ON tasks (expires_at) WHERE status IN ('working','input_required');
+   CREATE INDEX tasks_closed_expiry ON tasks (expires_at) WHERE status IN ('completed','failed','cancelled');
+   CREATE TABLE task_inputs (
+     task_id      TEXT NOT NULL REFERENCES tasks (task_id) ON DELETE CASCADE,
+     key          TEXT NOT NULL,
+     seq          INTEGER NOT NULL,
+     request      TEXT NOT NULL,
+     response     TEXT,
+     requested_at INTEGER NOT NULL,
+     answered_at  INTEGER,
+     PRIMARY KEY (task_id, key) -- keys are unique over the task's life
+   );
+   CREATE TABLE purged_tasks (task_id TEXT PRIMARY KEY, purged_at INTEGER NOT NULL);`,
+];
+
+const OPEN = `status IN ('working','input_required')`;
+
+interface TaskRow {
+  task_id: string;
+  owner: string;
+  tool_name: string;
+  arguments: string;
+  status: TaskStatus;
+  status_message: string | null;
+  created_at: number;
+  last_updated_at: number;
+  ttl_ms: number | null;
+  poll_interval_ms: number;
+  resumable: number;
+  idempotency_key: string | null;
+  result: string | null;
+  error: string | null;
+  cancel_requested: number;
+  lease_owner: string | null;
+  lease_expires_at: number | null;
+  fence: number;
+  attempt: number;
+}
+
+interface InputRow {
+  key: string;
+  request: string;
+  response: string | null;
+  requested_at: number;
+  answered_at: number | null;
+}
+
+export interface SqliteTaskStoreOptions {
+  /** How long the busy handler waits for another process's write lock before failing. Default 5000 ms. */
+  busyTimeoutMs?: number;
+}
+
+export class SqliteTaskStore implements TaskStore {
+  readonly path: string;
+  private readonly db: Database.Database;
+  private readonly listeners = new Set<(signal: TaskSignal) => void>();
+  private readonly stmt;
+
+  constructor(path: string, options: SqliteTaskStoreOptions = {}) {
+    this.path = path;
+    if (path !== ':memory:' && !existsSync(path)) {
+      // owner-only from the first byte: the store holds every caller's arguments and results
+      closeSync(openSync(path, 'a', 0o600));
+      chmodSync(path, 0o600);
+    }
+    this.db = new Database(path, { timeout: options.busyTimeoutMs ?? 5000 });
+    this.db.pragma('journal_mode = WAL');
+    this.db.pragma('synchronous = NORMAL');
+    this.db.pragma('foreign_keys = ON');
+    this.migrate();
+    const db = this.db;
+    this.stmt = {
+      insert: db.prepare(
+        `INSERT INTO tasks (task_id, owner, tool_name, arguments, status, status_message, created_at, last_updated_at,
+           ttl_ms, expires_at, poll_interval_ms, resumable, idempotency_key, lease_owner, lease_expires_at)
+         VALUES (@taskId, @owner, @toolName, @arguments, 'working', @statusMessage, @createdAt, @createdAt,
+           @ttlMs, @expiresAt, @pollIntervalMs, @resumable, @idempotencyKey, @leaseOwner, @leaseExpiresAt)
+         ON CONFLICT DO NOTHING`,
+      ),
+      byIdempotencyKey: db.prepare(`SELECT * FROM tasks WHERE owner = ? AND idempotency_key = ?`),
+      get: db.prepare(`SELECT * FROM tasks WHERE task_id = ?`),
+      inputs: db.prepare(
+        `SELECT key, request, response, requested_at, answered_at FROM task_inputs WHERE task_id = ? ORDER BY seq`,
+      ),
+      purged: db.prepare(`SELECT 1 FROM purged_tasks WHERE task_id = ?`),
+      setStatusMessage: db.prepare(
+        `UPDATE tasks SET status_message = ?, last_updated_at = ? WHERE task_id = ? AND fence = ? AND ${OPEN}`,
+      ),
+      input: db.prepare(`SELECT response FROM task_inputs WHERE task_id = ? AND key = ?`),
+      insertInput: db.prepare(
+        `INSERT INTO task_inputs (task_id, key, seq, request, requested_at)
+         VALUES (?, ?, (SELECT COUNT(*) FROM task_inputs WHERE task_id = ?), ?, ?)`,
+      ),
+      toInputRequired: db.prepare(
+        `UPDATE tasks SET status = 'input_required', last_updated_at = ? WHERE task_id = ? AND fence = ? AND ${OPEN}`,
+      ),
+      holds: db.prepare(`SELECT 1 FROM tasks WHERE task_id = ? AND fence = ? AND ${OPEN}`),
+      finish: db.prepare(
+        `UPDATE tasks SET status = @status, result = @result, error = @error,
+           status_message = COALESCE(@statusMessage, status_message), last_updated_at = @now,
+           lease_owner = NULL, lease_expires_at = NULL
+         WHERE task_id = @taskId AND fence = @fence AND ${OPEN}`,
+      ),
+      openStatus: db.prepare(`SELECT status FROM tasks WHERE task_id = ? AND ${OPEN}`),
+      answer: db.prepare(
+        `UPDATE task_inputs SET response = ?, answered_at = ? WHERE task_id = ? AND key = ? AND response IS NULL`,
+      ),
+      outstanding: db.prepare(`SELECT COUNT(*) AS n FROM task_inputs WHERE task_id = ? AND response IS NULL`),
+      toWorking: db.prepare(
+        `UPDATE tasks SET status = 'working', last_updated_at = ? WHERE task_id = ? AND status = 'input_required'`,
+      ),
+      touch: db.prepare(`UPDATE tasks SET last_updated_at = ? WHERE task_id = ?`),
+      cancel: db.prepare(
+        `UPDATE tasks SET cancel_requested = 1, last_updated_at = ? WHERE task_id = ? AND ${OPEN} AND cancel_requested = 0`,
+      ),
+      isOpen: db.prepare(`SELECT 1 FROM tasks WHERE task_id = ? AND ${OPEN}`),
+      renew: db.prepare(
+        `UPDATE tasks SET lease_expires_at = ? WHERE task_id = ? AND fence = ? AND lease_owner = ? AND ${OPEN}`,
+      ),
+      orphans: db.prepare(
+        `SELECT task_id FROM tasks
+         WHERE ${OPEN} AND (lease_expires_at IS NULL OR lease_expires_at < ? OR lease_owner IN (SELECT value FROM json_each(?)))
+         ORDER BY created_at LIMIT ?`,
+      ),
+      claim: db.prepare(
+        `UPDATE tasks SET lease_owner = ?, lease_expires_at = ?, fence = fence + 1, attempt = attempt + 1
+         WHERE task_id = ? AND ${OPEN}`,
+      ),
+      leaseOwners: db.prepare(`SELECT DISTINCT lease_owner FROM tasks WHERE ${OPEN} AND lease_owner IS NOT NULL`),
+      overdue: db.prepare(`SELECT task_id, ttl_ms FROM tasks WHERE ${OPEN} AND expires_at IS NOT NULL AND expires_at <= ?`),
+      expire: db.prepare(
+        `UPDATE tasks SET status = 'failed', error = ?, status_message = ?, last_updated_at = ?,
+           lease_owner = NULL, lease_expires_at = NULL
+         WHERE task_id = ? AND ${OPEN}`,
+      ),
+      purgeable: db.prepare(
+        `SELECT task_id FROM tasks WHERE status IN ('completed','failed','cancelled')
+           AND expires_at IS NOT NULL AND expires_at + ? <= ? LIMIT 1000`,
+      ),
+      delete: db.prepare(`DELETE FROM tasks WHERE task_id = ?`),
+      tombstone: db.prepare(`INSERT OR REPLACE INTO purged_tasks (task_id, purged_at) VALUES (?, ?)`),
+      dropTombstones: db.prepare(`DELETE FROM purged_tasks WHERE purged_at < ?`),
+    };
+  }
+
+  private migrate(): void {
+    const version = this.db.pragma('user_version', { simple: true }) as number;
+    for (let v = version; v < MIGRATIONS.length; v++) {
+      this.db.transaction(() => {
+        this.db.exec(MIGRATIONS[v]!);
+        this.db.pragma(`user_version = ${v + 1}`);
+      }).immediate();
+    }
+  }
+
+  async create(task: NewTask): Promise<{ task: StoredTask; created: boolean }> {
+    return this.db
+      .transaction(() => {
+        const info = this.stmt.insert.run({
+          taskId: task.taskId,
+          owner: task.owner,
+          toolName: task.toolName,
+          arguments: JSON.stringify(task.arguments),
+          statusMessage: task.statusMessage ?? null,
+          createdAt: task.createdAt,
+          ttlMs: task.ttlMs,
+          expiresAt: task.ttlMs === null ? null : task.createdAt + task.ttlMs,
+          pollIntervalMs: task.pollIntervalMs,
+          resumable: task.resumable ? 1 : 0,
+          idempotencyKey: task.idempotencyKey ?? null,
+          leaseOwner: task.leaseOwner,
+          leaseExpiresAt: task.leaseExpiresAt,
+        });
+        if (info.changes === 1) return { task: this.read(task.taskId)!, created: true };
+        if (task.idempotencyKey !== undefined) {
+          const row = this.stmt.byIdempotencyKey.get(task.owner, task.idempotencyKey) as TaskRow | undefined;
+          if (row) return { task: this.toTask(row), created: false };
+        }
+        throw new Error(`task id collision on ${task.taskId}`);
+      })
+      .immediate();
+  }
+
+  async get(taskId: string): Promise<StoredTask | undefined> {
+    return this.read(taskId);
+  }
+
+  async wasPurged(taskId: string): Promise<boolean> {
+    return this.stmt.purged.get(taskId) !== undefined;
+  }
+
+  async setStatusMessage(lease: LeaseRef, message: string, now: number): Promise<boolean> {
+    return this.stmt.setStatusMessage.run(message, now, lease.taskId, lease.fence).changes === 1;
+  }
+
+  async requestInput(
+    lease: LeaseRef,
+    key: string,
+    request: InputRequest,
+    now: number,
+  ): Promise<{ held: boolean; response: InputResponse | undefined }> {
+    return this.db
+      .transaction(() => {
+        if (this.stmt.holds.get(lease.taskId, lease.fence) === undefined) return { held: false, response: undefined };
+        const existing = this.stmt.input.get(lease.taskId, key) as { response: string | null } | undefined;
+        if (existing?.response != null) {
+          return { held: true, response: JSON.parse(existing.response) as InputResponse };
+        }
+        if (!existing) this.stmt.insertInput.run(lease.taskId, key, lease.taskId, JSON.stringify(request), now);
+        this.stmt.toInputRequired.run(now, lease.taskId, lease.fence);
+        return { held: true, response: undefined };
+      })
+      .immediate();
+  }
+
+  async finish(lease: LeaseRef, outcome: TerminalOutcome, now: number): Promise<boolean> {
+    const changed = this.stmt.finish.run({
+      taskId: lease.taskId,
+      fence: lease.fence,
+      status: outcome.status,
+      result: outcome.status === 'completed' ? JSON.stringify(outcome.result) : null,
+      error: outcome.status === 'failed' ? JSON.stringify(outcome.error) : null,
+      statusMessage: outcome.statusMessage ?? null,
+      now,
+    }).changes;
+    return changed === 1;
+  }
+
+  async answerInputs(taskId: string, responses: Record<string, InputResponse>, now: number): Promise<string[]> {
+    const accepted = this.db
+      .transaction(() => {
+        if (this.stmt.openStatus.get(taskId) === undefined) return [];
+        const keys: string[] = [];
+        for (const [key, response] of Object.entries(responses)) {
+          if (this.stmt.answer.run(JSON.stringify(response), now, taskId, key).changes === 1) keys.push(key);
+        }
+        if (keys.length > 0) {
+          const { n } = this.stmt.outstanding.get(taskId) as { n: number };
+          if (n === 0) this.stmt.toWorking.run(now, taskId);
+          else this.stmt.touch.run(now, taskId);
+        }
+        return keys;
+      })
+      .immediate();
+    if (accepted.length > 0) this.emit({ taskId, kind: 'input' });
+    return accepted;
+  }
+
+  async requestCancel(taskId: string, now: number): Promise<boolean> {
+    const changed = this.stmt.cancel.run(now, taskId).changes === 1;
+    const open = changed || this.stmt.isOpen.get(taskId) !== undefined;
+    if (open) this.emit({ taskId, kind: 'cancel' });
+    return open;
+  }
+
+  async renewLeases(owner: string, leases: LeaseRef[], until: number): Promise<LeaseRef[]> {
+    return this.db
+      .transaction(() => leases.filter((l) => this.stmt.renew.run(until, l.taskId, l.fence, owner).changes === 1))
+      .immediate();
+  }
+
+  async claimOrphans(
+    owner: string,
+    now: number,
+    until: number,
+    limit: number,
+    deadOwners: string[] = [],
+  ): Promise<StoredTask[]> {
+    return this.db
+      .transaction(() => {
+        const rows = this.stmt.orphans.all(now, JSON.stringify(deadOwners), limit) as { task_id: string }[];
+        for (const { task_id } of rows) this.stmt.claim.run(owner, until, task_id);
+        return rows.map(({ task_id }) => this.read(task_id)!);
+      })
+      .immediate();
+  }
+
+  async leaseOwners(): Promise<string[]> {
+    return (this.stmt.leaseOwners.all() as { lease_owner: string }[]).map((r) => r.lease_owner);
+  }
+
+  async expireOverdue(now: number): Promise<string[]> {
+    return this.db
+      .transaction(() => {
+        const rows = this.stmt.overdue.all(now) as { task_id: string; ttl_ms: number }[];
+        for (const { task_id, ttl_ms } of rows) {
+          const message = `Task expired: its TTL of ${ttl_ms} ms elapsed before it finished`;
+          this.stmt.expire.run(JSON.stringify({ code: -32603, message }), message, now, task_id);
+        }
+        return rows.map((r) => r.task_id);
+      })
+      .immediate();
+  }
+
+  async purge(now: number, retentionMs: number): Promise<number> {
+    return this.db
+      .transaction(() => {
+        const rows = this.stmt.purgeable.all(retentionMs, now) as { task_id: string }[];
+        for (const { task_id } of rows) {
+          this.stmt.delete.run(task_id);
+          this.stmt.tombstone.run(task_id, now);
+        }
+        // tombstones only need to outlive a client's last reasonable poll
+        this.stmt.dropTombstones.run(now - 7 * 24 * 3600_000);
+        return rows.length;
+      })
+      .immediate();
+  }
+
+  subscribe(listener: (signal: TaskSignal) => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  async close(): Promise<void> {
+    if (this.db.open) this.db.close();
+  }
+
+  private emit(signal: TaskSignal): void {
+    for (const listener of this.listeners) listener(signal);
+  }
+
+  private read(taskId: string): StoredTask | undefined {
+    const row = this.stmt.get.get(taskId) as TaskRow | undefined;
+    return row ? this.toTask(row) : undefined;
+  }
+
+  private toTask(row: TaskRow): StoredTask {
+    const inputs = (this.stmt.inputs.all(row.task_id) as InputRow[]).map(
+      (i): StoredInput => ({
+        key: i.key,
+        request: JSON.parse(i.request) as InputRequest,
+        response: i.response === null ? undefined : (JSON.parse(i.response) as InputResponse),
+        requestedAt: i.requested_at,
+        answeredAt: i.answered_at ?? undefined,
+      }),
+    );
+    return {
+      taskId: row.task_id,
+      owner: row.owner,
+      toolName: row.tool_name,
+      arguments: JSON.parse(row.arguments) as JsonObject,
+      status: row.status,
+      statusMessage: row.status_message ?? undefined,
+      createdAt: row.created_at,
+      lastUpdatedAt: row.last_updated_at,
+      ttlMs: row.ttl_ms,
+      pollIntervalMs: row.poll_interval_ms,
+      resumable: row.resumable === 1,
+      idempotencyKey: row.idempotency_key ?? undefined,
+      result: row.result === null ? undefined : (JSON.parse(row.result) as JsonObject),
+      error: row.error === null ? undefined : (JSON.parse(row.error) as JsonRpcError),
+      cancelRequested: row.cancel_requested === 1,
+      leaseOwner: row.lease_owner ?? undefined,
+      leaseExpiresAt: row.lease_expires_at ?? undefined,
+      fence: row.fence,
+      attempt: row.attempt,
+      inputs,
+    };
+  }
+}

@@ -1,0 +1,142 @@
+/**
+ * The TaskStore: the only home of task state on the server (DESIGN.md, "The task's life on the server").
+ * Every instance reads and writes the same rows; nothing about a task lives only in memory.
+ *
+ * Times are epoch milliseconds. Every method resolves only after its write is committed.
+ */
+import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+
+/** One entry of a task's `inputRequests`, kept for the task's life so keys are never reused and answers replay. */
+export interface StoredInput {
+  key: string;
+  request: InputRequest;
+  /** The client's answer, once `tasks/update` delivered it. */
+  response: InputResponse | undefined;
+  requestedAt: number;
+  answeredAt: number | undefined;
+}
+
+export interface StoredTask {
+  taskId: string;
+  /** The caller's principal: only it may see or touch the task. */
+  owner: string;
+  toolName: string;
+  arguments: JsonObject;
+  status: TaskStatus;
+  statusMessage: string | undefined;
+  createdAt: number;
+  lastUpdatedAt: number;
+  ttlMs: number | null;
+  pollIntervalMs: number;
+  resumable: boolean;
+  idempotencyKey: string | undefined;
+  result: JsonObject | undefined;
+  error: JsonRpcError | undefined;
+  cancelRequested: boolean;
+  /** The runtime instance that runs the handler, and until when its claim holds. */
+  leaseOwner: string | undefined;
+  leaseExpiresAt: number | undefined;
+  /** Bumped on every claim: a write that carries an older fence is from a stale owner and is refused. */
+  fence: number;
+  /** How many times a handler was started for this task (1 on creation, +1 per takeover). */
+  attempt: number;
+  /** Every input request of the task's life, in the order they were raised. */
+  inputs: StoredInput[];
+}
+
+export interface NewTask {
+  taskId: string;
+  owner: string;
+  toolName: string;
+  arguments: JsonObject;
+  createdAt: number;
+  ttlMs: number | null;
+  pollIntervalMs: number;
+  resumable: boolean;
+  idempotencyKey?: string | undefined;
+  statusMessage?: string | undefined;
+  /** The creating instance holds the lease from the start. */
+  leaseOwner: string;
+  leaseExpiresAt: number;
+}
+
+/** Proof of holding a task's lease: writes from the handler side carry it. */
+export interface LeaseRef {
+  taskId: string;
+  fence: number;
+}
+
+export type TerminalOutcome =
+  | { status: 'completed'; result: JsonObject; statusMessage?: string | undefined }
+  | { status: 'failed'; error: JsonRpcError; statusMessage?: string | undefined }
+  | { status: 'cancelled'; statusMessage?: string | undefined };
+
+/** A change another party made that a running handler must hear about. */
+export interface TaskSignal {
+  taskId: string;
+  kind: 'input' | 'cancel';
+}
+
+export interface TaskStore {
+  /**
+   * Inserts a task, committed when this resolves (spec: MUST NOT return CreateTaskResult before the task is durably
+   * created). With an `idempotencyKey`, the same owner and key return the existing task and `created: false`.
+   */
+  create(task: NewTask): Promise<{ task: StoredTask; created: boolean }>;
+
+  /** The task with its inputs, or undefined when unknown or purged. */
+  get(taskId: string): Promise<StoredTask | undefined>;
+
+  /** Whether the id belonged to a task that was purged after its TTL (so the error can say "expired"). */
+  wasPurged(taskId: string): Promise<boolean>;
+
+  /** Handler side: a new status message. False when the lease was lost or the task is terminal. */
+  setStatusMessage(lease: LeaseRef, message: string, now: number): Promise<boolean>;
+
+  /**
+   * Handler side: raise an input request and move the task to `input_required`. A key already answered returns its
+   * stored response and changes nothing (a replay after restart asks nothing twice); a key already outstanding is left
+   * as it is. `held: false` when the lease was lost or the task is terminal.
+   */
+  requestInput(
+    lease: LeaseRef,
+    key: string,
+    request: InputRequest,
+    now: number,
+  ): Promise<{ held: boolean; response: InputResponse | undefined }>;
+
+  /** Handler side: the one terminal write. Conditional on "not yet terminal" and on the fence; false when it lost. */
+  finish(lease: LeaseRef, outcome: TerminalOutcome, now: number): Promise<boolean>;
+
+  /**
+   * Client side (`tasks/update`): store responses for keys that are outstanding, ignore the rest, and move the task
+   * back to `working` when nothing is outstanding any more. Returns the keys it accepted.
+   */
+  answerInputs(taskId: string, responses: Record<string, InputResponse>, now: number): Promise<string[]>;
+
+  /** Client side (`tasks/cancel`): record the intent on a non-terminal task. False when already terminal or unknown. */
+  requestCancel(taskId: string, now: number): Promise<boolean>;
+
+  /** Extends the leases `owner` still holds (fence unchanged) and returns those; the others were lost. */
+  renewLeases(owner: string, leases: LeaseRef[], until: number): Promise<LeaseRef[]>;
+
+  /**
+   * Takes over non-terminal tasks whose lease expired before `now`, or whose lease owner is in `deadOwners`: the
+   * lease moves to `owner` until `until`, the fence and the attempt go up by one. Returns the claimed tasks.
+   */
+  claimOrphans(owner: string, now: number, until: number, limit: number, deadOwners?: string[]): Promise<StoredTask[]>;
+
+  /** Distinct lease owners of non-terminal tasks (to spot dead local processes at start). */
+  leaseOwners(): Promise<string[]>;
+
+  /** Fails every non-terminal task past `createdAt + ttlMs` as expired (unfenced) and returns their ids. */
+  expireOverdue(now: number): Promise<string[]>;
+
+  /** Deletes terminal tasks older than `createdAt + ttlMs + retentionMs`, leaving a tombstone; returns how many. */
+  purge(now: number, retentionMs: number): Promise<number>;
+
+  /** Optional push channel for input and cancel signals (LISTEN/NOTIFY); the runtime polls as the fallback. */
+  subscribe?(listener: (signal: TaskSignal) => void): () => void;
+
+  close(): Promise<void>;
+}
