@@ -35,6 +35,8 @@ export const MAX_TASK_ID_LENGTH = 256;
 export const MAX_INPUT_KEY_LENGTH = 256;
 
 /** The `data` of a -32021 error that names this extension (SEP-2663 "Capability Negotiation"). */
-export function requiredTasksCapabilityData(): { requiredCapabilities: { extensions: Record<string, object> } } {
+export function requiredTasksCapabilityData(): {
+  requiredCapabilities: { extensions: Record<string, Record<string, never>> };
+} {
   return { requiredCapabilities: { extensions: { [TASKS_EXTENSION_ID]: {} } } };
 }

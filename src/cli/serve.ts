@@ -1,0 +1,85 @@
+/**
+ * `closeout serve`: the demo (or conformance) task tools over Streamable HTTP on a durable store.
+ */
+import type { Command } from 'commander';
+import { InvalidArgumentError } from 'commander';
+
+import { registerConformanceTools } from '../demo/conformanceTools.js';
+import { registerDemoTools } from '../demo/demoTools.js';
+import { serveTaskServer } from '../server/http.js';
+import { openTaskStore } from '../server/store/openTaskStore.js';
+import { TaskServer } from '../server/taskServer.js';
+import { CliError, parsePort } from './cliError.js';
+
+interface ServeFlags {
+  port: number;
+  host: string;
+  store: string;
+  tools: 'demo' | 'conformance';
+  token: Record<string, string>;
+  leaseMs: number;
+}
+
+export function registerServe(program: Command): void {
+  program
+    .command('serve')
+    .description('Serve task tools over Streamable HTTP at http://HOST:PORT/mcp, every task in a durable store')
+    .option('--port <port>', 'TCP port (0 picks a free one)', parsePort, 3000)
+    .option('--host <host>', 'interface to listen on', '127.0.0.1')
+    .option('--store <path|url>', 'SQLite file, or a postgres:// URL', './closeout-server.db')
+    .option('--tools <set>', 'which tools to serve: demo or conformance', parseToolSet, 'demo')
+    .option(
+      '--token <token=principal>',
+      'require this bearer token and bind its tasks to the principal (repeatable)',
+      collectToken,
+      {},
+    )
+    .option('--lease-ms <ms>', 'how long a task lease holds without renewal', parsePositiveInt, 10_000)
+    .action(async (flags: ServeFlags) => {
+      const store = await openTaskStore(flags.store);
+      const tasks = new TaskServer({ store, leaseMs: flags.leaseMs });
+      if (flags.tools === 'conformance') registerConformanceTools(tasks);
+      else registerDemoTools(tasks);
+      let serving;
+      try {
+        serving = await serveTaskServer(tasks, {
+          port: flags.port,
+          host: flags.host,
+          serverInfo: { name: 'closeout', version: '0.1.0' },
+          ...(Object.keys(flags.token).length > 0 && { tokens: flags.token }),
+          onerror: (error) => console.error(`[closeout serve] ${error.message}`),
+        });
+      } catch (error) {
+        await store.close();
+        const code = (error as NodeJS.ErrnoException).code;
+        if (code === 'EADDRINUSE') throw new CliError(`port ${flags.port} is in use: pass --port with a free port (or 0)`);
+        throw error;
+      }
+      process.stdout.write(`${serving.url}\n`);
+      console.error(`closeout serve: ${flags.tools} tools, store ${flags.store}, instance ${tasks.instanceId}`);
+      const stop = async () => {
+        await serving.close();
+        await store.close();
+        process.exit(0);
+      };
+      process.once('SIGINT', () => void stop());
+      process.once('SIGTERM', () => void stop());
+    });
+}
+
+function parseToolSet(value: string): 'demo' | 'conformance' {
+  if (value === 'demo' || value === 'conformance') return value;
+  throw new InvalidArgumentError('expected demo or conformance');
+}
+
+function parsePositiveInt(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n <= 0) throw new InvalidArgumentError('expected a positive integer');
+  return n;
+}
+
+function collectToken(value: string, previous: Record<string, string>): Record<string, string> {
+  const at = value.indexOf('=');
+  if (at <= 0 || at === value.length - 1) throw new InvalidArgumentError('expected TOKEN=PRINCIPAL');
+  return { ...previous, [value.slice(0, at)]: value.slice(at + 1) };
+}

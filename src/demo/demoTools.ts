@@ -1,0 +1,96 @@
+/**
+ * The demo tools `closeout serve` and `closeout demo` expose: a multi-step batch job with status messages, a deploy
+ * that asks for approval through elicitation, a job that fails with a protocol error, and a plain fast tool.
+ */
+import { ProtocolError } from '@modelcontextprotocol/server';
+import * as z from 'zod/v4';
+
+import type { TaskServer } from '../server/taskServer.js';
+import { abortableSleep } from './abortableSleep.js';
+
+export function registerDemoTools(tasks: TaskServer): TaskServer {
+  tasks.registerTool(
+    'batch_job',
+    {
+      title: 'Batch job',
+      description: 'Processes a batch of items one by one, reporting progress in the status message. Resumable.',
+      inputSchema: z.object({
+        items: z.number().int().min(1).max(1000).default(5),
+        stepMs: z.number().int().min(0).max(60_000).default(400),
+      }),
+      task: { support: 'optional', resumable: true },
+    },
+    async ({ items, stepMs }, ctx) => {
+      for (let i = 1; i <= items; i++) {
+        await abortableSleep(stepMs, ctx.signal);
+        await ctx.status(`Processed ${i} of ${items} items`);
+      }
+      return {
+        content: [{ type: 'text', text: `Processed ${items} items` }],
+        structuredContent: { processed: items, attempt: ctx.attempt },
+      };
+    },
+  );
+
+  tasks.registerTool(
+    'approve_deploy',
+    {
+      title: 'Deploy with approval',
+      description: 'Asks a person to approve a deployment (elicitation), then deploys. Runs only as a task.',
+      inputSchema: z.object({ env: z.string().min(1).max(100) }),
+      task: { support: 'required', resumable: true },
+    },
+    async ({ env }, ctx) => {
+      await ctx.status(`Waiting for approval to deploy to ${env}`);
+      const answer = await ctx.input('approval', {
+        method: 'elicitation/create',
+        params: {
+          mode: 'form',
+          message: `Deploy to ${env}?`,
+          requestedSchema: {
+            type: 'object',
+            properties: {
+              approve: { type: 'boolean', title: 'Approve', description: `Deploy to ${env} now`, default: true },
+              note: { type: 'string', title: 'Note', description: 'Why (optional)' },
+            },
+            required: ['approve'],
+          },
+        },
+      });
+      const content = answer['content'] as { approve?: boolean; note?: string } | undefined;
+      if (answer['action'] !== 'accept' || content?.approve !== true) {
+        return { content: [{ type: 'text', text: `Deployment to ${env} was not approved` }], isError: true };
+      }
+      await ctx.status(`Deploying to ${env}`);
+      await abortableSleep(300, ctx.signal);
+      const note = content.note ? ` (${content.note})` : '';
+      return { content: [{ type: 'text', text: `Deployed to ${env}${note}` }] };
+    },
+  );
+
+  tasks.registerTool(
+    'flaky_upstream',
+    {
+      title: 'Flaky upstream',
+      description: 'Calls an upstream API that answers with a rate-limit error: the task ends failed with that error.',
+      task: { support: 'optional' },
+    },
+    async (_args, ctx) => {
+      await abortableSleep(200, ctx.signal);
+      throw new ProtocolError(-32603, 'Upstream API rate limit exceeded', { retryAfterMs: 60_000 });
+    },
+  );
+
+  tasks.registerTool(
+    'echo',
+    {
+      title: 'Echo',
+      description: 'Returns its text at once. Never a task.',
+      inputSchema: z.object({ text: z.string().max(10_000) }),
+      task: { support: 'never' },
+    },
+    ({ text }) => ({ content: [{ type: 'text', text }] }),
+  );
+
+  return tasks;
+}

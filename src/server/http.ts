@@ -1,0 +1,103 @@
+/**
+ * Serving a TaskServer over Streamable HTTP: `createMcpHandler` builds a fresh SDK server per request, so every piece
+ * of task state lives in the store, and any instance answers any request.
+ */
+import { createServer, type IncomingMessage, type Server as HttpServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+import { toNodeHandler } from '@modelcontextprotocol/node';
+import type { AuthInfo, McpHttpHandler, McpRequestContext } from '@modelcontextprotocol/server';
+import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
+
+import { type AttachOptions, attachTasks } from './sdkGlue.js';
+import type { TaskServer } from './taskServer.js';
+
+export interface TaskHandlerOptions extends AttachOptions {
+  /** Name and version the server reports. */
+  serverInfo?: { name: string; version: string };
+  /** Registers the server's ordinary tools, resources and prompts on each per-request instance. */
+  setup?: (mcp: McpServer, ctx: McpRequestContext) => void;
+  onerror?: (error: Error) => void;
+}
+
+/** A web-standard `{ fetch }` MCP handler serving the task tools of `tasks` beside whatever `setup` registers. */
+export function createTaskMcpHandler(tasks: TaskServer, options: TaskHandlerOptions = {}): McpHttpHandler {
+  const info = options.serverInfo ?? { name: 'closeout', version: '0.1.0' };
+  return createMcpHandler(
+    (ctx) => {
+      const mcp = new McpServer(info);
+      options.setup?.(mcp, ctx);
+      attachTasks(mcp, tasks, options);
+      return mcp;
+    },
+    { ...(options.onerror && { onerror: options.onerror }) },
+  );
+}
+
+export interface ServeOptions extends TaskHandlerOptions {
+  port?: number;
+  host?: string;
+  /** The HTTP path of the endpoint. Default `/mcp`. */
+  path?: string;
+  /** Bearer tokens and the principal each stands for; when given, every request must carry one (else 401). */
+  tokens?: Record<string, string>;
+}
+
+export interface ServingTaskServer {
+  url: string;
+  http: HttpServer;
+  close(): Promise<void>;
+}
+
+/** Starts `tasks` and serves it at `http://HOST:PORT/mcp`. */
+export async function serveTaskServer(tasks: TaskServer, options: ServeOptions = {}): Promise<ServingTaskServer> {
+  const path = options.path ?? '/mcp';
+  const handler = createTaskMcpHandler(tasks, options);
+  const node = toNodeHandler(handler, { ...(options.onerror && { onerror: options.onerror }) });
+  await tasks.start();
+  const http = createServer((req, res) => {
+    const url = new URL(req.url ?? '/', 'http://localhost');
+    if (url.pathname !== path) {
+      res.writeHead(404, { 'content-type': 'text/plain' }).end(`Not found: the MCP endpoint is ${path}\n`);
+      return;
+    }
+    const authInfo = options.tokens ? bearerAuth(req, options.tokens) : undefined;
+    if (options.tokens && !authInfo) {
+      res
+        .writeHead(401, { 'content-type': 'application/json', 'www-authenticate': 'Bearer' })
+        .end(JSON.stringify({ error: 'invalid_token', error_description: 'A valid bearer token is required' }));
+      return;
+    }
+    const nodeReq = authInfo ? Object.assign(req, { auth: authInfo }) : req;
+    node(nodeReq, res).catch((error: unknown) => {
+      options.onerror?.(error instanceof Error ? error : new Error(String(error)));
+      if (!res.headersSent) res.writeHead(500).end();
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    http.once('error', reject);
+    http.listen(options.port ?? 3000, options.host ?? '127.0.0.1', () => resolve());
+  });
+  const address = http.address() as AddressInfo;
+  const host = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  return {
+    url: `http://${host}:${address.port}${path}`,
+    http,
+    close: async () => {
+      await new Promise<void>((resolve) => {
+        http.close(() => resolve());
+        http.closeAllConnections();
+      });
+      await handler.close();
+      await tasks.close();
+    },
+  };
+}
+
+function bearerAuth(req: IncomingMessage, tokens: Record<string, string>): AuthInfo | undefined {
+  const header = req.headers.authorization ?? '';
+  const match = /^Bearer\s+(.+)$/i.exec(header);
+  const token = match?.[1]?.trim();
+  if (!token || !Object.hasOwn(tokens, token)) return undefined;
+  return { token, clientId: tokens[token]!, scopes: [], expiresAt: Math.floor(Date.now() / 1000) + 3600 };
+}

@@ -1,0 +1,201 @@
+/**
+ * The one module that reaches into the SDK (2.4.x) on the server side. The SDK has no Tasks support, and its
+ * `tools/call` wrapper validates every result as a CallToolResult, so a CreateTaskResult cannot come out of an
+ * ordinary tool callback. We register task tools as ordinary tools (so `tools/list` shows them and the inline path
+ * is the SDK's own), then put a dispatcher in front of the stored `tools/call` handler that answers the task path
+ * itself. test/server/sdkGlue.test.ts fails loudly if an SDK upgrade moves what this relies on.
+ */
+import type { AuthInfo, McpServer, ServerContext } from '@modelcontextprotocol/server';
+import { MissingRequiredClientCapabilityError, ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
+import * as z from 'zod/v4';
+
+import type { InputResponse, JsonObject } from '../protocol/index.js';
+import {
+  CancelTaskParamsSchema,
+  CLIENT_CAPABILITIES_META_KEY,
+  EmptyResultSchema,
+  GetTaskParamsSchema,
+  GetTaskResultSchema,
+  IDEMPOTENCY_KEY_META_KEY,
+  InputResponsesSchema,
+  requiredTasksCapabilityData,
+  TASK_METHODS,
+  TASKS_EXTENSION_ID,
+  UpdateTaskParamsSchema,
+} from '../protocol/index.js';
+import type { RegisteredTaskTool, TaskServer } from './taskServer.js';
+
+/** Resolves the caller's principal for a request; tasks are bound to it. */
+export type PrincipalResolver = (request: { authInfo: AuthInfo | undefined }) => string;
+
+/** Default principal: the token's subject or client id; `anonymous` without auth (the taskId is then the secret). */
+export const defaultPrincipal: PrincipalResolver = ({ authInfo }) => {
+  if (!authInfo) return 'anonymous';
+  const sub = authInfo.extra?.['sub'];
+  return typeof sub === 'string' && sub.length > 0 ? `sub:${sub}` : `client:${authInfo.clientId}`;
+};
+
+export interface AttachOptions {
+  principal?: PrincipalResolver;
+}
+
+type StoredHandler = (request: { method: string; params?: Record<string, unknown> }, ctx: ServerContext) => unknown;
+
+interface ProtocolInternals {
+  _requestHandlers: Map<string, StoredHandler>;
+}
+
+/**
+ * Adds the Tasks extension to one (per-request) McpServer: declares the extension, registers the task tools, routes
+ * their `tools/call` by task policy, and serves `tasks/get`, `tasks/update` and `tasks/cancel`.
+ * Call it in the factory given to `createMcpHandler`, before the server is connected.
+ */
+export function attachTasks(mcp: McpServer, tasks: TaskServer, options: AttachOptions = {}): void {
+  const principalOf = options.principal ?? defaultPrincipal;
+  const principal = (ctx: ServerContext) => principalOf({ authInfo: ctx.http?.authInfo });
+
+  mcp.server.registerCapabilities({ extensions: { [TASKS_EXTENSION_ID]: {} } });
+
+  for (const tool of tasks.registeredTools()) {
+    const { config } = tool;
+    mcp.registerTool(
+      tool.name,
+      {
+        ...(config.title !== undefined && { title: config.title }),
+        ...(config.description !== undefined && { description: config.description }),
+        ...(config.inputSchema !== undefined && { inputSchema: config.inputSchema }),
+        ...(config.annotations !== undefined && { annotations: config.annotations }),
+      },
+      // the inline path: policy `never`, or `optional` toward a request that did not declare the extension
+      (async (args: JsonObject | undefined, ctx: ServerContext) =>
+        tasks.runInline(tool, args ?? {}, principal(ctx), ctx.mcpReq.signal)) as never,
+    );
+  }
+
+  const internals = mcp.server as unknown as ProtocolInternals;
+  const sdkToolsCall = internals._requestHandlers.get('tools/call');
+  if (typeof sdkToolsCall !== 'function') {
+    throw new Error('closeout: the SDK no longer stores a tools/call handler where sdkGlue expects it');
+  }
+  internals._requestHandlers.set('tools/call', async (request, ctx) => {
+    const name = request.params?.['name'];
+    const tool = typeof name === 'string' ? tasks.tool(name) : undefined;
+    if (!tool || tool.support === 'never') return sdkToolsCall(request, ctx);
+    if (!declaresTasks(ctx)) {
+      if (tool.support === 'required') {
+        // spec: MUST return -32021 naming the extension when it cannot serve the request without a task
+        throw new MissingRequiredClientCapabilityError(
+          requiredTasksCapabilityData(),
+          `Tool ${tool.name} runs only as a task: declare the io.modelcontextprotocol/tasks extension in the request's client capabilities`,
+        );
+      }
+      return sdkToolsCall(request, ctx);
+    }
+    return callAsTask(tasks, tool, request.params ?? {}, ctx, principal(ctx));
+  });
+
+  const guard = (ctx: ServerContext) => {
+    // spec: MUST return -32021 for tasks/* from a client that did not declare the extension
+    if (!declaresTasks(ctx)) {
+      throw new MissingRequiredClientCapabilityError(
+        requiredTasksCapabilityData(),
+        'tasks/* requests must declare the io.modelcontextprotocol/tasks extension in their client capabilities',
+      );
+    }
+  };
+
+  mcp.server.setRequestHandler(
+    TASK_METHODS.get,
+    { params: GetTaskParamsSchema, result: GetTaskResultSchema },
+    async (params, ctx) => {
+      guard(ctx);
+      return tasks.getTask(params.taskId, principal(ctx));
+    },
+  );
+  mcp.server.setRequestHandler(
+    TASK_METHODS.update,
+    { params: UpdateTaskParamsSchema, result: EmptyResultSchema },
+    async (params, ctx) => {
+      guard(ctx);
+      await tasks.updateTask(params.taskId, principal(ctx), inputResponsesOf(params.inputResponses, ctx));
+      return {};
+    },
+  );
+  mcp.server.setRequestHandler(
+    TASK_METHODS.cancel,
+    { params: CancelTaskParamsSchema, result: EmptyResultSchema },
+    async (params, ctx) => {
+      guard(ctx);
+      await tasks.cancelTask(params.taskId, principal(ctx));
+      return {};
+    },
+  );
+}
+
+function declaresTasks(ctx: ServerContext): boolean {
+  // the published typings declare the envelope as {}; it carries the per-request client capabilities
+  const envelope = (ctx.mcpReq as { envelope?: Record<string, unknown> }).envelope;
+  const capabilities = envelope?.[CLIENT_CAPABILITIES_META_KEY] as { extensions?: Record<string, unknown> } | undefined;
+  const declared = capabilities?.extensions?.[TASKS_EXTENSION_ID];
+  return typeof declared === 'object' && declared !== null;
+}
+
+const IdempotencyKeySchema = z
+  .string({ error: `_meta["${IDEMPOTENCY_KEY_META_KEY}"] must be a string` })
+  .min(1, { error: `_meta["${IDEMPOTENCY_KEY_META_KEY}"] must not be empty` })
+  .max(256, { error: `_meta["${IDEMPOTENCY_KEY_META_KEY}"] must be at most 256 characters` });
+
+async function callAsTask(
+  tasks: TaskServer,
+  tool: RegisteredTaskTool,
+  params: Record<string, unknown>,
+  ctx: ServerContext,
+  principal: string,
+): Promise<unknown> {
+  const rawArgs = params['arguments'] ?? {};
+  if (typeof rawArgs !== 'object' || rawArgs === null || Array.isArray(rawArgs)) {
+    throw new ProtocolError(ProtocolErrorCode.InvalidParams, `Invalid arguments for tool ${tool.name}: expected an object`);
+  }
+  let args = rawArgs as JsonObject;
+  if (tool.config.inputSchema) {
+    const parsed = await tool.config.inputSchema.safeParseAsync(args);
+    if (!parsed.success) {
+      throw new ProtocolError(
+        ProtocolErrorCode.InvalidParams,
+        `Input validation error: Invalid arguments for tool ${tool.name}: ${z.prettifyError(parsed.error)}`,
+      );
+    }
+    args = parsed.data;
+  }
+  const meta = params['_meta'] as Record<string, unknown> | undefined;
+  let idempotencyKey: string | undefined;
+  if (meta?.[IDEMPOTENCY_KEY_META_KEY] !== undefined) {
+    const parsed = IdempotencyKeySchema.safeParse(meta[IDEMPOTENCY_KEY_META_KEY]);
+    if (!parsed.success) throw new ProtocolError(ProtocolErrorCode.InvalidParams, parsed.error.issues[0]!.message);
+    idempotencyKey = parsed.data;
+  }
+  if (tool.config.prepare) {
+    const prepared = await tool.config.prepare(args as never, ctx);
+    if (isInputRequired(prepared)) return prepared;
+    args = prepared as JsonObject;
+  }
+  return tasks.createTask(tool, args, principal, idempotencyKey);
+}
+
+function isInputRequired(value: unknown): boolean {
+  return typeof value === 'object' && value !== null && (value as { resultType?: unknown }).resultType === 'input_required';
+}
+
+/** The SDK lifts `inputResponses` out of the params into the context; accept either place, validated. */
+function inputResponsesOf(fromParams: unknown, ctx: ServerContext): Record<string, InputResponse> {
+  const lifted = (ctx.mcpReq as { inputResponses?: unknown }).inputResponses;
+  const raw = lifted ?? fromParams ?? {};
+  const parsed = InputResponsesSchema.safeParse(raw);
+  if (!parsed.success) {
+    throw new ProtocolError(
+      ProtocolErrorCode.InvalidParams,
+      `Invalid params for tasks/update: inputResponses must map input keys to response objects (${parsed.error.issues[0]?.message})`,
+    );
+  }
+  return parsed.data;
+}

@@ -1,0 +1,81 @@
+/**
+ * What a server author writes: a task tool's configuration and the context its handler runs with.
+ */
+import type { CallToolResult, InputRequiredResult, ServerContext, ToolAnnotations } from '@modelcontextprotocol/server';
+import type * as z from 'zod/v4';
+
+import type { InputRequest, InputResponse, JsonObject } from '../protocol/index.js';
+
+/**
+ * Whether a tool answers with a task (DESIGN.md point 1):
+ * - `never`: always a plain result;
+ * - `optional`: a task when the request declared the extension, else the tool runs inline;
+ * - `required`: a task, and -32021 for a request that did not declare the extension.
+ */
+export type TaskSupport = 'never' | 'optional' | 'required';
+
+/** The `pollIntervalMs` to suggest for a task of a given age, in milliseconds. */
+export type PollIntervalPolicy = (ageMs: number) => number;
+
+export interface TaskToolOptions {
+  /** Default `optional`. */
+  support?: TaskSupport;
+  /** Time-to-live from creation; `null` for unlimited. Default one hour. */
+  ttlMs?: number | null;
+  /** A fixed interval or a policy by age. Default: adaptive, 500 ms while young, up to 5 s as it ages. */
+  pollIntervalMs?: number | PollIntervalPolicy;
+  /**
+   * A resumable tool is re-run from the top when its process died mid-task; answers already given are replayed, so
+   * nothing is asked twice. Any other tool's interrupted task is failed (-32603, "interrupted by a server restart").
+   */
+  resumable?: boolean;
+}
+
+export interface TaskToolConfig<Schema extends z.ZodType<JsonObject> | undefined = undefined> {
+  title?: string;
+  description?: string;
+  inputSchema?: Schema;
+  annotations?: ToolAnnotations;
+  task?: TaskToolOptions;
+  /**
+   * Runs inside `tools/call`, before any task exists: may gather input synchronously through MRTR (return the SDK's
+   * `inputRequired(...)`), and returns the arguments the task runs with (spec: resolve MRTR exchanges synchronously
+   * before responding with a CreateTaskResult).
+   */
+  prepare?: (args: ToolArgs<Schema>, request: ServerContext) => Promise<ToolArgs<Schema> | InputRequiredResult>;
+}
+
+export type ToolArgs<Schema> = Schema extends z.ZodType<infer T> ? T : JsonObject;
+
+/** What a handler gets while it runs (DESIGN.md point 3). */
+export interface TaskContext {
+  /** The task's id; undefined when the tool runs inline (no task was created). */
+  taskId: string | undefined;
+  /** Aborted when the task is cancelled, expires, or its lease is lost. `signal.reason` says which. */
+  signal: AbortSignal;
+  /** 1 on the first run, 2 and more when a resumable task is re-run after a restart. */
+  attempt: number;
+  /** The caller's principal. */
+  principal: string;
+  /** Sets the task's `statusMessage`. */
+  status(message: string): Promise<void>;
+  /**
+   * Raises `input_required` with `{ [key]: request }` in `inputRequests` and resolves with the client's response.
+   * Keys are unique over the task's life; a key answered before (in an earlier attempt) resolves at once.
+   */
+  input(key: string, request: InputRequest): Promise<InputResponse>;
+}
+
+export type TaskHandler<Args> = (args: Args, ctx: TaskContext) => CallToolResult | Promise<CallToolResult>;
+
+/** Why a handler's signal was aborted. */
+export type AbortCause = 'cancelled' | 'expired' | 'lease-lost' | 'shutdown';
+
+export class TaskAbortedError extends Error {
+  override readonly cause: AbortCause;
+  constructor(cause: AbortCause) {
+    super(`task ${cause}`);
+    this.name = 'TaskAbortedError';
+    this.cause = cause;
+  }
+}

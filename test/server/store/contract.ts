@@ -1,0 +1,708 @@
+/**
+ * The one contract every TaskStore passes (DESIGN.md: "Every store implementation passes one shared contract suite").
+ * Each store's test file calls `describeTaskStoreContract` with a factory for a fresh, empty store. Times are fixed
+ * numbers passed in; nothing here sleeps.
+ */
+import { randomUUID } from 'node:crypto';
+
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+
+import type { InputRequest, InputResponse } from '../../../src/protocol/index.js';
+import type { LeaseRef, NewTask, StoredTask, TaskSignal, TaskStore } from '../../../src/server/store/taskStore.js';
+
+/** What a store's test file hands the contract: a fresh, empty store and how to dispose of it. */
+export interface TaskStoreFixture {
+  store: TaskStore;
+  cleanup: () => Promise<void>;
+  /** A second, independent instance on the same database, where the store can have one (closed by the contract). */
+  openSecond?: () => Promise<TaskStore>;
+}
+
+const T0 = 1_700_000_000_000;
+const SECOND = 1000;
+const MINUTE = 60 * SECOND;
+
+function newTask(overrides: Partial<NewTask> = {}): NewTask {
+  return {
+    taskId: `task-${randomUUID()}`,
+    owner: 'alice',
+    toolName: 'slow_echo',
+    arguments: { text: 'hello' },
+    createdAt: T0,
+    ttlMs: 10 * MINUTE,
+    pollIntervalMs: 500,
+    resumable: false,
+    leaseOwner: 'instance-a',
+    leaseExpiresAt: T0 + 30 * SECOND,
+    ...overrides,
+  };
+}
+
+function elicit(message: string): InputRequest {
+  return { method: 'elicitation/create', params: { message, requestedSchema: { type: 'object', properties: {} } } };
+}
+
+function accept(value: string): InputResponse {
+  return { action: 'accept', content: { value } };
+}
+
+function leaseOf(task: StoredTask): LeaseRef {
+  return { taskId: task.taskId, fence: task.fence };
+}
+
+export function describeTaskStoreContract(
+  name: string,
+  makeStore: () => Promise<{ store: TaskStore; cleanup: () => Promise<void>; openSecond?: () => Promise<TaskStore> }>,
+): void {
+  describe(`TaskStore contract: ${name}`, () => {
+    let fixture: TaskStoreFixture;
+    let store: TaskStore;
+    const extraStores: TaskStore[] = [];
+
+    beforeEach(async () => {
+      fixture = await makeStore();
+      store = fixture.store;
+    });
+
+    afterEach(async () => {
+      for (const extra of extraStores.splice(0)) await extra.close();
+      await fixture.cleanup();
+    });
+
+    /** Creates a task and returns it as stored. */
+    async function created(overrides: Partial<NewTask> = {}): Promise<StoredTask> {
+      const { task, created: wasCreated } = await store.create(newTask(overrides));
+      expect(wasCreated).toBe(true);
+      return task;
+    }
+
+    /** Reads a task that must exist. */
+    async function read(taskId: string, from: TaskStore = store): Promise<StoredTask> {
+      const task = await from.get(taskId);
+      expect(task, `task ${taskId} should exist`).toBeDefined();
+      return task!;
+    }
+
+    describe('creation', () => {
+      it('makes a task visible to get at once, working, with the creator holding the first lease', async () => {
+        // invariant: create resolves only after the row is committed, so the very next get sees it
+        const input = newTask();
+        const { task, created: wasCreated } = await store.create(input);
+        expect(wasCreated).toBe(true);
+        const stored = await read(input.taskId);
+        expect(stored).toEqual(task);
+        expect(stored).toMatchObject({
+          taskId: input.taskId,
+          status: 'working',
+          createdAt: T0,
+          lastUpdatedAt: T0,
+          leaseOwner: 'instance-a',
+          leaseExpiresAt: T0 + 30 * SECOND,
+          fence: 1,
+          attempt: 1,
+          cancelRequested: false,
+          inputs: [],
+        });
+        expect(stored.result).toBeUndefined();
+        expect(stored.error).toBeUndefined();
+      });
+
+      it('makes a task visible at once to a second store instance on the same database', async (ctx) => {
+        // invariant: the row is the truth: any instance reads a task the moment its create resolved
+        if (!fixture.openSecond) return ctx.skip();
+        const second = await fixture.openSecond();
+        extraStores.push(second);
+        const task = await created();
+        expect(await read(task.taskId, second)).toEqual(task);
+        // and the other way round, including a later change
+        const other = await second.create(newTask({ owner: 'bob' }));
+        expect(await read(other.task.taskId)).toEqual(other.task);
+        expect(await store.setStatusMessage(leaseOf(task), 'halfway', T0 + 1)).toBe(true);
+        expect((await read(task.taskId, second)).statusMessage).toBe('halfway');
+      });
+
+      it('round-trips every field of a new task exactly', async () => {
+        // invariant: what create was given is what get returns, including JSON that some column types reject
+        const args = {
+          text: 'héllo 🌍 \u0000 end',
+          lone: '\ud800 half a surrogate',
+          nested: { list: [1, 2.5, -3, null, true, 'x'], empty: {}, deep: { a: [{ b: 'c' }] } },
+          big: Number.MAX_SAFE_INTEGER,
+          quote: `"'\\`,
+        };
+        const input = newTask({
+          arguments: args,
+          ttlMs: null,
+          pollIntervalMs: 2750,
+          resumable: true,
+          idempotencyKey: 'key-1',
+          statusMessage: 'queued',
+          owner: 'principal:alice@example.com',
+          toolName: 'long_report',
+          createdAt: T0 + 7,
+          leaseOwner: 'instance-z',
+          leaseExpiresAt: T0 + 99_999,
+        });
+        await store.create(input);
+        const stored = await read(input.taskId);
+        expect(stored.arguments).toEqual(args);
+        expect(stored).toMatchObject({
+          owner: 'principal:alice@example.com',
+          toolName: 'long_report',
+          ttlMs: null,
+          pollIntervalMs: 2750,
+          resumable: true,
+          idempotencyKey: 'key-1',
+          statusMessage: 'queued',
+          createdAt: T0 + 7,
+          lastUpdatedAt: T0 + 7,
+          leaseOwner: 'instance-z',
+          leaseExpiresAt: T0 + 99_999,
+        });
+      });
+
+      it('round-trips absent optional fields as undefined and a numeric ttlMs as a number', async () => {
+        // invariant: no optional field comes back as null or "" when it was not given
+        const input = newTask({ ttlMs: 45_000, resumable: false });
+        await store.create(input);
+        const stored = await read(input.taskId);
+        expect(stored.ttlMs).toBe(45_000);
+        expect(stored.resumable).toBe(false);
+        expect(stored.idempotencyKey).toBeUndefined();
+        expect(stored.statusMessage).toBeUndefined();
+      });
+
+      it('keeps each task owner with its task', async () => {
+        // invariant: the owner (the caller's principal) is stored per task, so reads can be restricted to it
+        const a = await created({ owner: 'alice' });
+        const b = await created({ owner: 'bob' });
+        expect((await read(a.taskId)).owner).toBe('alice');
+        expect((await read(b.taskId)).owner).toBe('bob');
+      });
+
+      it('answers undefined for an unknown taskId and does not call it purged', async () => {
+        // invariant: an unknown id is neither a task nor a purged task
+        expect(await store.get('task-never-created')).toBeUndefined();
+        expect(await store.wasPurged('task-never-created')).toBe(false);
+      });
+
+      it('rejects a second create with an existing taskId and no idempotency key, leaving the first as it was', async () => {
+        // invariant: a taskId names one task; a collision is an error, never an overwrite
+        const first = await created();
+        await expect(
+          store.create(newTask({ taskId: first.taskId, owner: 'mallory', arguments: { evil: true } })),
+        ).rejects.toBeInstanceOf(Error);
+        expect(await read(first.taskId)).toEqual(first);
+      });
+    });
+
+    describe('status messages', () => {
+      it('stores a status message from the lease holder and leaves the status alone', async () => {
+        // invariant: setStatusMessage with the current fence updates statusMessage and lastUpdatedAt only
+        const task = await created();
+        expect(await store.setStatusMessage(leaseOf(task), 'step 1 of 3', T0 + 5)).toBe(true);
+        const stored = await read(task.taskId);
+        expect(stored).toEqual({ ...task, statusMessage: 'step 1 of 3', lastUpdatedAt: T0 + 5 });
+      });
+
+      it('refuses a status message for an unknown task', async () => {
+        // invariant: no write ever creates a row
+        expect(await store.setStatusMessage({ taskId: 'task-unknown', fence: 1 }, 'hi', T0)).toBe(false);
+        expect(await store.get('task-unknown')).toBeUndefined();
+      });
+    });
+
+    describe('terminal immutability', () => {
+      it('records completed with its result, releases the lease and keeps the message when none is given', async () => {
+        // invariant: the one terminal write stores the outcome and ends the lease
+        const task = await created({ statusMessage: 'working on it' });
+        const result = { content: [{ type: 'text', text: 'done' }], isError: false };
+        expect(await store.finish(leaseOf(task), { status: 'completed', result }, T0 + 10)).toBe(true);
+        const stored = await read(task.taskId);
+        expect(stored).toMatchObject({ status: 'completed', result, statusMessage: 'working on it', lastUpdatedAt: T0 + 10 });
+        expect(stored.error).toBeUndefined();
+        expect(stored.leaseOwner).toBeUndefined();
+        expect(stored.leaseExpiresAt).toBeUndefined();
+      });
+
+      it('records failed with its JSON-RPC error and cancelled with its message', async () => {
+        // invariant: failed carries the error object as given; cancelled carries neither result nor error
+        const a = await created();
+        const error = { code: -32603, message: 'handler crashed', data: { where: 'step 2' } };
+        expect(await store.finish(leaseOf(a), { status: 'failed', error, statusMessage: 'crashed' }, T0 + 1)).toBe(true);
+        expect(await read(a.taskId)).toMatchObject({ status: 'failed', error, statusMessage: 'crashed' });
+        expect((await read(a.taskId)).result).toBeUndefined();
+
+        const b = await created();
+        expect(await store.finish(leaseOf(b), { status: 'cancelled', statusMessage: 'cancelled by client' }, T0 + 2)).toBe(
+          true,
+        );
+        const cancelled = await read(b.taskId);
+        expect(cancelled).toMatchObject({ status: 'cancelled', statusMessage: 'cancelled by client' });
+        expect(cancelled.result).toBeUndefined();
+        expect(cancelled.error).toBeUndefined();
+      });
+
+      it('refuses a second terminal write and changes nothing', async () => {
+        // invariant: exactly one terminal write wins; a terminal task never changes again
+        const task = await created();
+        expect(await store.finish(leaseOf(task), { status: 'completed', result: { n: 1 } }, T0 + 10)).toBe(true);
+        const after = await read(task.taskId);
+        expect(
+          await store.finish(leaseOf(task), { status: 'failed', error: { code: -32603, message: 'late' } }, T0 + 20),
+        ).toBe(false);
+        expect(await store.finish(leaseOf(task), { status: 'completed', result: { n: 2 } }, T0 + 30)).toBe(false);
+        expect(await read(task.taskId)).toEqual(after);
+      });
+
+      it('refuses status messages, input requests, answers and cancel intents after the terminal write', async () => {
+        // invariant: every write path checks "not yet terminal"; a terminal task never changes again
+        const task = await created();
+        const lease = leaseOf(task);
+        expect((await store.requestInput(lease, 'confirm', elicit('sure?'), T0 + 1)).held).toBe(true);
+        expect(await store.finish(lease, { status: 'cancelled' }, T0 + 2)).toBe(true);
+        const after = await read(task.taskId);
+
+        expect(await store.setStatusMessage(lease, 'too late', T0 + 3)).toBe(false);
+        expect(await store.requestInput(lease, 'another', elicit('again?'), T0 + 4)).toEqual({
+          held: false,
+          response: undefined,
+        });
+        expect(await store.answerInputs(task.taskId, { confirm: accept('yes') }, T0 + 5)).toEqual([]);
+        expect(await store.requestCancel(task.taskId, T0 + 6)).toBe(false);
+        expect(await store.expireOverdue(T0 + 24 * 60 * MINUTE)).toEqual([]);
+        expect(await read(task.taskId)).toEqual(after);
+      });
+    });
+
+    describe('fencing', () => {
+      it('refuses every handler write that carries the fence from before a takeover', async () => {
+        // invariant: after claimOrphans bumps the fence, the old owner can neither write nor renew
+        const task = await created({ leaseOwner: 'instance-a', leaseExpiresAt: T0 + 30 * SECOND });
+        const stale = leaseOf(task);
+        const [claimed] = await store.claimOrphans('instance-b', T0 + 31 * SECOND, T0 + 61 * SECOND, 10);
+        expect(claimed?.fence).toBe(stale.fence + 1);
+        const afterClaim = await read(task.taskId);
+
+        expect(await store.setStatusMessage(stale, 'stale', T0 + 32 * SECOND)).toBe(false);
+        expect(await store.requestInput(stale, 'k', elicit('stale?'), T0 + 32 * SECOND)).toEqual({
+          held: false,
+          response: undefined,
+        });
+        expect(await store.finish(stale, { status: 'completed', result: { from: 'a' } }, T0 + 32 * SECOND)).toBe(false);
+        expect(await store.renewLeases('instance-a', [stale], T0 + 90 * SECOND)).toEqual([]);
+        expect(await read(task.taskId)).toEqual(afterClaim);
+
+        // the new owner's writes go through
+        const fresh = leaseOf(claimed!);
+        expect(await store.setStatusMessage(fresh, 'resumed', T0 + 33 * SECOND)).toBe(true);
+        expect(await store.finish(fresh, { status: 'completed', result: { from: 'b' } }, T0 + 34 * SECOND)).toBe(true);
+        expect((await read(task.taskId)).result).toEqual({ from: 'b' });
+      });
+    });
+
+    describe('requestInput', () => {
+      it('stores a new key and moves the task to input_required', async () => {
+        // invariant: a new key persists the request and flips the status before the handler waits
+        const task = await created();
+        const request = elicit('Which colour?');
+        expect(await store.requestInput(leaseOf(task), 'colour', request, T0 + 3)).toEqual({
+          held: true,
+          response: undefined,
+        });
+        const stored = await read(task.taskId);
+        expect(stored.status).toBe('input_required');
+        expect(stored.lastUpdatedAt).toBe(T0 + 3);
+        expect(stored.inputs).toEqual([
+          { key: 'colour', request, response: undefined, requestedAt: T0 + 3, answeredAt: undefined },
+        ]);
+      });
+
+      it('leaves an outstanding key as it is when it is requested again', async () => {
+        // invariant: keys are unique over the task's life: asking again neither duplicates nor replaces the request
+        const task = await created();
+        const first = elicit('first wording');
+        await store.requestInput(leaseOf(task), 'colour', first, T0 + 3);
+        expect(await store.requestInput(leaseOf(task), 'colour', elicit('second wording'), T0 + 4)).toEqual({
+          held: true,
+          response: undefined,
+        });
+        const stored = await read(task.taskId);
+        expect(stored.status).toBe('input_required');
+        expect(stored.inputs).toEqual([
+          { key: 'colour', request: first, response: undefined, requestedAt: T0 + 3, answeredAt: undefined },
+        ]);
+      });
+
+      it('returns the stored response for a key already answered and changes nothing', async () => {
+        // invariant: a replay after restart asks nothing twice: an answered key resolves from the store
+        const task = await created();
+        await store.requestInput(leaseOf(task), 'colour', elicit('Which colour?'), T0 + 3);
+        expect(await store.answerInputs(task.taskId, { colour: accept('blue') }, T0 + 4)).toEqual(['colour']);
+        const before = await read(task.taskId);
+        expect(await store.requestInput(leaseOf(task), 'colour', elicit('Which colour?'), T0 + 5)).toEqual({
+          held: true,
+          response: accept('blue'),
+        });
+        expect(await read(task.taskId)).toEqual(before);
+        expect(before.status).toBe('working');
+      });
+
+      it('keeps every input request in the order it was raised', async () => {
+        // invariant: inputs are listed in raise order, not by key
+        const task = await created();
+        for (const [i, key] of ['zeta', 'alpha', 'mid'].entries()) {
+          await store.requestInput(leaseOf(task), key, elicit(key), T0 + i);
+        }
+        expect((await read(task.taskId)).inputs.map((input) => input.key)).toEqual(['zeta', 'alpha', 'mid']);
+      });
+
+      it('refuses an input request for an unknown task', async () => {
+        // invariant: no write ever creates a row
+        expect(await store.requestInput({ taskId: 'task-unknown', fence: 1 }, 'k', elicit('?'), T0)).toEqual({
+          held: false,
+          response: undefined,
+        });
+        expect(await store.get('task-unknown')).toBeUndefined();
+      });
+    });
+
+    describe('answerInputs', () => {
+      it('keeps input_required while some keys are still outstanding', async () => {
+        // invariant: a partial answer stores what it can and the task keeps waiting for the rest
+        const task = await created();
+        await store.requestInput(leaseOf(task), 'name', elicit('Name?'), T0 + 1);
+        await store.requestInput(leaseOf(task), 'age', elicit('Age?'), T0 + 2);
+        expect(await store.answerInputs(task.taskId, { name: accept('Ada') }, T0 + 3)).toEqual(['name']);
+        const stored = await read(task.taskId);
+        expect(stored.status).toBe('input_required');
+        expect(stored.lastUpdatedAt).toBe(T0 + 3);
+        expect(stored.inputs).toEqual([
+          { key: 'name', request: elicit('Name?'), response: accept('Ada'), requestedAt: T0 + 1, answeredAt: T0 + 3 },
+          { key: 'age', request: elicit('Age?'), response: undefined, requestedAt: T0 + 2, answeredAt: undefined },
+        ]);
+      });
+
+      it('moves the task back to working once every key is answered', async () => {
+        // invariant: nothing outstanding means input_required is over
+        const task = await created();
+        await store.requestInput(leaseOf(task), 'name', elicit('Name?'), T0 + 1);
+        await store.requestInput(leaseOf(task), 'age', elicit('Age?'), T0 + 2);
+        const accepted = await store.answerInputs(task.taskId, { name: accept('Ada'), age: accept('36') }, T0 + 3);
+        expect([...accepted].sort()).toEqual(['age', 'name']);
+        const stored = await read(task.taskId);
+        expect(stored.status).toBe('working');
+        expect(stored.lastUpdatedAt).toBe(T0 + 3);
+        expect(stored.inputs.every((input) => input.answeredAt === T0 + 3)).toBe(true);
+      });
+
+      it('ignores unknown and already-answered keys and does not return them', async () => {
+        // invariant: tasks/update stores responses for outstanding keys only; the first answer stands
+        const task = await created();
+        await store.requestInput(leaseOf(task), 'name', elicit('Name?'), T0 + 1);
+        await store.requestInput(leaseOf(task), 'age', elicit('Age?'), T0 + 2);
+        expect(await store.answerInputs(task.taskId, { name: accept('Ada') }, T0 + 3)).toEqual(['name']);
+        const accepted = await store.answerInputs(
+          task.taskId,
+          { name: accept('Grace'), nonsense: accept('?'), age: accept('36') },
+          T0 + 4,
+        );
+        expect(accepted).toEqual(['age']);
+        const stored = await read(task.taskId);
+        expect(stored.inputs.map((input) => [input.key, input.response, input.answeredAt])).toEqual([
+          ['name', accept('Ada'), T0 + 3],
+          ['age', accept('36'), T0 + 4],
+        ]);
+        expect(stored.status).toBe('working');
+      });
+
+      it('changes nothing when it accepts nothing', async () => {
+        // invariant: an update with no outstanding key is a no-op, lastUpdatedAt included
+        const task = await created();
+        await store.requestInput(leaseOf(task), 'name', elicit('Name?'), T0 + 1);
+        const before = await read(task.taskId);
+        expect(await store.answerInputs(task.taskId, { other: accept('x') }, T0 + 9)).toEqual([]);
+        expect(await store.answerInputs(task.taskId, {}, T0 + 9)).toEqual([]);
+        expect(await read(task.taskId)).toEqual(before);
+      });
+
+      it('accepts nothing for an unknown task', async () => {
+        // invariant: no write ever creates a row
+        expect(await store.answerInputs('task-unknown', { k: accept('x') }, T0)).toEqual([]);
+        expect(await store.get('task-unknown')).toBeUndefined();
+      });
+    });
+
+    describe('requestCancel', () => {
+      it('records the intent on an open task without changing its status', async () => {
+        // invariant: tasks/cancel records the intent and acks; the runtime, not the store, ends the task
+        const task = await created();
+        expect(await store.requestCancel(task.taskId, T0 + 7)).toBe(true);
+        const stored = await read(task.taskId);
+        expect(stored).toMatchObject({ status: 'working', cancelRequested: true, lastUpdatedAt: T0 + 7 });
+        // asking again still acks and keeps the intent
+        expect(await store.requestCancel(task.taskId, T0 + 8)).toBe(true);
+        expect((await read(task.taskId)).cancelRequested).toBe(true);
+      });
+
+      it('records the intent on a task waiting for input', async () => {
+        // invariant: input_required is open, so it can be cancelled
+        const task = await created();
+        await store.requestInput(leaseOf(task), 'k', elicit('?'), T0 + 1);
+        expect(await store.requestCancel(task.taskId, T0 + 2)).toBe(true);
+        expect(await read(task.taskId)).toMatchObject({ status: 'input_required', cancelRequested: true });
+      });
+
+      it('answers false for a terminal or unknown task', async () => {
+        // invariant: there is nothing to cancel once terminal, and unknown ids are not created
+        const task = await created();
+        await store.finish(leaseOf(task), { status: 'completed', result: {} }, T0 + 1);
+        expect(await store.requestCancel(task.taskId, T0 + 2)).toBe(false);
+        expect((await read(task.taskId)).cancelRequested).toBe(false);
+        expect(await store.requestCancel('task-unknown', T0 + 2)).toBe(false);
+        expect(await store.get('task-unknown')).toBeUndefined();
+      });
+    });
+
+    describe('signals', () => {
+      it('tells subscribers about accepted answers and cancel intents, and nothing else', async (ctx) => {
+        // invariant: input and cancel reach a running handler through subscribe; refused writes signal nothing
+        if (!store.subscribe) return ctx.skip();
+        const signals: TaskSignal[] = [];
+        const unsubscribe = store.subscribe((signal) => signals.push(signal));
+        const task = await created();
+        const done = await created();
+        await store.finish(leaseOf(done), { status: 'completed', result: {} }, T0 + 1);
+        await store.requestInput(leaseOf(task), 'k', elicit('?'), T0 + 1);
+
+        // refused: these must not signal (delivery is in commit order, so they would show up first)
+        expect(await store.answerInputs(task.taskId, { unknown: accept('x') }, T0 + 2)).toEqual([]);
+        expect(await store.requestCancel(done.taskId, T0 + 2)).toBe(false);
+        expect(await store.requestCancel('task-unknown', T0 + 2)).toBe(false);
+
+        expect(await store.answerInputs(task.taskId, { k: accept('x') }, T0 + 3)).toEqual(['k']);
+        expect(await store.requestCancel(task.taskId, T0 + 4)).toBe(true);
+        await vi.waitFor(() => expect(signals).toHaveLength(2), { timeout: 5000, interval: 10 });
+        expect(signals).toEqual([
+          { taskId: task.taskId, kind: 'input' },
+          { taskId: task.taskId, kind: 'cancel' },
+        ]);
+
+        // after unsubscribing, a listener hears nothing more (a second listener proves the signal went out)
+        const later: TaskSignal[] = [];
+        const unsubscribeLater = store.subscribe((signal) => later.push(signal));
+        unsubscribe();
+        const other = await created();
+        expect(await store.requestCancel(other.taskId, T0 + 5)).toBe(true);
+        await vi.waitFor(() => expect(later).toEqual([{ taskId: other.taskId, kind: 'cancel' }]), {
+          timeout: 5000,
+          interval: 10,
+        });
+        expect(signals).toHaveLength(2);
+        unsubscribeLater();
+      });
+    });
+
+    describe('leases', () => {
+      it('renews only the leases the owner still holds, fence unchanged', async () => {
+        // invariant: renewLeases extends held leases and reports the lost ones by leaving them out
+        const held = await created({ leaseOwner: 'instance-a' });
+        const othersTask = await created({ leaseOwner: 'instance-b' });
+        const finished = await created({ leaseOwner: 'instance-a' });
+        await store.finish(leaseOf(finished), { status: 'completed', result: {} }, T0 + 1);
+        const staleFence = { taskId: held.taskId, fence: held.fence + 5 };
+
+        const renewed = await store.renewLeases(
+          'instance-a',
+          [leaseOf(held), leaseOf(othersTask), leaseOf(finished), staleFence, { taskId: 'task-unknown', fence: 1 }],
+          T0 + 5 * MINUTE,
+        );
+        expect(renewed).toEqual([leaseOf(held)]);
+        expect(await read(held.taskId)).toMatchObject({ leaseExpiresAt: T0 + 5 * MINUTE, fence: held.fence });
+        expect(await read(othersTask.taskId)).toEqual(othersTask);
+        expect(await store.renewLeases('instance-a', [], T0 + 5 * MINUTE)).toEqual([]);
+      });
+
+      it('claims open tasks whose lease expired, bumping fence and attempt, and leaves live leases alone', async () => {
+        // invariant: takeover moves the lease to the claimer and fences out the previous owner
+        const expired = await created({ leaseOwner: 'instance-a', leaseExpiresAt: T0 + 10 * SECOND });
+        const waiting = await created({ leaseOwner: 'instance-a', leaseExpiresAt: T0 + 10 * SECOND, createdAt: T0 + 1 });
+        await store.requestInput(leaseOf(waiting), 'k', elicit('?'), T0 + 2);
+        const live = await created({ leaseOwner: 'instance-c', leaseExpiresAt: T0 + 5 * MINUTE });
+
+        const claimed = await store.claimOrphans('instance-b', T0 + MINUTE, T0 + 2 * MINUTE, 10);
+        expect(claimed.map((task) => task.taskId).sort()).toEqual([expired.taskId, waiting.taskId].sort());
+        for (const task of claimed) {
+          expect(task).toMatchObject({ leaseOwner: 'instance-b', leaseExpiresAt: T0 + 2 * MINUTE, fence: 2, attempt: 2 });
+          // what claimOrphans returns is the task as stored, inputs included
+          expect(task).toEqual(await read(task.taskId));
+        }
+        const claimedWaiting = claimed.find((task) => task.taskId === waiting.taskId)!;
+        expect(claimedWaiting.status).toBe('input_required');
+        expect(claimedWaiting.inputs.map((input) => input.key)).toEqual(['k']);
+        expect(await read(live.taskId)).toEqual(live);
+
+        // claimed once: the same sweep a moment later finds nothing
+        expect(await store.claimOrphans('instance-d', T0 + MINUTE + 1, T0 + 3 * MINUTE, 10)).toEqual([]);
+      });
+
+      it('claims the live leases of dead owners', async () => {
+        // invariant: a lease owner known to be dead loses its leases without waiting for them to expire
+        const deadOnes = await created({ leaseOwner: 'instance-dead', leaseExpiresAt: T0 + 5 * MINUTE });
+        const alive = await created({ leaseOwner: 'instance-alive', leaseExpiresAt: T0 + 5 * MINUTE });
+        const claimed = await store.claimOrphans('instance-b', T0 + SECOND, T0 + MINUTE, 10, ['instance-dead']);
+        expect(claimed.map((task) => task.taskId)).toEqual([deadOnes.taskId]);
+        expect(claimed[0]).toMatchObject({ leaseOwner: 'instance-b', fence: 2, attempt: 2 });
+        expect(await read(alive.taskId)).toEqual(alive);
+      });
+
+      it('honours the limit and claims the oldest first', async () => {
+        // invariant: one sweep takes at most `limit` tasks, oldest first; the next sweep takes the rest
+        const tasks: StoredTask[] = [];
+        for (const offset of [3, 1, 2]) {
+          tasks.push(await created({ createdAt: T0 + offset, leaseExpiresAt: T0 + 10 * SECOND }));
+        }
+        const [third, first, second] = tasks;
+        const sweep1 = await store.claimOrphans('instance-b', T0 + MINUTE, T0 + 2 * MINUTE, 2);
+        expect(sweep1.map((task) => task.taskId)).toEqual([first!.taskId, second!.taskId]);
+        expect((await read(third!.taskId)).fence).toBe(1);
+        const sweep2 = await store.claimOrphans('instance-b', T0 + MINUTE, T0 + 2 * MINUTE, 2);
+        expect(sweep2.map((task) => task.taskId)).toEqual([third!.taskId]);
+      });
+
+      it('never claims a terminal task', async () => {
+        // invariant: a terminal task never changes again, even when its last owner is dead or its lease long gone
+        const task = await created({ leaseOwner: 'instance-dead', leaseExpiresAt: T0 + SECOND });
+        await store.finish(leaseOf(task), { status: 'failed', error: { code: -32603, message: 'x' } }, T0 + 2);
+        const after = await read(task.taskId);
+        expect(await store.claimOrphans('instance-b', T0 + MINUTE, T0 + 2 * MINUTE, 10, ['instance-dead'])).toEqual([]);
+        expect(await read(task.taskId)).toEqual(after);
+      });
+
+      it('lists the distinct lease owners of open tasks only', async () => {
+        // invariant: leaseOwners names every instance that still holds an open task, once each
+        expect(await store.leaseOwners()).toEqual([]);
+        await created({ leaseOwner: 'instance-a' });
+        await created({ leaseOwner: 'instance-a' });
+        await created({ leaseOwner: 'instance-b' });
+        const done = await created({ leaseOwner: 'instance-c' });
+        await store.finish(leaseOf(done), { status: 'completed', result: {} }, T0 + 1);
+        expect([...(await store.leaseOwners())].sort()).toEqual(['instance-a', 'instance-b']);
+      });
+    });
+
+    describe('idempotent creation', () => {
+      it('returns the existing task for the same owner and key, created: false, and stores nothing new', async () => {
+        // invariant: one owner and one idempotency key make one task, however often the create is retried
+        const first = await created({ owner: 'alice', idempotencyKey: 'order-42', arguments: { n: 1 } });
+        const retry = newTask({ owner: 'alice', idempotencyKey: 'order-42', arguments: { n: 2 }, createdAt: T0 + 5 });
+        const again = await store.create(retry);
+        expect(again.created).toBe(false);
+        expect(again.task).toEqual(first);
+        expect(await store.get(retry.taskId)).toBeUndefined();
+      });
+
+      it('returns the existing task even after it finished', async () => {
+        // invariant: within the retention a retried create gets the outcome, not a second run
+        const first = await created({ idempotencyKey: 'order-42' });
+        await store.finish(leaseOf(first), { status: 'completed', result: { ok: true } }, T0 + 1);
+        const again = await store.create(newTask({ idempotencyKey: 'order-42' }));
+        expect(again.created).toBe(false);
+        expect(again.task).toMatchObject({ taskId: first.taskId, status: 'completed', result: { ok: true } });
+      });
+
+      it('gives another owner with the same key a task of its own, and one owner a task per key', async () => {
+        // invariant: keys are scoped to the owner, so one caller can neither see nor block another's task
+        const alices = await created({ owner: 'alice', idempotencyKey: 'shared' });
+        const bobs = await store.create(newTask({ owner: 'bob', idempotencyKey: 'shared' }));
+        expect(bobs.created).toBe(true);
+        expect(bobs.task.taskId).not.toBe(alices.taskId);
+        expect(bobs.task.owner).toBe('bob');
+        const alicesOther = await store.create(newTask({ owner: 'alice', idempotencyKey: 'other' }));
+        expect(alicesOther.created).toBe(true);
+      });
+
+      it('creates a new task for a key whose task was purged', async () => {
+        // invariant: the key's protection lasts as long as the task's row, not forever
+        const first = await created({ idempotencyKey: 'order-42', ttlMs: MINUTE });
+        await store.finish(leaseOf(first), { status: 'completed', result: {} }, T0 + 1);
+        expect(await store.purge(T0 + 2 * MINUTE, 0)).toBe(1);
+        const again = await store.create(newTask({ idempotencyKey: 'order-42', createdAt: T0 + 3 * MINUTE }));
+        expect(again.created).toBe(true);
+        expect(again.task.taskId).not.toBe(first.taskId);
+      });
+    });
+
+    describe('expiry', () => {
+      it('fails open tasks past createdAt + ttlMs with -32603 "expired", and nothing else', async () => {
+        // invariant: past its TTL a non-terminal task is failed as expired; an unlimited TTL never expires
+        const short = await created({ ttlMs: MINUTE });
+        const waiting = await created({ ttlMs: MINUTE });
+        await store.requestInput(leaseOf(waiting), 'k', elicit('?'), T0 + 1);
+        const long = await created({ ttlMs: 10 * MINUTE });
+        const unlimited = await created({ ttlMs: null });
+
+        expect(await store.expireOverdue(T0 + MINUTE - 1)).toEqual([]);
+        const expired = await store.expireOverdue(T0 + MINUTE + 1);
+        expect([...expired].sort()).toEqual([short.taskId, waiting.taskId].sort());
+
+        for (const taskId of expired) {
+          const stored = await read(taskId);
+          expect(stored.status).toBe('failed');
+          expect(stored.error?.code).toBe(-32603);
+          expect(stored.error?.message).toMatch(/expired/i);
+          expect(stored.lastUpdatedAt).toBe(T0 + MINUTE + 1);
+          expect(stored.leaseOwner).toBeUndefined();
+        }
+        expect(await read(long.taskId)).toEqual(long);
+        expect(await read(unlimited.taskId)).toEqual(unlimited);
+        expect(await store.expireOverdue(T0 + 365 * 24 * 60 * MINUTE)).toEqual([long.taskId]);
+        expect((await read(unlimited.taskId)).status).toBe('working');
+
+        // the handler's late result loses to the expiry
+        expect(await store.finish(leaseOf(short), { status: 'completed', result: {} }, T0 + 2 * MINUTE)).toBe(false);
+        expect((await read(short.taskId)).status).toBe('failed');
+      });
+    });
+
+    describe('purge', () => {
+      it('deletes only terminal tasks past createdAt + ttlMs + retention and remembers their ids', async () => {
+        // invariant: terminal rows go after their retention; open rows and unlimited TTLs stay; purged ids say so
+        const retention = 5 * MINUTE;
+        const old = await created({ ttlMs: MINUTE });
+        await store.requestInput(leaseOf(old), 'k', elicit('?'), T0 + 1);
+        await store.finish(leaseOf(old), { status: 'completed', result: {} }, T0 + 2);
+        const recent = await created({ ttlMs: MINUTE, createdAt: T0 + 10 * MINUTE });
+        await store.finish(leaseOf(recent), { status: 'cancelled' }, T0 + 10 * MINUTE + 1);
+        const open = await created({ ttlMs: MINUTE });
+        const unlimited = await created({ ttlMs: null });
+        await store.finish(leaseOf(unlimited), { status: 'completed', result: {} }, T0 + 3);
+
+        expect(await store.purge(T0 + MINUTE + retention - 1, retention)).toBe(0);
+        expect(await store.purge(T0 + MINUTE + retention + 1, retention)).toBe(1);
+
+        expect(await store.get(old.taskId)).toBeUndefined();
+        expect(await store.wasPurged(old.taskId)).toBe(true);
+        for (const kept of [recent, open, unlimited]) {
+          expect(await store.get(kept.taskId)).toBeDefined();
+          expect(await store.wasPurged(kept.taskId)).toBe(false);
+        }
+        // a purged task is gone for every write path too
+        expect(await store.answerInputs(old.taskId, { k: accept('x') }, T0 + 20 * MINUTE)).toEqual([]);
+        expect(await store.requestCancel(old.taskId, T0 + 20 * MINUTE)).toBe(false);
+        expect(await store.get(old.taskId)).toBeUndefined();
+      });
+    });
+
+    describe('lifecycle', () => {
+      it('rejects with an Error after close, and closing twice is harmless', async () => {
+        // invariant: storage errors surface as thrown Errors (the runtime maps them to -32603), never as made-up data
+        const task = await created();
+        await store.close();
+        await expect(store.get(task.taskId)).rejects.toBeInstanceOf(Error);
+        await expect(store.create(newTask())).rejects.toBeInstanceOf(Error);
+        await expect(store.close()).resolves.toBeUndefined();
+      });
+    });
+  });
+}
