@@ -52,7 +52,8 @@ export function registerServe(program: Command): void {
       } catch (error) {
         await store.close();
         const code = (error as NodeJS.ErrnoException).code;
-        if (code === 'EADDRINUSE') throw new CliError(`port ${flags.port} is in use: pass --port with a free port (or 0)`);
+        if (code === 'EADDRINUSE')
+          throw new CliError(`port ${flags.port} is in use: pass --port with a free port (or 0)`);
         throw error;
       }
       process.stdout.write(`${serving.url}\n`);

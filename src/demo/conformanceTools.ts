@@ -13,7 +13,11 @@ const NameSchema = z.object({ name: z.string() });
 export function registerConformanceTools(tasks: TaskServer): TaskServer {
   tasks.registerTool(
     'greet',
-    { description: 'Greets by name; never a task', inputSchema: z.object({ name: z.string() }), task: { support: 'never' } },
+    {
+      description: 'Greets by name; never a task',
+      inputSchema: z.object({ name: z.string() }),
+      task: { support: 'never' },
+    },
     ({ name }) => ({ content: [{ type: 'text', text: `Hello, ${name}!` }] }),
   );
 
@@ -33,7 +37,10 @@ export function registerConformanceTools(tasks: TaskServer): TaskServer {
 
   tasks.registerTool(
     'failing_job',
-    { description: 'Completes after about a second with a tool error (isError: true)', task: { support: 'required', pollIntervalMs: 200 } },
+    {
+      description: 'Completes after about a second with a tool error (isError: true)',
+      task: { support: 'required', pollIntervalMs: 200 },
+    },
     async (_args, ctx) => {
       await abortableSleep(1000, ctx.signal);
       return { content: [{ type: 'text', text: 'The job failed: the input was invalid' }], isError: true };
@@ -65,7 +72,8 @@ export function registerConformanceTools(tasks: TaskServer): TaskServer {
           requestedSchema: { type: 'object', properties: { confirm: { type: 'boolean' } }, required: ['confirm'] },
         },
       });
-      const confirmed = answer['action'] === 'accept' && (answer['content'] as { confirm?: unknown })?.confirm !== false;
+      const confirmed =
+        answer['action'] === 'accept' && (answer['content'] as { confirm?: unknown })?.confirm !== false;
       return { content: [{ type: 'text', text: confirmed ? `Deleted ${filename}` : `Kept ${filename}` }] };
     },
   );
@@ -98,7 +106,9 @@ export function registerConformanceTools(tasks: TaskServer): TaskServer {
         const answered = acceptedContent(request.mcpReq.inputResponses, 'name', NameSchema);
         if (!answered) {
           return inputRequired({
-            inputRequests: { name: inputRequired.elicit({ message: 'What is your name?', requestedSchema: NameSchema }) },
+            inputRequests: {
+              name: inputRequired.elicit({ message: 'What is your name?', requestedSchema: NameSchema }),
+            },
           });
         }
         return { ...args, name: answered.name };

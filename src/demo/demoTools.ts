@@ -33,14 +33,38 @@ export function registerDemoTools(tasks: TaskServer): TaskServer {
   );
 
   tasks.registerTool(
+    'export_report',
+    {
+      title: 'Export report',
+      description:
+        'Renders a report page by page and streams it to its destination. Not resumable: a stream cannot be rewound, so a restart fails it as interrupted.',
+      inputSchema: z.object({
+        pages: z.number().int().min(1).max(1000).default(3),
+        pageMs: z.number().int().min(0).max(60_000).default(500),
+      }),
+      task: { support: 'optional', resumable: false },
+    },
+    async ({ pages, pageMs }, ctx) => {
+      for (let page = 1; page <= pages; page++) {
+        await abortableSleep(pageMs, ctx.signal);
+        await ctx.status(`Rendered page ${page} of ${pages}`);
+      }
+      return { content: [{ type: 'text', text: `Exported a report of ${pages} pages` }] };
+    },
+  );
+
+  tasks.registerTool(
     'approve_deploy',
     {
       title: 'Deploy with approval',
       description: 'Asks a person to approve a deployment (elicitation), then deploys. Runs only as a task.',
-      inputSchema: z.object({ env: z.string().min(1).max(100) }),
+      inputSchema: z.object({
+        env: z.string().min(1).max(100),
+        deployMs: z.number().int().min(0).max(60_000).default(300),
+      }),
       task: { support: 'required', resumable: true },
     },
-    async ({ env }, ctx) => {
+    async ({ env, deployMs }, ctx) => {
       await ctx.status(`Waiting for approval to deploy to ${env}`);
       const answer = await ctx.input('approval', {
         method: 'elicitation/create',
@@ -62,7 +86,7 @@ export function registerDemoTools(tasks: TaskServer): TaskServer {
         return { content: [{ type: 'text', text: `Deployment to ${env} was not approved` }], isError: true };
       }
       await ctx.status(`Deploying to ${env}`);
-      await abortableSleep(300, ctx.signal);
+      await abortableSleep(deployMs, ctx.signal);
       const note = content.note ? ` (${content.note})` : '';
       return { content: [{ type: 'text', text: `Deployed to ${env}${note}` }] };
     },

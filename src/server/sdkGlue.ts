@@ -154,7 +154,10 @@ async function callAsTask(
 ): Promise<unknown> {
   const rawArgs = params['arguments'] ?? {};
   if (typeof rawArgs !== 'object' || rawArgs === null || Array.isArray(rawArgs)) {
-    throw new ProtocolError(ProtocolErrorCode.InvalidParams, `Invalid arguments for tool ${tool.name}: expected an object`);
+    throw new ProtocolError(
+      ProtocolErrorCode.InvalidParams,
+      `Invalid arguments for tool ${tool.name}: expected an object`,
+    );
   }
   let args = rawArgs as JsonObject;
   if (tool.config.inputSchema) {
@@ -183,14 +186,25 @@ async function callAsTask(
 }
 
 function isInputRequired(value: unknown): boolean {
-  return typeof value === 'object' && value !== null && (value as { resultType?: unknown }).resultType === 'input_required';
+  return (
+    typeof value === 'object' && value !== null && (value as { resultType?: unknown }).resultType === 'input_required'
+  );
 }
 
-/** The SDK lifts `inputResponses` out of the params into the context; accept either place, validated. */
+/**
+ * The SDK lifts `inputResponses` out of the params into the context, keeping the entries that are bare response
+ * objects and naming the others in `droppedInputResponseKeys`: those are refused here, precisely.
+ */
 function inputResponsesOf(fromParams: unknown, ctx: ServerContext): Record<string, InputResponse> {
-  const lifted = (ctx.mcpReq as { inputResponses?: unknown }).inputResponses;
-  const raw = lifted ?? fromParams ?? {};
-  const parsed = InputResponsesSchema.safeParse(raw);
+  const mcpReq = ctx.mcpReq as { inputResponses?: unknown; droppedInputResponseKeys?: string[] };
+  const dropped = mcpReq.droppedInputResponseKeys ?? [];
+  if (dropped.length > 0) {
+    throw new ProtocolError(
+      ProtocolErrorCode.InvalidParams,
+      `Invalid params for tasks/update: inputResponses[${JSON.stringify(dropped[0])}] must be a response object (an ElicitResult, CreateMessageResult or ListRootsResult)`,
+    );
+  }
+  const parsed = InputResponsesSchema.safeParse(mcpReq.inputResponses ?? fromParams ?? {});
   if (!parsed.success) {
     throw new ProtocolError(
       ProtocolErrorCode.InvalidParams,

@@ -467,7 +467,11 @@ export class TaskServer {
         const lease = { taskId: task.taskId, fence: task.fence };
         const tool = this.tools.get(task.toolName);
         if (task.cancelRequested) {
-          await this.store.finish(lease, { status: 'cancelled', statusMessage: 'Cancelled at the client’s request' }, now);
+          await this.store.finish(
+            lease,
+            { status: 'cancelled', statusMessage: 'Cancelled at the client’s request' },
+            now,
+          );
         } else if (tool?.resumable && task.resumable) {
           this.launch(tool, task);
         } else {

@@ -71,10 +71,17 @@ export async function rpc(
   const response = await fetch(url, { method: 'POST', headers, body: options.rawBody ?? JSON.stringify(body) });
   const text = await response.text();
   const message = parseBody(text, response.headers.get('content-type') ?? '');
-  return { httpStatus: response.status, ...(message?.result && { result: message.result }), ...(message?.error && { error: message.error }) };
+  return {
+    httpStatus: response.status,
+    ...(message?.result && { result: message.result }),
+    ...(message?.error && { error: message.error }),
+  };
 }
 
-function parseBody(text: string, contentType: string): { result?: Record<string, unknown>; error?: RpcResponse['error'] } | undefined {
+function parseBody(
+  text: string,
+  contentType: string,
+): { result?: Record<string, unknown>; error?: RpcResponse['error'] } | undefined {
   if (text.length === 0) return undefined;
   if (contentType.includes('text/event-stream')) {
     const data = text
@@ -83,7 +90,11 @@ function parseBody(text: string, contentType: string): { result?: Record<string,
       .map((line) => line.slice(5).trim())
       .filter((line) => line.length > 0);
     for (const chunk of data.reverse()) {
-      const parsed = JSON.parse(chunk) as { result?: Record<string, unknown>; error?: RpcResponse['error']; id?: unknown };
+      const parsed = JSON.parse(chunk) as {
+        result?: Record<string, unknown>;
+        error?: RpcResponse['error'];
+        id?: unknown;
+      };
       if (parsed.id !== undefined) return parsed;
     }
     return undefined;

@@ -1,0 +1,49 @@
+/** Real `closeout` processes for end-to-end tests: the built CLI (dist/), spawned with node. */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+
+export const CLI = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
+
+export interface ServeProcess {
+  url: string;
+  child: ChildProcess;
+  stderr: () => string;
+  /** SIGKILL: no cleanup, no lease release, as a crash. */
+  kill(): Promise<void>;
+  /** SIGTERM: a graceful stop. */
+  stop(): Promise<void>;
+}
+
+/** Starts `closeout serve ARGS` and resolves with the URL it prints on its first line. */
+export async function startServe(args: string[], timeoutMs = 15_000): Promise<ServeProcess> {
+  const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let err = '';
+  child.stderr!.on('data', (chunk: Buffer) => (err += chunk.toString()));
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(
+      () => reject(new Error(`closeout serve printed no URL in ${timeoutMs} ms: ${err}`)),
+      timeoutMs,
+    );
+    child.stdout!.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      const line = out.split('\n')[0];
+      if (out.includes('\n') && line) {
+        clearTimeout(timer);
+        resolve(line.trim());
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`closeout serve exited with ${code}: ${err}`));
+    });
+  });
+  const ended = async (signal: NodeJS.Signals) => {
+    if (child.exitCode !== null || child.signalCode !== null) return;
+    const exited = once(child, 'exit');
+    child.kill(signal);
+    await exited;
+  };
+  return { url, child, stderr: () => err, kill: () => ended('SIGKILL'), stop: () => ended('SIGTERM') };
+}
