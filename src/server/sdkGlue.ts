@@ -63,7 +63,8 @@ export function attachTasks(mcp: McpServer, tasks: TaskServer, options: AttachOp
       {
         ...(config.title !== undefined && { title: config.title }),
         ...(config.description !== undefined && { description: config.description }),
-        ...(config.inputSchema !== undefined && { inputSchema: config.inputSchema }),
+        // always a schema: without one the SDK calls the callback with the context alone and drops the arguments
+        inputSchema: config.inputSchema ?? z.looseObject({}),
         ...(config.annotations !== undefined && { annotations: config.annotations }),
       },
       // the inline path: policy `never`, or `optional` toward a request that did not declare the extension

@@ -139,6 +139,11 @@ describe('task creation and policy', () => {
     expect(r.result).toMatchObject({ resultType: 'complete', content: [{ type: 'text', text: '7' }] });
   });
 
+  it('optional: a tool without an input schema also runs inline', async () => {
+    const r = await call('tool_error', {}, ALICE, false);
+    expect(r.result).toMatchObject({ resultType: 'complete', isError: true, content: [{ text: 'bad input' }] });
+  });
+
   it('required: -32021 naming the extension toward a request without it', async () => {
     const r = await call('must_task', {}, ALICE, false);
     expect(r.error?.code).toBe(-32021);
