@@ -1,6 +1,7 @@
-import { InvalidArgumentError } from 'commander';
-
-/** A failure the user can fix: printed as one line (what is wrong and what to do), exit code 1 unless given. */
+/**
+ * A failure the user can fix: printed as one line (what is wrong and what to do), exit code 1 unless given.
+ * An empty message exits quietly (the command already printed why).
+ */
 export class CliError extends Error {
   readonly exitCode: number;
   constructor(message: string, exitCode = 1) {
@@ -8,10 +9,4 @@ export class CliError extends Error {
     this.name = 'CliError';
     this.exitCode = exitCode;
   }
-}
-
-export function parsePort(value: string): number {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new InvalidArgumentError('expected a port number 0..65535');
-  return n;
 }

@@ -6,6 +6,7 @@
 import { Command, CommanderError } from 'commander';
 
 import { CliError } from './cliError.js';
+import { registerDoctor } from './doctor.js';
 import { registerServe } from './serve.js';
 
 const program = new Command()
@@ -16,6 +17,7 @@ const program = new Command()
   .exitOverride();
 
 registerServe(program);
+registerDoctor(program);
 
 try {
   await program.parseAsync(process.argv);
@@ -23,7 +25,7 @@ try {
   if (error instanceof CommanderError) {
     process.exitCode = error.exitCode;
   } else if (error instanceof CliError) {
-    console.error(`closeout: ${error.message}`);
+    if (error.message) console.error(`closeout: ${error.message}`);
     process.exitCode = error.exitCode;
   } else {
     console.error(`closeout: ${error instanceof Error ? error.message : String(error)}`);

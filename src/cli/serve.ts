@@ -1,15 +1,17 @@
 /**
  * `closeout serve`: the demo (or conformance) task tools over Streamable HTTP on a durable store.
  */
+import { InMemoryServerEventBus } from '@modelcontextprotocol/server';
 import type { Command } from 'commander';
 import { InvalidArgumentError } from 'commander';
 
-import { registerConformanceTools } from '../demo/conformanceTools.js';
+import { conformanceDiagnostics, registerConformanceTools } from '../demo/conformanceTools.js';
 import { registerDemoTools } from '../demo/demoTools.js';
 import { serveTaskServer } from '../server/http.js';
 import { openTaskStore } from '../server/store/openTaskStore.js';
 import { TaskServer } from '../server/taskServer.js';
-import { CliError, parsePort } from './cliError.js';
+import { parsePort, parsePositiveInt } from './arguments.js';
+import { CliError } from './cliError.js';
 
 interface ServeFlags {
   port: number;
@@ -38,6 +40,10 @@ export function registerServe(program: Command): void {
     .action(async (flags: ServeFlags) => {
       const store = await openTaskStore(flags.store);
       const tasks = new TaskServer({ store, leaseMs: flags.leaseMs });
+      const onerror = (error: Error) => console.error(`[closeout serve] ${error.message}`);
+      // the conformance set also serves the plain diagnostic tools of the suite's server-stateless scenario, on the SDK
+      // server itself; one of them announces tool-list changes on the subscriptions/listen bus
+      const bus = new InMemoryServerEventBus(onerror);
       if (flags.tools === 'conformance') registerConformanceTools(tasks);
       else registerDemoTools(tasks);
       let serving;
@@ -47,7 +53,8 @@ export function registerServe(program: Command): void {
           host: flags.host,
           serverInfo: { name: 'closeout', version: '0.1.0' },
           ...(Object.keys(flags.token).length > 0 && { tokens: flags.token }),
-          onerror: (error) => console.error(`[closeout serve] ${error.message}`),
+          ...(flags.tools === 'conformance' && { bus, setup: conformanceDiagnostics(bus) }),
+          onerror,
         });
       } catch (error) {
         await store.close();
@@ -71,12 +78,6 @@ export function registerServe(program: Command): void {
 function parseToolSet(value: string): 'demo' | 'conformance' {
   if (value === 'demo' || value === 'conformance') return value;
   throw new InvalidArgumentError('expected demo or conformance');
-}
-
-function parsePositiveInt(value: string): number {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n <= 0) throw new InvalidArgumentError('expected a positive integer');
-  return n;
 }
 
 function collectToken(value: string, previous: Record<string, string>): Record<string, string> {

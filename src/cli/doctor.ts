@@ -1,0 +1,161 @@
+/**
+ * `closeout doctor URL`: checks a live Tasks server the way the founding article says to look at one (S18), one line
+ * per check with pass / warn / fail and why, on the raw wire so nothing an SDK smooths over goes unseen.
+ */
+import type { Command } from 'commander';
+import pc from 'picocolors';
+
+import { ErrorCode, TASKS_EXTENSION_ID } from '../protocol/index.js';
+import { parseJsonObject, parseUrl } from './arguments.js';
+import { CliError } from './cliError.js';
+import { rpc, type RpcResponse } from './wireProbe.js';
+
+export type CheckStatus = 'pass' | 'warn' | 'fail' | 'skip';
+
+export interface Check {
+  name: string;
+  status: CheckStatus;
+  detail: string;
+}
+
+export interface DoctorOptions {
+  /** A task tool to call; default: the first listed tool that needs no arguments. */
+  tool?: string;
+  args?: Record<string, unknown>;
+  token?: string;
+  /** A ledger round trip: does a fresh client process resume the same task? Given by the CLI when available. */
+  resumeCheck?: (url: string, taskId: string) => Promise<Check>;
+}
+
+/** Runs every check against `url`; never throws for what the server does, only reports it. */
+export async function runDoctor(url: string, options: DoctorOptions = {}): Promise<Check[]> {
+  const checks: Check[] = [];
+  const add = (name: string, status: CheckStatus, detail: string) => {
+    checks.push({ name, status, detail });
+    return status;
+  };
+  const auth = options.token ? { token: options.token } : {};
+
+  let discover: RpcResponse;
+  try {
+    discover = await rpc(url, 'server/discover', {}, auth);
+  } catch (error) {
+    add('reachable', 'fail', `cannot reach ${url}: ${(error as Error).message}`);
+    return checks;
+  }
+  const extensions = (discover.result?.['capabilities'] as { extensions?: Record<string, unknown> } | undefined)
+    ?.extensions;
+  if (discover.error) add('discover', 'fail', `server/discover answered ${describeError(discover)}`);
+  else if (extensions?.[TASKS_EXTENSION_ID] !== undefined)
+    add('discover', 'pass', `server/discover declares ${TASKS_EXTENSION_ID}`);
+  else add('discover', 'fail', `server/discover does not declare ${TASKS_EXTENSION_ID} in capabilities.extensions`);
+
+  const toolName = options.tool ?? (await pickTool(url, auth));
+  if (!toolName) {
+    add(
+      'task handle',
+      'fail',
+      'no tool to call: the server lists none that needs no arguments; pass --tool and --args',
+    );
+    return checks;
+  }
+  const created = await rpc(url, 'tools/call', { name: toolName, arguments: options.args ?? {} }, auth);
+  const taskId = created.result?.['taskId'];
+  if (created.error) {
+    add('task handle', 'fail', `tools/call ${toolName} answered ${describeError(created)}`);
+  } else if (created.result?.['resultType'] !== 'task') {
+    add('task handle', 'warn', `tools/call ${toolName} answered inline (no task); pass --tool with a task tool`);
+  } else if (typeof taskId !== 'string' || taskId.length === 0) {
+    add('task handle', 'fail', `tools/call ${toolName} returned resultType "task" without a taskId`);
+  }
+
+  if (typeof taskId === 'string' && taskId.length > 0) {
+    const first = await rpc(url, 'tasks/get', { taskId }, auth);
+    if (first.error) add('task handle', 'fail', `tasks/get right after creation answered ${describeError(first)}`);
+    else if (first.result?.['taskId'] !== taskId) add('task handle', 'fail', 'tasks/get answered another taskId');
+    else add('task handle', 'pass', `${toolName} returned taskId ${taskId}, and tasks/get resolves it at once`);
+
+    const interval = created.result?.['pollIntervalMs'] ?? first.result?.['pollIntervalMs'];
+    if (typeof interval !== 'number')
+      add('poll interval', 'warn', 'no pollIntervalMs: clients must guess how often to poll');
+    else if (interval < 100)
+      add('poll interval', 'warn', `pollIntervalMs ${interval} invites clients to poll very fast`);
+    else if (interval > 60_000) add('poll interval', 'warn', `pollIntervalMs ${interval} delays close-out by minutes`);
+    else add('poll interval', 'pass', `pollIntervalMs ${interval}`);
+
+    const mismatch = await rpc(url, 'tasks/get', { taskId }, { ...auth, headers: { 'mcp-name': 'not-the-task' } });
+    if (mismatch.httpStatus === 400 && mismatch.error?.code === ErrorCode.HeaderMismatch)
+      add('Mcp-Name', 'pass', 'tasks/get routes on Mcp-Name: a mismatch is refused with HTTP 400 / -32020');
+    else if (mismatch.error)
+      add('Mcp-Name', 'warn', `a mismatched Mcp-Name got ${describeError(mismatch)} instead of HTTP 400 / -32020`);
+    else add('Mcp-Name', 'warn', 'a mismatched Mcp-Name header was accepted: intermediaries cannot route on it');
+
+    const undeclared = await rpc(url, 'tasks/get', { taskId }, { ...auth, declareTasks: false });
+    if (undeclared.error?.code === ErrorCode.MissingRequiredClientCapability)
+      add('capability', 'pass', 'tasks/get without the extension capability is refused with -32021');
+    else add('capability', 'fail', `tasks/get without the extension capability answered ${describeError(undeclared)}`);
+
+    if (options.resumeCheck) checks.push(await options.resumeCheck(url, taskId));
+    // leave nothing running on the server that the doctor started
+    await rpc(url, 'tasks/cancel', { taskId }, auth).catch(() => undefined);
+  } else {
+    for (const name of ['poll interval', 'Mcp-Name', 'capability']) add(name, 'skip', 'no task to check against');
+  }
+
+  const unknown = await rpc(url, 'tasks/get', { taskId: 'closeout-doctor-unknown-task' }, auth);
+  if (unknown.error?.code === ErrorCode.InvalidParams)
+    add('unknown id', 'pass', `an unknown taskId gets -32602 (${unknown.error.message})`);
+  else add('unknown id', 'fail', `an unknown taskId answered ${describeError(unknown)} instead of -32602`);
+
+  return checks;
+}
+
+async function pickTool(url: string, auth: { token?: string }): Promise<string | undefined> {
+  const listed = await rpc(url, 'tools/list', {}, auth);
+  const tools = (listed.result?.['tools'] ?? []) as { name: string; inputSchema?: { required?: unknown[] } }[];
+  return tools.find((t) => !t.inputSchema?.required || t.inputSchema.required.length === 0)?.name;
+}
+
+function describeError(response: RpcResponse): string {
+  if (response.error) return `${response.error.code} "${response.error.message}" (HTTP ${response.httpStatus})`;
+  return `a result (HTTP ${response.httpStatus})`;
+}
+
+const MARK: Record<CheckStatus, string> = {
+  pass: pc.green('PASS'),
+  warn: pc.yellow('WARN'),
+  fail: pc.red('FAIL'),
+  skip: pc.dim('SKIP'),
+};
+
+export function registerDoctor(program: Command, resumeCheck?: DoctorOptions['resumeCheck']): void {
+  program
+    .command('doctor')
+    .description('Check a live Tasks server: discovery, stable task handles, poll interval, errors, routing, resume')
+    .argument('<url>', 'the server’s MCP endpoint, e.g. http://127.0.0.1:3000/mcp', parseUrl)
+    .option('--tool <name>', 'the task tool to call (default: the first listed tool that needs no arguments)')
+    .option('--args <json>', 'arguments for --tool, as a JSON object', parseJsonObject)
+    .option('--token <token>', 'bearer token for the server')
+    .option('--json', 'print one JSON document')
+    .action(
+      async (
+        url: string,
+        flags: { tool?: string; args?: Record<string, unknown>; token?: string; json?: boolean },
+      ): Promise<void> => {
+        const checks = await runDoctor(url, {
+          ...(flags.tool !== undefined && { tool: flags.tool }),
+          ...(flags.args !== undefined && { args: flags.args }),
+          ...(flags.token !== undefined && { token: flags.token }),
+          ...(resumeCheck && { resumeCheck }),
+        });
+        const ok = !checks.some((c) => c.status === 'fail');
+        if (flags.json) {
+          process.stdout.write(`${JSON.stringify({ url, ok, checks })}\n`);
+        } else {
+          for (const c of checks) process.stdout.write(`${MARK[c.status]}  ${c.name.padEnd(13)} ${c.detail}\n`);
+          process.stdout.write(ok ? `${pc.green('ok')}: no check failed\n` : `${pc.red('failed')}: see FAIL lines\n`);
+        }
+        if (!ok) throw new CliError('', 1);
+      },
+    );
+}
