@@ -1,0 +1,68 @@
+/**
+ * Connecting a TaskClient in one call: an SDK Client negotiating the protocol version (`'auto'`: 2026-07-28 when the
+ * server offers it), its transport instrumented for task handles before the first request, and a ledger.
+ */
+import type { Implementation } from '@modelcontextprotocol/client';
+import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import type { StdioServerParameters } from '@modelcontextprotocol/client/stdio';
+import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
+
+import type { Ledger } from './ledger/ledger.js';
+import { SqliteLedger } from './ledger/sqliteLedger.js';
+import { attachTaskResultCarrier } from './sdkGlue.js';
+import type { TaskClientOptions } from './taskClient.js';
+import { TaskClient } from './taskClient.js';
+import { retryAfterFetch } from './transportFailure.js';
+
+export const DEFAULT_CLIENT_INFO: Implementation = { name: 'closeout', version: '0.1.0' };
+
+export interface ConnectTaskClientOptions extends Omit<
+  TaskClientOptions,
+  'client' | 'ledger' | 'endpoint' | 'ownsClient' | 'ownsLedger'
+> {
+  /** A Ledger, or the path of the SQLite ledger file (created 0600 when missing). */
+  ledger: Ledger | string;
+  clientInfo?: Implementation | undefined;
+  /** Override the endpoint identity (default: the URL, or `stdio:` and the command line). */
+  endpoint?: string | undefined;
+}
+
+export interface ConnectHttpOptions extends ConnectTaskClientOptions {
+  /** The fetch the transport uses; it is wrapped so 429/503 keep their Retry-After. */
+  fetch?: typeof fetch | undefined;
+  requestInit?: RequestInit | undefined;
+}
+
+/** Connect to a Streamable HTTP server. */
+export async function connectHttpTaskClient(url: string | URL, options: ConnectHttpOptions): Promise<TaskClient> {
+  const target = new URL(url);
+  const transport = new StreamableHTTPClientTransport(target, {
+    fetch: retryAfterFetch(options.fetch ?? fetch),
+    ...(options.requestInit ? { requestInit: options.requestInit } : {}),
+  });
+  return connectWith(transport, options.endpoint ?? target.href, options);
+}
+
+/** Spawn a stdio server and connect to it. */
+export async function connectStdioTaskClient(
+  server: StdioServerParameters,
+  options: ConnectTaskClientOptions,
+): Promise<TaskClient> {
+  const transport = new StdioClientTransport(server);
+  const endpoint = options.endpoint ?? ['stdio:' + server.command, ...(server.args ?? [])].join(' ');
+  return connectWith(transport, endpoint, options);
+}
+
+async function connectWith(
+  transport: StreamableHTTPClientTransport | StdioClientTransport,
+  endpoint: string,
+  options: ConnectTaskClientOptions,
+): Promise<TaskClient> {
+  const { ledger: ledgerOption, clientInfo, endpoint: _endpoint, ...rest } = options;
+  const client = new Client(clientInfo ?? DEFAULT_CLIENT_INFO, { versionNegotiation: { mode: 'auto' } });
+  attachTaskResultCarrier(transport);
+  await client.connect(transport);
+  const ownsLedger = typeof ledgerOption === 'string';
+  const ledger = typeof ledgerOption === 'string' ? new SqliteLedger(ledgerOption) : ledgerOption;
+  return new TaskClient({ ...rest, client, ledger, endpoint, ownsClient: true, ownsLedger });
+}

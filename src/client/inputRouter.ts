@@ -1,0 +1,231 @@
+/**
+ * Routing a task's `inputRequests` to the application (DESIGN.md, client step 3; seed S9, S17). Each key reaches a
+ * handler once: the answer is stored in the ledger before any `tasks/update` carries it, and a stored answer is what
+ * gets re-sent (after a crash, or while the server still lists the key) instead of asking again.
+ */
+import type {
+  ClientCapabilities,
+  CreateMessageRequest,
+  CreateMessageResult,
+  ElicitRequest,
+  ElicitResult,
+  ListRootsRequest,
+  ListRootsResult,
+} from '@modelcontextprotocol/client';
+
+import type { InputRequest, InputRequests, InputResponse, InputResponses } from '../protocol/index.js';
+import type { Ledger, RecordedError, TaskRecord } from './ledger/ledger.js';
+
+/** What a handler learns about the request besides the request itself. */
+export interface TaskInputContext {
+  taskId: string;
+  recordId: string;
+  /** The `inputRequests` key being answered. */
+  key: string;
+  toolName: string;
+  correlationId: string | undefined;
+  /** True when a previous process handed this key to a handler and died before the answer was stored. */
+  previouslyAsked: boolean;
+  /** Aborted when the TaskClient closes or the task ends before an answer was given. */
+  signal: AbortSignal;
+}
+
+/** Input handlers in the SDK's shapes: the request as `{ method, params }`, the result the SDK would send. */
+export interface TaskInputHandlers {
+  elicitation?: (request: ElicitRequest, context: TaskInputContext) => ElicitResult | Promise<ElicitResult>;
+  sampling?: (
+    request: CreateMessageRequest,
+    context: TaskInputContext,
+  ) => CreateMessageResult | Promise<CreateMessageResult>;
+  roots?: (request: ListRootsRequest, context: TaskInputContext) => ListRootsResult | Promise<ListRootsResult>;
+}
+
+/** The per-request capabilities the handlers make true: a server only asks for what the client can answer. */
+export function capabilitiesForHandlers(handlers: TaskInputHandlers): ClientCapabilities {
+  return {
+    ...(handlers.elicitation ? { elicitation: {} } : {}),
+    ...(handlers.sampling ? { sampling: {} } : {}),
+    ...(handlers.roots ? { roots: {} } : {}),
+  };
+}
+
+export interface InputRouterOptions {
+  ledger: Ledger;
+  owner: string;
+  handlers: TaskInputHandlers;
+  now: () => number;
+  /** Send one `tasks/update`; resolves on the server's acknowledgement. */
+  sendUpdate: (taskId: string, inputResponses: InputResponses) => Promise<void>;
+  /** Record a problem on the submission (never thrown: one task's input trouble is not another's). */
+  recordError: (recordId: string, error: RecordedError) => Promise<void>;
+  /** A stored answer whose key the server still lists is sent again after this long (eventual consistency). */
+  resendAfterMs: number;
+}
+
+export class InputRouter {
+  /** `recordId\0key` of handlers running now in this process. */
+  private readonly asking = new Map<string, AbortController>();
+  /** Keys whose handler failed in this process: not asked again until a restart or a manual answer. */
+  private readonly failed = new Set<string>();
+  /** Keys whose answer this process stored. */
+  private readonly answered = new Set<string>();
+  private readonly background = new Set<Promise<void>>();
+
+  constructor(private readonly options: InputRouterOptions) {}
+
+  /**
+   * Handle the outstanding `inputRequests` of one `tasks/get` answer. Stored answers due for (re)sending are sent
+   * before this resolves; handlers run in the background so a person taking minutes does not stall polling.
+   */
+  async route(record: TaskRecord, taskId: string, inputRequests: InputRequests): Promise<void> {
+    const now = this.options.now();
+    const resend: InputResponses = {};
+    for (const [key, request] of Object.entries(inputRequests)) {
+      const id = `${record.recordId}\0${key}`;
+      // a handler (or the send of its answer) still running owns the key
+      if (this.asking.has(id)) continue;
+      const stored = record.inputs.find((input) => input.key === key);
+      if (stored?.response !== undefined) {
+        if (stored.sentAt === undefined || now - stored.sentAt >= this.options.resendAfterMs) {
+          resend[key] = stored.response;
+        }
+        continue;
+      }
+      // `record` may predate an answer stored a moment ago: the in-memory set closes that window
+      if (this.answered.has(id) || this.failed.has(id)) continue;
+      this.ask(record, taskId, key, request, stored?.askedAt !== undefined);
+    }
+    if (Object.keys(resend).length > 0) await this.send(record.recordId, taskId, resend);
+  }
+
+  /** An answer given outside a handler (e.g. typed at the CLI); the first stored answer for a key wins. */
+  async answer(record: TaskRecord, taskId: string, key: string, request: InputRequest, response: InputResponse) {
+    const stored = await this.options.ledger.recordInputAnswer(
+      record.recordId,
+      this.options.owner,
+      key,
+      request,
+      response,
+      this.options.now(),
+    );
+    if (stored?.response === undefined) return false;
+    this.failed.delete(`${record.recordId}\0${key}`);
+    this.answered.add(`${record.recordId}\0${key}`);
+    await this.send(record.recordId, taskId, { [key]: stored.response });
+    return true;
+  }
+
+  /** Abort the handlers still running for a record (its task ended, or it was detached). */
+  abandon(recordId: string): void {
+    const prefix = `${recordId}\0`;
+    for (const [id, controller] of this.asking) {
+      if (id.startsWith(prefix)) controller.abort(new Error('the task no longer needs this input'));
+    }
+    for (const set of [this.failed, this.answered]) {
+      for (const id of set) if (id.startsWith(prefix)) set.delete(id);
+    }
+  }
+
+  /** Abort every running handler and wait for their bookkeeping to finish. */
+  async close(): Promise<void> {
+    for (const controller of this.asking.values()) controller.abort(new Error('the TaskClient was closed'));
+    await Promise.allSettled([...this.background]);
+  }
+
+  private ask(record: TaskRecord, taskId: string, key: string, request: InputRequest, previouslyAsked: boolean) {
+    const id = `${record.recordId}\0${key}`;
+    const controller = new AbortController();
+    this.asking.set(id, controller);
+    const work = (async () => {
+      const { ledger, owner } = this.options;
+      // remembered before the handler runs, so a crash while a person is answering is known after restart
+      if (!(await ledger.recordInputAsked(record.recordId, owner, key, request, this.options.now()))) return;
+      const context: TaskInputContext = {
+        taskId,
+        recordId: record.recordId,
+        key,
+        toolName: record.toolName,
+        correlationId: record.correlationId,
+        previouslyAsked,
+        signal: controller.signal,
+      };
+      let response: InputResponse;
+      try {
+        const answer = await this.callHandler(request, context);
+        if (controller.signal.aborted) return;
+        if (typeof answer !== 'object' || answer === null || Array.isArray(answer)) {
+          throw new Error(`the ${request.method} handler returned ${JSON.stringify(answer)}, not an object`);
+        }
+        response = answer as InputResponse;
+      } catch (error) {
+        if (controller.signal.aborted) return;
+        this.failed.add(id);
+        await this.options.recordError(record.recordId, {
+          kind: 'input',
+          message: `input ${key} (${request.method}): ${error instanceof Error ? error.message : String(error)}`,
+          at: this.options.now(),
+        });
+        return;
+      }
+      // spec: the answer is stored before tasks/update carries it (DESIGN.md, client step 3)
+      const stored = await ledger.recordInputAnswer(record.recordId, owner, key, request, response, this.options.now());
+      if (stored?.response === undefined) return;
+      this.answered.add(id);
+      await this.send(record.recordId, taskId, { [key]: stored.response });
+    })()
+      .catch(async (error: unknown) => {
+        await this.options
+          .recordError(record.recordId, {
+            kind: 'storage',
+            message: `input ${key}: ${error instanceof Error ? error.message : String(error)}`,
+            at: this.options.now(),
+          })
+          .catch(() => undefined);
+      })
+      .finally(() => {
+        this.asking.delete(id);
+        this.background.delete(work);
+      });
+    this.background.add(work);
+  }
+
+  private callHandler(request: InputRequest, context: TaskInputContext): Promise<unknown> {
+    const { handlers } = this.options;
+    switch (request.method) {
+      case 'elicitation/create':
+        if (handlers.elicitation) return Promise.resolve(handlers.elicitation(request as ElicitRequest, context));
+        break;
+      case 'sampling/createMessage':
+        if (handlers.sampling) return Promise.resolve(handlers.sampling(request as CreateMessageRequest, context));
+        break;
+      case 'roots/list':
+        if (handlers.roots) {
+          return Promise.resolve(
+            handlers.roots({ method: 'roots/list', params: request.params } as ListRootsRequest, context),
+          );
+        }
+        break;
+    }
+    return Promise.reject(new Error(`no input handler for ${request.method}; answer it with TaskClient.answer()`));
+  }
+
+  private async send(recordId: string, taskId: string, inputResponses: InputResponses): Promise<void> {
+    try {
+      await this.options.sendUpdate(taskId, inputResponses);
+      await this.options.ledger.recordInputsSent(recordId, Object.keys(inputResponses), this.options.now());
+    } catch (error) {
+      // the answer stays stored; the next poll that still lists the key sends it again
+      await this.options.recordError(recordId, describeSendError(error, this.options.now()));
+    }
+  }
+}
+
+function describeSendError(error: unknown, at: number): RecordedError {
+  const code = (error as { code?: unknown }).code;
+  return {
+    kind: typeof code === 'number' ? 'protocol' : 'transport',
+    message: `tasks/update: ${error instanceof Error ? error.message : String(error)}`,
+    at,
+    code: typeof code === 'number' ? code : undefined,
+  };
+}

@@ -1,0 +1,243 @@
+/**
+ * The Ledger: the client's durable record of every submission (DESIGN.md, "The task's life on the client"; seed
+ * S4, S6, S15). Nothing the client knows about a task lives only in memory: a process that dies and restarts reads
+ * everything it needs back from here.
+ *
+ * Local times are epoch milliseconds of the client's clock; server times (`createdAt`, `lastUpdatedAt`) are kept as
+ * the ISO strings the server sent. Every method resolves only after its write is committed.
+ */
+import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+
+/**
+ * Where a submission stands from the client's point of view.
+ * - `submitting`: the intent is recorded; `tools/call` may or may not have reached the server yet.
+ * - `tracking`: a taskId is committed and the task is not terminal; some process follows it.
+ * - `terminal`: closed out: an immediate result, a terminal task status, or a `tools/call` that failed outright.
+ * - `expired`: the handle is no longer usable (-32602 from `tasks/get`, or `createdAt + ttlMs` passed) (S13).
+ * - `unknown-outcome`: `tools/call` was sent and no answer was recorded; never re-sent silently.
+ * - `detached`: the application let go of the handle; the task is still open and any process may pick it up.
+ */
+export type LocalState = 'submitting' | 'tracking' | 'terminal' | 'expired' | 'unknown-outcome' | 'detached';
+
+export const LOCAL_STATES: readonly LocalState[] = [
+  'submitting',
+  'tracking',
+  'terminal',
+  'expired',
+  'unknown-outcome',
+  'detached',
+];
+
+/** States in which a task is still open on the server and somebody should follow it. */
+export const FOLLOWABLE_STATES: readonly LocalState[] = ['tracking', 'detached'];
+
+/** The last thing that went wrong while talking to the server about this record; never a task failure (S16). */
+export interface RecordedError {
+  /**
+   * `transport`: the request did not get a JSON-RPC answer (refused, timeout, 5xx, 429).
+   * `protocol`: the server answered with a JSON-RPC error that does not end the task.
+   * `server-output`: the server's answer broke the spec (unknown resultType, status going backwards, ...).
+   * `input`: an input handler failed or is missing.
+   * `storage`: the ledger itself failed.
+   */
+  kind: 'transport' | 'protocol' | 'server-output' | 'input' | 'storage';
+  message: string;
+  at: number;
+  /** JSON-RPC code or HTTP status, when there was one. */
+  code?: number | undefined;
+  /** The server's Retry-After, when it gave one. */
+  retryAfterMs?: number | undefined;
+}
+
+/** One `inputRequests` key the client has seen, and what it did about it (S9). */
+export interface InputAnswer {
+  key: string;
+  request: InputRequest;
+  /** When the key was first handed to an input handler (set before the handler is called). */
+  askedAt: number | undefined;
+  /** The answer, stored before any `tasks/update` carries it: after a crash it is re-sent, not asked again. */
+  response: InputResponse | undefined;
+  answeredAt: number | undefined;
+  /** The last time a `tasks/update` carrying the answer was acknowledged. */
+  sentAt: number | undefined;
+}
+
+export interface TaskRecord {
+  /** Local identity of the submission; the taskId is only known once the server answered. */
+  recordId: string;
+  /** Which server: its URL, or `stdio:` and the command line. */
+  endpoint: string;
+  toolName: string;
+  arguments: JsonObject;
+  /** sha256 of the canonical JSON of the arguments: two submissions with one key must carry the same arguments. */
+  argumentsDigest: string;
+  correlationId: string | undefined;
+  idempotencyKey: string | undefined;
+  taskId: string | undefined;
+  localState: LocalState;
+  status: TaskStatus | undefined;
+  statusMessage: string | undefined;
+  /** Server timestamps, as sent. */
+  createdAt: string | undefined;
+  lastUpdatedAt: string | undefined;
+  /** `null` is the server's "unlimited"; `undefined` means no task was seen. */
+  ttlMs: number | null | undefined;
+  pollIntervalMs: number | undefined;
+  /** Local times. */
+  submittedAt: number;
+  sentAt: number | undefined;
+  lastPollAt: number | undefined;
+  nextPollAt: number | undefined;
+  lastError: RecordedError | undefined;
+  /** The CallToolResult (immediate, or the completed task's `result`). */
+  result: JsonObject | undefined;
+  /** The JSON-RPC error of a failed task, or of a `tools/call` that failed outright. */
+  error: JsonRpcError | undefined;
+  /** Why the record is no longer open (terminal, expired, unknown-outcome): always set with those states (S15). */
+  terminalReason: string | undefined;
+  terminalAt: number | undefined;
+  cancelRequestedAt: number | undefined;
+  /** Explicit resubmission links (S13: never automatic). */
+  resubmittedFrom: string | undefined;
+  supersededBy: string | undefined;
+  leaseOwner: string | undefined;
+  leaseExpiresAt: number | undefined;
+  updatedAt: number;
+  /** Every input key seen for the task, in the order first seen. */
+  inputs: InputAnswer[];
+}
+
+/** One line of the append-only history: an observed status or local state change (S15). */
+export interface HistoryEntry {
+  seq: number;
+  recordId: string;
+  taskId: string | undefined;
+  status: TaskStatus | undefined;
+  statusMessage: string | undefined;
+  localState: LocalState;
+  /** The server's `lastUpdatedAt` when the change came from the server. */
+  serverUpdatedAt: string | undefined;
+  observedAt: number;
+  note: string | undefined;
+}
+
+export interface NewSubmission {
+  recordId: string;
+  endpoint: string;
+  toolName: string;
+  arguments: JsonObject;
+  argumentsDigest: string;
+  correlationId?: string | undefined;
+  idempotencyKey?: string | undefined;
+  submittedAt: number;
+  /** The recording process holds the lease from the start, so nobody else takes the submission for dead. */
+  leaseOwner: string;
+  leaseExpiresAt: number;
+  resubmittedFrom?: string | undefined;
+}
+
+/** A task state as the server reported it (CreateTaskResult or tasks/get), already validated. */
+export interface ObservedTask {
+  taskId: string;
+  status: TaskStatus;
+  statusMessage: string | undefined;
+  createdAt: string;
+  lastUpdatedAt: string;
+  ttlMs: number | null;
+  pollIntervalMs: number | undefined;
+  result?: JsonObject | undefined;
+  error?: JsonRpcError | undefined;
+  inputRequests?: Record<string, InputRequest> | undefined;
+}
+
+/** How a record leaves the open states. */
+export interface Closing {
+  localState: 'terminal' | 'expired' | 'unknown-outcome';
+  reason: string;
+  result?: JsonObject | undefined;
+  error?: JsonRpcError | undefined;
+  lastError?: RecordedError | undefined;
+}
+
+export interface LedgerFilter {
+  endpoint?: string | undefined;
+  localStates?: readonly LocalState[] | undefined;
+  toolName?: string | undefined;
+  correlationId?: string | undefined;
+  idempotencyKey?: string | undefined;
+  /** Only records submitted at or after this local time. */
+  submittedSince?: number | undefined;
+  limit?: number | undefined;
+}
+
+/** Result of recording an intent: a new record, or the live record that already holds the idempotency key. */
+export type IntentOutcome = { created: true; record: TaskRecord } | { created: false; record: TaskRecord };
+
+/**
+ * Writes that drive a task (`owner` parameter) apply only while `owner` holds the record's lease and return
+ * `false` otherwise: a process that lost its lease stops driving the task instead of fighting over it.
+ */
+export interface Ledger {
+  /**
+   * Record the intent before `tools/call` is sent. When a record with the same endpoint and idempotency key is
+   * already current (not superseded), nothing is inserted and that record comes back instead.
+   */
+  recordIntent(submission: NewSubmission): Promise<IntentOutcome>;
+  /** Record an explicit resubmission: a new record, and the old one marked superseded by it, in one transaction. */
+  recordResubmission(previousRecordId: string, submission: NewSubmission): Promise<IntentOutcome>;
+  /** `tools/call` is about to leave: from here on, silence means `unknown-outcome`. */
+  markSent(recordId: string, owner: string, at: number): Promise<boolean>;
+  /** The first thing done with a handle: commit its taskId and seed state (S4). */
+  commitTask(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean>;
+  /** A `tasks/get` answer: status fields, result or error, a history line when the status changed. */
+  recordObservation(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean>;
+  /** A poll happened (or failed): the last poll time and, when something went wrong, the error. */
+  recordPoll(recordId: string, owner: string, at: number, lastError: RecordedError | undefined): Promise<boolean>;
+  /** When the scheduler will poll next. */
+  recordNextPoll(recordId: string, owner: string, nextPollAt: number | undefined): Promise<boolean>;
+  /** Record an error without a poll (input handlers, server output of cancel/update, storage). Any process. */
+  recordError(recordId: string, lastError: RecordedError): Promise<void>;
+  /** Leave the open states for good. */
+  close(recordId: string, owner: string, closing: Closing, at: number): Promise<boolean>;
+  /** Mark records stuck in `submitting` whose lease expired as `unknown-outcome` (S13: surfaced, never re-sent). */
+  settleAbandonedSubmissions(endpoint: string, now: number, reason: string): Promise<TaskRecord[]>;
+  /** Let go of a followed task without closing it. */
+  detach(recordId: string, owner: string, at: number): Promise<boolean>;
+  /** The application asked for cancellation (any process may). */
+  recordCancelRequest(recordId: string, at: number): Promise<void>;
+
+  /** Take the lease when it is free, expired, or already ours. Reattaching a detached record makes it tracked. */
+  claim(recordId: string, owner: string, leaseExpiresAt: number, now: number): Promise<boolean>;
+  /** Extend every lease `owner` holds on open records. */
+  renewLeases(owner: string, leaseExpiresAt: number): Promise<number>;
+  release(recordId: string, owner: string): Promise<void>;
+
+  /** Remember an input key before its handler is called (so a crash mid-handler is known). */
+  recordInputAsked(recordId: string, owner: string, key: string, request: InputRequest, at: number): Promise<boolean>;
+  /** Store an answer; the first stored answer for a key wins and is returned. */
+  recordInputAnswer(
+    recordId: string,
+    owner: string,
+    key: string,
+    request: InputRequest,
+    response: InputResponse,
+    at: number,
+  ): Promise<InputAnswer | undefined>;
+  /** A `tasks/update` carrying these keys was acknowledged. */
+  recordInputsSent(recordId: string, keys: readonly string[], at: number): Promise<void>;
+
+  get(recordId: string): Promise<TaskRecord | undefined>;
+  findByTaskId(endpoint: string, taskId: string): Promise<TaskRecord | undefined>;
+  /** The current (not superseded) record holding an idempotency key. */
+  findByIdempotencyKey(endpoint: string, idempotencyKey: string): Promise<TaskRecord | undefined>;
+  list(filter?: LedgerFilter): Promise<TaskRecord[]>;
+  history(recordId: string): Promise<HistoryEntry[]>;
+
+  /** Close the underlying storage. */
+  dispose(): Promise<void>;
+}
+
+/** Whether a record is still open on the server side (somebody should follow it, or may pick it up). */
+export function isFollowable(state: LocalState): boolean {
+  return FOLLOWABLE_STATES.includes(state);
+}

@@ -1,0 +1,753 @@
+/**
+ * The default Ledger: one SQLite file (better-sqlite3, WAL), owner-only. Every statement of the ledger is in this
+ * file; each write is one transaction, committed before its promise resolves.
+ */
+import { chmodSync, closeSync, existsSync, openSync } from 'node:fs';
+
+import Database from 'better-sqlite3';
+
+import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import { isTerminalStatus } from '../../protocol/index.js';
+import type {
+  Closing,
+  HistoryEntry,
+  InputAnswer,
+  IntentOutcome,
+  Ledger,
+  LedgerFilter,
+  LocalState,
+  NewSubmission,
+  ObservedTask,
+  RecordedError,
+  TaskRecord,
+} from './ledger.js';
+
+/** Versioned migrations: entry i brings `user_version` from i to i + 1. Never edit a shipped entry; append. */
+const MIGRATIONS: readonly string[] = [
+  `CREATE TABLE submissions (
+     record_id           TEXT PRIMARY KEY,
+     endpoint            TEXT NOT NULL,
+     tool_name           TEXT NOT NULL,
+     arguments           TEXT NOT NULL,
+     arguments_digest    TEXT NOT NULL,
+     correlation_id      TEXT,
+     idempotency_key     TEXT,
+     task_id             TEXT,
+     local_state         TEXT NOT NULL CHECK (local_state IN
+                           ('submitting','tracking','terminal','expired','unknown-outcome','detached')),
+     status              TEXT CHECK (status IN ('working','input_required','completed','failed','cancelled')),
+     status_message      TEXT,
+     created_at          TEXT,    -- server time, ISO 8601 as sent
+     last_updated_at     TEXT,    -- server time, ISO 8601 as sent
+     ttl_ms              INTEGER, -- NULL with a task_id: unlimited
+     poll_interval_ms    INTEGER,
+     submitted_at        INTEGER NOT NULL, -- local epoch ms from here on
+     sent_at             INTEGER,
+     last_poll_at        INTEGER,
+     next_poll_at        INTEGER,
+     last_error          TEXT,    -- JSON RecordedError
+     result              TEXT,    -- JSON CallToolResult
+     error               TEXT,    -- JSON JSON-RPC error
+     terminal_reason     TEXT,
+     terminal_at         INTEGER,
+     cancel_requested_at INTEGER,
+     resubmitted_from    TEXT REFERENCES submissions (record_id),
+     superseded_by       TEXT REFERENCES submissions (record_id),
+     lease_owner         TEXT,
+     lease_expires_at    INTEGER,
+     updated_at          INTEGER NOT NULL
+   );
+   -- a taskId names one task of one server
+   CREATE UNIQUE INDEX submissions_task ON submissions (endpoint, task_id) WHERE task_id IS NOT NULL;
+   -- one current submission per endpoint and idempotency key; an explicit resubmission supersedes the old one
+   CREATE UNIQUE INDEX submissions_idempotency ON submissions (endpoint, idempotency_key)
+     WHERE idempotency_key IS NOT NULL AND superseded_by IS NULL;
+   -- resume only ever looks at open records
+   CREATE INDEX submissions_open ON submissions (endpoint, local_state)
+     WHERE local_state IN ('submitting','tracking','detached');
+
+   CREATE TABLE status_history (
+     seq               INTEGER PRIMARY KEY AUTOINCREMENT,
+     record_id         TEXT NOT NULL REFERENCES submissions (record_id),
+     task_id           TEXT,
+     status            TEXT,
+     status_message    TEXT,
+     local_state       TEXT NOT NULL,
+     server_updated_at TEXT,
+     observed_at       INTEGER NOT NULL,
+     note              TEXT
+   );
+   CREATE INDEX status_history_record ON status_history (record_id, seq);
+   -- the audit trail is append-only (S15)
+   CREATE TRIGGER status_history_no_update BEFORE UPDATE ON status_history
+     BEGIN SELECT RAISE(ABORT, 'status_history is append-only'); END;
+   CREATE TRIGGER status_history_no_delete BEFORE DELETE ON status_history
+     BEGIN SELECT RAISE(ABORT, 'status_history is append-only'); END;
+
+   CREATE TABLE input_answers (
+     record_id   TEXT NOT NULL REFERENCES submissions (record_id),
+     key         TEXT NOT NULL,
+     seq         INTEGER NOT NULL,
+     request     TEXT NOT NULL,
+     asked_at    INTEGER,
+     response    TEXT,
+     answered_at INTEGER,
+     sent_at     INTEGER,
+     PRIMARY KEY (record_id, key) -- keys are unique over a task's life (SEP-2663 "Task Update Requests")
+   );`,
+];
+
+interface SubmissionRow {
+  record_id: string;
+  endpoint: string;
+  tool_name: string;
+  arguments: string;
+  arguments_digest: string;
+  correlation_id: string | null;
+  idempotency_key: string | null;
+  task_id: string | null;
+  local_state: LocalState;
+  status: TaskStatus | null;
+  status_message: string | null;
+  created_at: string | null;
+  last_updated_at: string | null;
+  ttl_ms: number | null;
+  poll_interval_ms: number | null;
+  submitted_at: number;
+  sent_at: number | null;
+  last_poll_at: number | null;
+  next_poll_at: number | null;
+  last_error: string | null;
+  result: string | null;
+  error: string | null;
+  terminal_reason: string | null;
+  terminal_at: number | null;
+  cancel_requested_at: number | null;
+  resubmitted_from: string | null;
+  superseded_by: string | null;
+  lease_owner: string | null;
+  lease_expires_at: number | null;
+  updated_at: number;
+}
+
+interface InputRow {
+  key: string;
+  request: string;
+  asked_at: number | null;
+  response: string | null;
+  answered_at: number | null;
+  sent_at: number | null;
+}
+
+interface HistoryRow {
+  seq: number;
+  record_id: string;
+  task_id: string | null;
+  status: TaskStatus | null;
+  status_message: string | null;
+  local_state: LocalState;
+  server_updated_at: string | null;
+  observed_at: number;
+  note: string | null;
+}
+
+export interface SqliteLedgerOptions {
+  /** How long to wait for another process's write lock before failing. Default 5000 ms. */
+  busyTimeoutMs?: number;
+}
+
+/** The ledger schema version this build writes. */
+export const LEDGER_SCHEMA_VERSION = MIGRATIONS.length;
+
+export class SqliteLedger implements Ledger {
+  readonly path: string;
+  private readonly db: Database.Database;
+  private readonly stmt;
+
+  constructor(path: string, options: SqliteLedgerOptions = {}) {
+    this.path = path;
+    if (path !== ':memory:' && !existsSync(path)) {
+      // owner-only from the first byte: the ledger holds every call's arguments, answers and results
+      closeSync(openSync(path, 'a', 0o600));
+      chmodSync(path, 0o600);
+    }
+    this.db = new Database(path, { timeout: options.busyTimeoutMs ?? 5000 });
+    this.db.pragma('journal_mode = WAL');
+    this.db.pragma('synchronous = NORMAL');
+    this.db.pragma('foreign_keys = ON');
+    this.migrate();
+    const db = this.db;
+    this.stmt = {
+      insert: db.prepare(
+        `INSERT INTO submissions (record_id, endpoint, tool_name, arguments, arguments_digest, correlation_id,
+           idempotency_key, local_state, submitted_at, resubmitted_from, lease_owner, lease_expires_at, updated_at)
+         VALUES (@recordId, @endpoint, @toolName, @arguments, @argumentsDigest, @correlationId,
+           @idempotencyKey, 'submitting', @submittedAt, @resubmittedFrom, @leaseOwner, @leaseExpiresAt, @submittedAt)`,
+      ),
+      supersede: db.prepare(
+        `UPDATE submissions SET superseded_by = ?, updated_at = ? WHERE record_id = ? AND superseded_by IS NULL`,
+      ),
+      get: db.prepare(`SELECT * FROM submissions WHERE record_id = ?`),
+      byTaskId: db.prepare(`SELECT * FROM submissions WHERE endpoint = ? AND task_id = ?`),
+      byIdempotencyKey: db.prepare(
+        `SELECT * FROM submissions WHERE endpoint = ? AND idempotency_key = ? AND superseded_by IS NULL`,
+      ),
+      list: db.prepare(
+        `SELECT * FROM submissions
+         WHERE (@endpoint IS NULL OR endpoint = @endpoint)
+           AND (@states IS NULL OR local_state IN (SELECT value FROM json_each(@states)))
+           AND (@toolName IS NULL OR tool_name = @toolName)
+           AND (@correlationId IS NULL OR correlation_id = @correlationId)
+           AND (@idempotencyKey IS NULL OR idempotency_key = @idempotencyKey)
+           AND (@since IS NULL OR submitted_at >= @since)
+         ORDER BY submitted_at, record_id
+         LIMIT @limit`,
+      ),
+      holdsLease: db.prepare(`SELECT 1 FROM submissions WHERE record_id = ? AND lease_owner = ?`),
+      markSent: db.prepare(
+        `UPDATE submissions SET sent_at = @at, updated_at = @at
+         WHERE record_id = @recordId AND lease_owner = @owner AND local_state = 'submitting'`,
+      ),
+      // the first thing done with a handle (S4): the taskId and the seed state, in the same row as the intent
+      commitTask: db.prepare(
+        `UPDATE submissions SET task_id = @taskId, local_state = @localState, status = @status,
+           status_message = @statusMessage, created_at = @createdAt, last_updated_at = @lastUpdatedAt,
+           ttl_ms = @ttlMs, poll_interval_ms = @pollIntervalMs, result = @result, error = @error,
+           terminal_reason = @terminalReason, terminal_at = @terminalAt, updated_at = @at
+         WHERE record_id = @recordId AND lease_owner = @owner AND local_state = 'submitting'`,
+      ),
+      observe: db.prepare(
+        `UPDATE submissions SET local_state = @localState, status = @status, status_message = @statusMessage,
+           created_at = @createdAt, last_updated_at = @lastUpdatedAt, ttl_ms = @ttlMs,
+           poll_interval_ms = COALESCE(@pollIntervalMs, poll_interval_ms), result = @result, error = @error,
+           terminal_reason = @terminalReason, terminal_at = @terminalAt,
+           next_poll_at = CASE WHEN @localState = 'terminal' THEN NULL ELSE next_poll_at END, updated_at = @at
+         WHERE record_id = @recordId AND lease_owner = @owner AND local_state = 'tracking' AND task_id = @taskId`,
+      ),
+      recordPoll: db.prepare(
+        `UPDATE submissions SET last_poll_at = @at, last_error = COALESCE(@lastError, last_error), updated_at = @at
+         WHERE record_id = @recordId AND lease_owner = @owner`,
+      ),
+      recordNextPoll: db.prepare(
+        `UPDATE submissions SET next_poll_at = @nextPollAt
+         WHERE record_id = @recordId AND lease_owner = @owner AND local_state = 'tracking'`,
+      ),
+      recordError: db.prepare(`UPDATE submissions SET last_error = ?, updated_at = ? WHERE record_id = ?`),
+      close: db.prepare(
+        `UPDATE submissions SET local_state = @localState, terminal_reason = @reason, terminal_at = @at,
+           result = COALESCE(@result, result), error = COALESCE(@error, error),
+           last_error = COALESCE(@lastError, last_error), next_poll_at = NULL,
+           lease_owner = NULL, lease_expires_at = NULL, updated_at = @at
+         WHERE record_id = @recordId AND lease_owner = @owner AND local_state IN ('submitting','tracking')`,
+      ),
+      abandonedSubmissions: db.prepare(
+        `SELECT * FROM submissions
+         WHERE endpoint = ? AND local_state = 'submitting' AND (lease_expires_at IS NULL OR lease_expires_at < ?)`,
+      ),
+      settleAbandoned: db.prepare(
+        `UPDATE submissions SET local_state = 'unknown-outcome', terminal_reason = @reason, terminal_at = @at,
+           lease_owner = NULL, lease_expires_at = NULL, updated_at = @at
+         WHERE record_id = @recordId AND local_state = 'submitting'`,
+      ),
+      detach: db.prepare(
+        `UPDATE submissions SET local_state = 'detached', lease_owner = NULL, lease_expires_at = NULL,
+           next_poll_at = NULL, updated_at = @at
+         WHERE record_id = @recordId AND lease_owner = @owner AND local_state = 'tracking'`,
+      ),
+      cancelRequest: db.prepare(
+        `UPDATE submissions SET cancel_requested_at = COALESCE(cancel_requested_at, ?), updated_at = ?
+         WHERE record_id = ?`,
+      ),
+      // a lease is free when nobody holds it, it is ours, or its holder stopped renewing it
+      claim: db.prepare(
+        `UPDATE submissions SET lease_owner = @owner, lease_expires_at = @leaseExpiresAt,
+           local_state = CASE local_state WHEN 'detached' THEN 'tracking' ELSE local_state END
+         WHERE record_id = @recordId AND local_state IN ('tracking','detached')
+           AND (lease_owner IS NULL OR lease_owner = @owner OR lease_expires_at < @now)`,
+      ),
+      renewLeases: db.prepare(
+        `UPDATE submissions SET lease_expires_at = ?
+         WHERE lease_owner = ? AND local_state IN ('submitting','tracking')`,
+      ),
+      release: db.prepare(
+        `UPDATE submissions SET lease_owner = NULL, lease_expires_at = NULL WHERE record_id = ? AND lease_owner = ?`,
+      ),
+      appendHistory: db.prepare(
+        `INSERT INTO status_history (record_id, task_id, status, status_message, local_state, server_updated_at,
+           observed_at, note)
+         VALUES (@recordId, @taskId, @status, @statusMessage, @localState, @serverUpdatedAt, @observedAt, @note)`,
+      ),
+      history: db.prepare(`SELECT * FROM status_history WHERE record_id = ? ORDER BY seq`),
+      inputs: db.prepare(
+        `SELECT key, request, asked_at, response, answered_at, sent_at FROM input_answers
+         WHERE record_id = ? ORDER BY seq`,
+      ),
+      input: db.prepare(
+        `SELECT key, request, asked_at, response, answered_at, sent_at FROM input_answers
+         WHERE record_id = ? AND key = ?`,
+      ),
+      insertInput: db.prepare(
+        `INSERT INTO input_answers (record_id, key, seq, request, asked_at, response, answered_at)
+         VALUES (@recordId, @key, (SELECT COUNT(*) FROM input_answers WHERE record_id = @recordId), @request,
+           @askedAt, @response, @answeredAt)
+         ON CONFLICT (record_id, key) DO NOTHING`,
+      ),
+      markAsked: db.prepare(
+        `UPDATE input_answers SET asked_at = COALESCE(asked_at, ?) WHERE record_id = ? AND key = ?`,
+      ),
+      // the first stored answer wins: a key is answered once (S9)
+      storeAnswer: db.prepare(
+        `UPDATE input_answers SET response = ?, answered_at = ?
+         WHERE record_id = ? AND key = ? AND response IS NULL`,
+      ),
+      markInputSent: db.prepare(
+        `UPDATE input_answers SET sent_at = ? WHERE record_id = ? AND key = ? AND response IS NOT NULL`,
+      ),
+    };
+  }
+
+  private migrate(): void {
+    const version = this.db.pragma('user_version', { simple: true }) as number;
+    if (version > MIGRATIONS.length) {
+      throw new Error(
+        `ledger ${this.path} has schema version ${version}, newer than this build knows (${MIGRATIONS.length})`,
+      );
+    }
+    for (let next = version; next < MIGRATIONS.length; next += 1) {
+      this.db
+        .transaction(() => {
+          this.db.exec(MIGRATIONS[next] as string);
+          this.db.pragma(`user_version = ${next + 1}`);
+        })
+        .immediate();
+    }
+  }
+
+  async recordIntent(submission: NewSubmission): Promise<IntentOutcome> {
+    return this.db.transaction(() => this.insertIntent(submission)).immediate();
+  }
+
+  async recordResubmission(previousRecordId: string, submission: NewSubmission): Promise<IntentOutcome> {
+    return this.db
+      .transaction((): IntentOutcome => {
+        // supersede first so the new record may carry the same idempotency key
+        this.stmt.supersede.run(submission.recordId, submission.submittedAt, previousRecordId);
+        return this.insertIntent(submission);
+      })
+      .immediate();
+  }
+
+  private insertIntent(submission: NewSubmission): IntentOutcome {
+    if (submission.idempotencyKey !== undefined) {
+      const existing = this.stmt.byIdempotencyKey.get(submission.endpoint, submission.idempotencyKey) as
+        SubmissionRow | undefined;
+      if (existing) return { created: false, record: this.toRecord(existing) };
+    }
+    this.stmt.insert.run({
+      recordId: submission.recordId,
+      endpoint: submission.endpoint,
+      toolName: submission.toolName,
+      arguments: JSON.stringify(submission.arguments),
+      argumentsDigest: submission.argumentsDigest,
+      correlationId: submission.correlationId ?? null,
+      idempotencyKey: submission.idempotencyKey ?? null,
+      submittedAt: submission.submittedAt,
+      resubmittedFrom: submission.resubmittedFrom ?? null,
+      leaseOwner: submission.leaseOwner,
+      leaseExpiresAt: submission.leaseExpiresAt,
+    });
+    this.appendHistory({
+      recordId: submission.recordId,
+      localState: 'submitting',
+      observedAt: submission.submittedAt,
+      note: submission.resubmittedFrom ? `resubmission of ${submission.resubmittedFrom}` : 'intent recorded',
+    });
+    return { created: true, record: this.mustGet(submission.recordId) };
+  }
+
+  async markSent(recordId: string, owner: string, at: number): Promise<boolean> {
+    return this.stmt.markSent.run({ recordId, owner, at }).changes === 1;
+  }
+
+  async commitTask(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean> {
+    return this.db
+      .transaction((): boolean => {
+        const terminal = isTerminalStatus(task.status);
+        const localState: LocalState = terminal ? 'terminal' : 'tracking';
+        const changed = this.stmt.commitTask.run({
+          recordId,
+          owner,
+          at,
+          localState,
+          ...this.taskColumns(task),
+          terminalReason: terminal ? terminalReasonOf(task) : null,
+          terminalAt: terminal ? at : null,
+        }).changes;
+        if (changed !== 1) return false;
+        this.appendHistory({
+          recordId,
+          taskId: task.taskId,
+          status: task.status,
+          statusMessage: task.statusMessage,
+          localState,
+          serverUpdatedAt: task.lastUpdatedAt,
+          observedAt: at,
+          note: 'task created',
+        });
+        return true;
+      })
+      .immediate();
+  }
+
+  async recordObservation(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean> {
+    return this.db
+      .transaction((): boolean => {
+        const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
+        if (!before) return false;
+        const terminal = isTerminalStatus(task.status);
+        const localState: LocalState = terminal ? 'terminal' : 'tracking';
+        const changed = this.stmt.observe.run({
+          recordId,
+          owner,
+          at,
+          localState,
+          ...this.taskColumns(task),
+          terminalReason: terminal ? terminalReasonOf(task) : null,
+          terminalAt: terminal ? at : null,
+        }).changes;
+        if (changed !== 1) return false;
+        if (before.status !== task.status) {
+          this.appendHistory({
+            recordId,
+            taskId: task.taskId,
+            status: task.status,
+            statusMessage: task.statusMessage,
+            localState,
+            serverUpdatedAt: task.lastUpdatedAt,
+            observedAt: at,
+          });
+        }
+        return true;
+      })
+      .immediate();
+  }
+
+  async recordPoll(
+    recordId: string,
+    owner: string,
+    at: number,
+    lastError: RecordedError | undefined,
+  ): Promise<boolean> {
+    const params = { recordId, owner, at, lastError: lastError ? JSON.stringify(lastError) : null };
+    return this.stmt.recordPoll.run(params).changes === 1;
+  }
+
+  async recordNextPoll(recordId: string, owner: string, nextPollAt: number | undefined): Promise<boolean> {
+    return this.stmt.recordNextPoll.run({ recordId, owner, nextPollAt: nextPollAt ?? null }).changes === 1;
+  }
+
+  async recordError(recordId: string, lastError: RecordedError): Promise<void> {
+    this.stmt.recordError.run(JSON.stringify(lastError), lastError.at, recordId);
+  }
+
+  async close(recordId: string, owner: string, closing: Closing, at: number): Promise<boolean> {
+    return this.db
+      .transaction((): boolean => {
+        const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
+        if (!before) return false;
+        const changed = this.stmt.close.run({
+          recordId,
+          owner,
+          at,
+          localState: closing.localState,
+          reason: closing.reason,
+          result: closing.result ? JSON.stringify(closing.result) : null,
+          error: closing.error ? JSON.stringify(closing.error) : null,
+          lastError: closing.lastError ? JSON.stringify(closing.lastError) : null,
+        }).changes;
+        if (changed !== 1) return false;
+        this.appendHistory({
+          recordId,
+          taskId: before.task_id ?? undefined,
+          status: before.status ?? undefined,
+          statusMessage: before.status_message ?? undefined,
+          localState: closing.localState,
+          observedAt: at,
+          note: closing.reason,
+        });
+        return true;
+      })
+      .immediate();
+  }
+
+  async settleAbandonedSubmissions(endpoint: string, now: number, reason: string): Promise<TaskRecord[]> {
+    return this.db
+      .transaction((): TaskRecord[] => {
+        const rows = this.stmt.abandonedSubmissions.all(endpoint, now) as SubmissionRow[];
+        for (const row of rows) {
+          const why =
+            row.sent_at === null
+              ? `${reason}: the process ended before tools/call was sent`
+              : `${reason}: tools/call was sent and no answer was recorded`;
+          this.stmt.settleAbandoned.run({ recordId: row.record_id, reason: why, at: now });
+          this.appendHistory({ recordId: row.record_id, localState: 'unknown-outcome', observedAt: now, note: why });
+        }
+        return rows.map((row) => this.mustGet(row.record_id));
+      })
+      .immediate();
+  }
+
+  async detach(recordId: string, owner: string, at: number): Promise<boolean> {
+    return this.db
+      .transaction((): boolean => {
+        const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
+        if (!before || this.stmt.detach.run({ recordId, owner, at }).changes !== 1) return false;
+        this.appendHistory({
+          recordId,
+          taskId: before.task_id ?? undefined,
+          status: before.status ?? undefined,
+          statusMessage: before.status_message ?? undefined,
+          localState: 'detached',
+          observedAt: at,
+          note: 'detached by the application',
+        });
+        return true;
+      })
+      .immediate();
+  }
+
+  async recordCancelRequest(recordId: string, at: number): Promise<void> {
+    this.stmt.cancelRequest.run(at, at, recordId);
+  }
+
+  async claim(recordId: string, owner: string, leaseExpiresAt: number, now: number): Promise<boolean> {
+    return this.db
+      .transaction((): boolean => {
+        const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
+        if (!before || this.stmt.claim.run({ recordId, owner, leaseExpiresAt, now }).changes !== 1) return false;
+        if (before.local_state === 'detached') {
+          this.appendHistory({
+            recordId,
+            taskId: before.task_id ?? undefined,
+            status: before.status ?? undefined,
+            statusMessage: before.status_message ?? undefined,
+            localState: 'tracking',
+            observedAt: now,
+            note: 'attached',
+          });
+        }
+        return true;
+      })
+      .immediate();
+  }
+
+  async renewLeases(owner: string, leaseExpiresAt: number): Promise<number> {
+    return this.stmt.renewLeases.run(leaseExpiresAt, owner).changes;
+  }
+
+  async release(recordId: string, owner: string): Promise<void> {
+    this.stmt.release.run(recordId, owner);
+  }
+
+  async recordInputAsked(
+    recordId: string,
+    owner: string,
+    key: string,
+    request: InputRequest,
+    at: number,
+  ): Promise<boolean> {
+    return this.db
+      .transaction((): boolean => {
+        if (!this.stmt.holdsLease.get(recordId, owner)) return false;
+        this.stmt.insertInput.run({
+          recordId,
+          key,
+          request: JSON.stringify(request),
+          askedAt: at,
+          response: null,
+          answeredAt: null,
+        });
+        this.stmt.markAsked.run(at, recordId, key);
+        return true;
+      })
+      .immediate();
+  }
+
+  async recordInputAnswer(
+    recordId: string,
+    owner: string,
+    key: string,
+    request: InputRequest,
+    response: InputResponse,
+    at: number,
+  ): Promise<InputAnswer | undefined> {
+    return this.db
+      .transaction((): InputAnswer | undefined => {
+        if (!this.stmt.holdsLease.get(recordId, owner)) return undefined;
+        const json = JSON.stringify(response);
+        this.stmt.insertInput.run({
+          recordId,
+          key,
+          request: JSON.stringify(request),
+          askedAt: null,
+          response: json,
+          answeredAt: at,
+        });
+        this.stmt.storeAnswer.run(json, at, recordId, key);
+        const row = this.stmt.input.get(recordId, key) as InputRow | undefined;
+        return row ? toInputAnswer(row) : undefined;
+      })
+      .immediate();
+  }
+
+  async recordInputsSent(recordId: string, keys: readonly string[], at: number): Promise<void> {
+    this.db
+      .transaction(() => {
+        for (const key of keys) this.stmt.markInputSent.run(at, recordId, key);
+      })
+      .immediate();
+  }
+
+  async get(recordId: string): Promise<TaskRecord | undefined> {
+    const row = this.stmt.get.get(recordId) as SubmissionRow | undefined;
+    return row ? this.toRecord(row) : undefined;
+  }
+
+  async findByTaskId(endpoint: string, taskId: string): Promise<TaskRecord | undefined> {
+    const row = this.stmt.byTaskId.get(endpoint, taskId) as SubmissionRow | undefined;
+    return row ? this.toRecord(row) : undefined;
+  }
+
+  async findByIdempotencyKey(endpoint: string, idempotencyKey: string): Promise<TaskRecord | undefined> {
+    const row = this.stmt.byIdempotencyKey.get(endpoint, idempotencyKey) as SubmissionRow | undefined;
+    return row ? this.toRecord(row) : undefined;
+  }
+
+  async list(filter: LedgerFilter = {}): Promise<TaskRecord[]> {
+    const rows = this.stmt.list.all({
+      endpoint: filter.endpoint ?? null,
+      states: filter.localStates ? JSON.stringify(filter.localStates) : null,
+      toolName: filter.toolName ?? null,
+      correlationId: filter.correlationId ?? null,
+      idempotencyKey: filter.idempotencyKey ?? null,
+      since: filter.submittedSince ?? null,
+      limit: filter.limit ?? -1,
+    }) as SubmissionRow[];
+    return rows.map((row) => this.toRecord(row));
+  }
+
+  async history(recordId: string): Promise<HistoryEntry[]> {
+    return (this.stmt.history.all(recordId) as HistoryRow[]).map((row) => ({
+      seq: row.seq,
+      recordId: row.record_id,
+      taskId: row.task_id ?? undefined,
+      status: row.status ?? undefined,
+      statusMessage: row.status_message ?? undefined,
+      localState: row.local_state,
+      serverUpdatedAt: row.server_updated_at ?? undefined,
+      observedAt: row.observed_at,
+      note: row.note ?? undefined,
+    }));
+  }
+
+  async dispose(): Promise<void> {
+    if (this.db.open) this.db.close();
+  }
+
+  private taskColumns(task: ObservedTask) {
+    return {
+      taskId: task.taskId,
+      status: task.status,
+      statusMessage: task.statusMessage ?? null,
+      createdAt: task.createdAt,
+      lastUpdatedAt: task.lastUpdatedAt,
+      ttlMs: task.ttlMs,
+      pollIntervalMs: task.pollIntervalMs ?? null,
+      result: task.status === 'completed' && task.result ? JSON.stringify(task.result) : null,
+      error: task.status === 'failed' && task.error ? JSON.stringify(task.error) : null,
+    };
+  }
+
+  private appendHistory(entry: {
+    recordId: string;
+    localState: LocalState;
+    observedAt: number;
+    taskId?: string | undefined;
+    status?: TaskStatus | undefined;
+    statusMessage?: string | undefined;
+    serverUpdatedAt?: string | undefined;
+    note?: string | undefined;
+  }): void {
+    this.stmt.appendHistory.run({
+      recordId: entry.recordId,
+      taskId: entry.taskId ?? null,
+      status: entry.status ?? null,
+      statusMessage: entry.statusMessage ?? null,
+      localState: entry.localState,
+      serverUpdatedAt: entry.serverUpdatedAt ?? null,
+      observedAt: entry.observedAt,
+      note: entry.note ?? null,
+    });
+  }
+
+  private mustGet(recordId: string): TaskRecord {
+    const row = this.stmt.get.get(recordId) as SubmissionRow | undefined;
+    if (!row) throw new Error(`ledger record ${recordId} vanished inside its own transaction`);
+    return this.toRecord(row);
+  }
+
+  private toRecord(row: SubmissionRow): TaskRecord {
+    const inputs = (this.stmt.inputs.all(row.record_id) as InputRow[]).map(toInputAnswer);
+    return {
+      recordId: row.record_id,
+      endpoint: row.endpoint,
+      toolName: row.tool_name,
+      arguments: JSON.parse(row.arguments) as JsonObject,
+      argumentsDigest: row.arguments_digest,
+      correlationId: row.correlation_id ?? undefined,
+      idempotencyKey: row.idempotency_key ?? undefined,
+      taskId: row.task_id ?? undefined,
+      localState: row.local_state,
+      status: row.status ?? undefined,
+      statusMessage: row.status_message ?? undefined,
+      createdAt: row.created_at ?? undefined,
+      lastUpdatedAt: row.last_updated_at ?? undefined,
+      // NULL means "unlimited" only once a task was seen
+      ttlMs: row.task_id === null ? undefined : row.ttl_ms,
+      pollIntervalMs: row.poll_interval_ms ?? undefined,
+      submittedAt: row.submitted_at,
+      sentAt: row.sent_at ?? undefined,
+      lastPollAt: row.last_poll_at ?? undefined,
+      nextPollAt: row.next_poll_at ?? undefined,
+      lastError: row.last_error ? (JSON.parse(row.last_error) as RecordedError) : undefined,
+      result: row.result ? (JSON.parse(row.result) as JsonObject) : undefined,
+      error: row.error ? (JSON.parse(row.error) as JsonRpcError) : undefined,
+      terminalReason: row.terminal_reason ?? undefined,
+      terminalAt: row.terminal_at ?? undefined,
+      cancelRequestedAt: row.cancel_requested_at ?? undefined,
+      resubmittedFrom: row.resubmitted_from ?? undefined,
+      supersededBy: row.superseded_by ?? undefined,
+      leaseOwner: row.lease_owner ?? undefined,
+      leaseExpiresAt: row.lease_expires_at ?? undefined,
+      updatedAt: row.updated_at,
+      inputs,
+    };
+  }
+}
+
+function toInputAnswer(row: InputRow): InputAnswer {
+  return {
+    key: row.key,
+    request: JSON.parse(row.request) as InputRequest,
+    askedAt: row.asked_at ?? undefined,
+    response: row.response ? (JSON.parse(row.response) as InputResponse) : undefined,
+    answeredAt: row.answered_at ?? undefined,
+    sentAt: row.sent_at ?? undefined,
+  };
+}
+
+function terminalReasonOf(task: ObservedTask): string {
+  const base = `task ${task.status}`;
+  if (task.status === 'failed' && task.error) return `${base}: ${task.error.code} ${task.error.message}`;
+  return task.statusMessage ? `${base}: ${task.statusMessage}` : base;
+}

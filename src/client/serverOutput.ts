@@ -1,0 +1,101 @@
+/**
+ * Checking what a Tasks server says before the client believes it. A bad answer is a `ServerOutputError` naming
+ * what is wrong; the caller records it on the submission and carries on: never a crash, never another task's
+ * problem.
+ */
+import { SdkError, SdkErrorCode } from '@modelcontextprotocol/client';
+import type * as z from 'zod/v4';
+
+import { DetailedTaskSchema, isTerminalStatus, TASK_RESULT_TYPE } from '../protocol/index.js';
+import type { ObservedTask } from './ledger/ledger.js';
+
+export class ServerOutputError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ServerOutputError';
+  }
+}
+
+/** The previous state a new answer is checked against. */
+export interface KnownTaskState {
+  taskId: string;
+  status: ObservedTask['status'] | undefined;
+  lastUpdatedAt: string | undefined;
+}
+
+/** Validate a CreateTaskResult (the `tools/call` answer with `resultType: "task"`). */
+export function parseCreateTaskResult(raw: Record<string, unknown>): ObservedTask {
+  if (raw['resultType'] !== TASK_RESULT_TYPE) {
+    throw new ServerOutputError(`tools/call answered with resultType ${JSON.stringify(raw['resultType'])}`);
+  }
+  return toObservedTask(raw, 'CreateTaskResult');
+}
+
+/** Validate a `tasks/get` answer for `expectedTaskId`. */
+export function parseGetTaskResult(raw: unknown, expectedTaskId: string): ObservedTask {
+  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
+    throw new ServerOutputError('tasks/get answered with something that is not an object');
+  }
+  const task = toObservedTask(raw as Record<string, unknown>, 'tasks/get result');
+  if (task.taskId !== expectedTaskId) {
+    throw new ServerOutputError(`tasks/get for taskId ${expectedTaskId} answered with taskId ${task.taskId}`);
+  }
+  return task;
+}
+
+/**
+ * Whether `next` may follow `known` (SEP-2663 "Task Status": a terminal task never changes state). Returns the
+ * violation, or undefined when the answer is acceptable. An identical terminal answer is acceptable.
+ */
+export function progressionViolation(known: KnownTaskState, next: ObservedTask): string | undefined {
+  if (next.taskId !== known.taskId) return `taskId changed from ${known.taskId} to ${next.taskId}`;
+  if (known.status !== undefined && isTerminalStatus(known.status) && next.status !== known.status) {
+    return isTerminalStatus(next.status)
+      ? `status changed after terminal: ${known.status} -> ${next.status}`
+      : `status went backwards: terminal ${known.status} -> ${next.status}`;
+  }
+  const before = known.lastUpdatedAt === undefined ? NaN : Date.parse(known.lastUpdatedAt);
+  const after = Date.parse(next.lastUpdatedAt);
+  if (!Number.isNaN(before) && !Number.isNaN(after) && after < before) {
+    return `status went backwards in time: lastUpdatedAt ${next.lastUpdatedAt} is before ${known.lastUpdatedAt}`;
+  }
+  return undefined;
+}
+
+/** The SDK's own verdicts on a malformed answer (unknown resultType, missing resultType, not an object). */
+export function sdkServerOutputMessage(error: unknown): string | undefined {
+  if (!(error instanceof SdkError)) return undefined;
+  if (error.code === SdkErrorCode.UnsupportedResultType || error.code === SdkErrorCode.InvalidResult) {
+    return error.message;
+  }
+  return undefined;
+}
+
+function toObservedTask(raw: Record<string, unknown>, what: string): ObservedTask {
+  const { resultType: _resultType, ...task } = raw;
+  const parsed = DetailedTaskSchema.safeParse(task);
+  if (!parsed.success) throw new ServerOutputError(`${what} is not a valid task: ${describeIssues(parsed.error)}`);
+  const data = parsed.data;
+  if (Number.isNaN(Date.parse(data.createdAt))) {
+    throw new ServerOutputError(`${what} has createdAt ${JSON.stringify(data.createdAt)}, not an ISO 8601 time`);
+  }
+  return {
+    taskId: data.taskId,
+    status: data.status,
+    statusMessage: data.statusMessage,
+    createdAt: data.createdAt,
+    lastUpdatedAt: data.lastUpdatedAt,
+    ttlMs: data.ttlMs,
+    pollIntervalMs: data.pollIntervalMs,
+    result: data.status === 'completed' ? data.result : undefined,
+    error: data.status === 'failed' ? data.error : undefined,
+    inputRequests: data.status === 'input_required' ? data.inputRequests : undefined,
+  };
+}
+
+function describeIssues(error: z.ZodError): string {
+  return error.issues
+    .slice(0, 5)
+    .map((issue) => `${issue.path.length > 0 ? issue.path.join('.') : '(root)'}: ${issue.message}`)
+    .join('; ');
+}
