@@ -1,7 +1,9 @@
 /**
  * The fixture tools the official conformance suite (@modelcontextprotocol/conformance 0.2.0-alpha.12) calls by name
- * in its tasks-* scenarios (see ../shared/notes/conformance.md). `closeout serve --tools conformance` exposes them.
+ * in its tasks-* scenarios (see ../shared/notes/conformance.md), and the diagnostic tools of its `server-stateless`
+ * scenario. `closeout serve --tools conformance` exposes them; scripts/conformance.sh runs the suite against it.
  */
+import type { CallToolResult, InputRequiredResult, McpServer, ServerEventBus } from '@modelcontextprotocol/server';
 import { acceptedContent, inputRequired, ProtocolError } from '@modelcontextprotocol/server';
 import * as z from 'zod/v4';
 
@@ -121,4 +123,104 @@ export function registerConformanceTools(tasks: TaskServer): TaskServer {
   );
 
   return tasks;
+}
+
+const NoArgs = z.object({});
+const ConfirmSchema = z.object({ confirm: z.boolean() });
+const text = (value: string): CallToolResult => ({ content: [{ type: 'text', text: value }] });
+
+/**
+ * The diagnostic tools `server-stateless` (SEP-2575, the 2026-07-28 stateless core) calls by name. They are ordinary
+ * tools that need the SDK's request context (MRTR input requests, request-scoped logging), so they are registered on
+ * each per-request McpServer through the `setup` hook. `bus` is the handler's `subscriptions/listen` event bus.
+ */
+export function conformanceDiagnostics(bus: ServerEventBus): (mcp: McpServer) => void {
+  // the tool list is the same for every per-request server: this process-wide switch is what test_trigger_tool_change
+  // flips, and the factory reads it on the next request
+  let dynamicToolListed = false;
+
+  return (mcp) => {
+    // without the logging capability the SDK drops every request-scoped log, and test_logging_tool would prove nothing
+    mcp.server.registerCapabilities({ logging: {} });
+
+    mcp.registerTool(
+      'test_missing_capability',
+      {
+        description: 'Needs one sampling round trip (MRTR) from the client, so it needs the sampling capability',
+        inputSchema: NoArgs,
+      },
+      async (_args, ctx): Promise<CallToolResult | InputRequiredResult> => {
+        // the SDK refuses an input request of a kind the request's client capabilities do not declare: -32021 naming
+        // `sampling`, before any result goes out
+        const sampled = ctx.mcpReq.inputResponses?.['pong'];
+        if (sampled === undefined) {
+          return inputRequired({
+            inputRequests: {
+              pong: inputRequired.createMessage({
+                messages: [{ role: 'user', content: { type: 'text', text: 'Reply with one word: pong' } }],
+                maxTokens: 8,
+              }),
+            },
+          });
+        }
+        return text('Sampled through the client');
+      },
+    );
+
+    mcp.registerTool(
+      'test_streaming_elicitation',
+      {
+        description:
+          'Asks for a confirmation through MRTR: the ask travels inside the result, never as its own request',
+        inputSchema: NoArgs,
+      },
+      async (_args, ctx): Promise<CallToolResult | InputRequiredResult> => {
+        const answer = acceptedContent(ctx.mcpReq.inputResponses, 'confirm', ConfirmSchema);
+        if (!answer) {
+          return inputRequired({
+            inputRequests: {
+              confirm: inputRequired.elicit({
+                message: 'Go ahead?',
+                requestedSchema: ConfirmSchema,
+              }),
+            },
+          });
+        }
+        return text(answer.confirm ? 'Confirmed' : 'Declined');
+      },
+    );
+
+    mcp.registerTool(
+      'test_logging_tool',
+      {
+        description: 'Logs through the request-scoped channel, which delivers only at the level the request set',
+        inputSchema: NoArgs,
+      },
+      async (_args, ctx) => {
+        await ctx.mcpReq.log('info', 'test_logging_tool ran');
+        return text('Logged (delivered only when the request set _meta logLevel)');
+      },
+    );
+
+    mcp.registerTool(
+      'test_trigger_tool_change',
+      {
+        description: 'Adds or removes test_dynamic_tool and announces the changed tool list to subscribers',
+        inputSchema: NoArgs,
+      },
+      () => {
+        dynamicToolListed = !dynamicToolListed;
+        bus.publish({ kind: 'tools_list_changed' });
+        return text(dynamicToolListed ? 'Added test_dynamic_tool' : 'Removed test_dynamic_tool');
+      },
+    );
+
+    if (dynamicToolListed) {
+      mcp.registerTool(
+        'test_dynamic_tool',
+        { description: 'Listed only while test_trigger_tool_change has added it', inputSchema: NoArgs },
+        () => text('I come and go'),
+      );
+    }
+  };
 }

@@ -6,7 +6,7 @@ import { createServer, type IncomingMessage, type Server as HttpServer } from 'n
 import type { AddressInfo } from 'node:net';
 
 import { toNodeHandler } from '@modelcontextprotocol/node';
-import type { AuthInfo, McpHttpHandler, McpRequestContext } from '@modelcontextprotocol/server';
+import type { AuthInfo, McpHttpHandler, McpRequestContext, ServerEventBus } from '@modelcontextprotocol/server';
 import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
 
 import { type AttachOptions, attachTasks } from './sdkGlue.js';
@@ -18,6 +18,8 @@ export interface TaskHandlerOptions extends AttachOptions {
   /** Registers the server's ordinary tools, resources and prompts on each per-request instance. */
   setup?: (mcp: McpServer, ctx: McpRequestContext) => void;
   onerror?: (error: Error) => void;
+  /** The change-event bus `subscriptions/listen` streams subscribe to (publish list changes on it). Default in-process. */
+  bus?: ServerEventBus;
 }
 
 /** A web-standard `{ fetch }` MCP handler serving the task tools of `tasks` beside whatever `setup` registers. */
@@ -30,7 +32,7 @@ export function createTaskMcpHandler(tasks: TaskServer, options: TaskHandlerOpti
       attachTasks(mcp, tasks, options);
       return mcp;
     },
-    { ...(options.onerror && { onerror: options.onerror }) },
+    { ...(options.onerror && { onerror: options.onerror }), ...(options.bus && { bus: options.bus }) },
   );
 }
 
