@@ -151,7 +151,8 @@ export class InputRouter {
       };
       let response: InputResponse;
       try {
-        const answer = await this.callHandler(request, context);
+        // a handler that ignores its signal must not hold up close(): stop waiting for it on abort
+        const answer = await Promise.race([this.callHandler(request, context), aborted(controller.signal)]);
         if (controller.signal.aborted) return;
         if (typeof answer !== 'object' || answer === null || Array.isArray(answer)) {
           throw new Error(`the ${request.method} handler returned ${JSON.stringify(answer)}, not an object`);
@@ -228,4 +229,11 @@ function describeSendError(error: unknown, at: number): RecordedError {
     at,
     code: typeof code === 'number' ? code : undefined,
   };
+}
+
+function aborted(signal: AbortSignal): Promise<never> {
+  return new Promise((_resolve, reject) => {
+    if (signal.aborted) reject(signal.reason);
+    signal.addEventListener('abort', () => reject(signal.reason), { once: true });
+  });
 }

@@ -129,7 +129,10 @@ export class TaskClient {
   private readonly inputs: InputRouter;
   private readonly handles = new Map<string, TaskHandle>();
   /** In-process submissions by idempotency key, so two concurrent calls with one key send once. */
-  private readonly submitting = new Map<string, Promise<CallToolResult | TaskHandle>>();
+  private readonly submitting = new Map<
+    string,
+    { toolName: string; argumentsDigest: string; submission: Promise<CallToolResult | TaskHandle> }
+  >();
   /** Per-record chain: polls, refreshes and cancels of one record never overlap. */
   private readonly serial = new Map<string, Promise<unknown>>();
   private readonly leaseMs: number;
@@ -185,16 +188,33 @@ export class TaskClient {
     this.assertOpen();
     const digest = argumentsDigest(args);
     const key = options.idempotencyKey;
-    if (key !== undefined) {
-      const inFlight = this.submitting.get(key);
-      if (inFlight) {
-        const record = await this.ledger.findByIdempotencyKey(this.endpoint, key);
-        if (record) this.assertSameCall(record, name, digest);
-        return inFlight;
+    if (key === undefined) return this.submitNew(name, args, digest, options);
+    // registered before the first await, so a concurrent call with the key joins this one instead of sending
+    const inFlight = this.submitting.get(key);
+    if (inFlight) {
+      if (inFlight.toolName !== name || inFlight.argumentsDigest !== digest) {
+        throw new TaskClientError('idempotency-conflict', `idempotency key ${key} is in use for ${inFlight.toolName}`);
       }
-      const existing = await this.ledger.findByIdempotencyKey(this.endpoint, key);
-      if (existing) return this.fromExisting(existing, name, digest);
+      return inFlight.submission;
     }
+    return this.trackSubmission(
+      key,
+      name,
+      digest,
+      (async () => {
+        const existing = await this.ledger.findByIdempotencyKey(this.endpoint, key);
+        if (existing) return this.fromExisting(existing, name, digest);
+        return this.submitNew(name, args, digest, options);
+      })(),
+    );
+  }
+
+  private async submitNew(
+    name: string,
+    args: JsonObject,
+    digest: string,
+    options: CallToolOptions,
+  ): Promise<CallToolResult | TaskHandle> {
     const now = this.clock.now();
     const intent = await this.ledger.recordIntent({
       recordId: randomUUID(),
@@ -203,14 +223,14 @@ export class TaskClient {
       arguments: args,
       argumentsDigest: digest,
       correlationId: options.correlationId,
-      idempotencyKey: key,
+      idempotencyKey: options.idempotencyKey,
       submittedAt: now,
       leaseOwner: this.owner,
       leaseExpiresAt: now + this.leaseMs,
     });
     // another process recorded the same key between our lookup and our insert
     if (!intent.created) return this.fromExisting(intent.record, name, digest);
-    return this.trackSubmission(key, this.submit(intent.record, options.signal));
+    return this.submit(intent.record, options.signal);
   }
 
   /**
@@ -368,7 +388,12 @@ export class TaskClient {
       resubmittedFrom: previous.recordId,
     });
     if (!intent.created) return this.fromExisting(intent.record, previous.toolName, previous.argumentsDigest);
-    return this.trackSubmission(key, this.submit(intent.record, options.signal));
+    return this.trackSubmission(
+      key,
+      previous.toolName,
+      previous.argumentsDigest,
+      this.submit(intent.record, options.signal),
+    );
   }
 
   /** Stop following tasks in this process and hand their leases back so another process can take over at once. */
@@ -392,13 +417,15 @@ export class TaskClient {
   // ---- submission ----
 
   private trackSubmission(
-    key: string | undefined,
+    key: string,
+    toolName: string,
+    digest: string,
     submission: Promise<CallToolResult | TaskHandle>,
   ): Promise<CallToolResult | TaskHandle> {
-    if (key === undefined) return submission;
-    this.submitting.set(key, submission);
+    const entry = { toolName, argumentsDigest: digest, submission };
+    this.submitting.set(key, entry);
     const forget = () => {
-      if (this.submitting.get(key) === submission) this.submitting.delete(key);
+      if (this.submitting.get(key) === entry) this.submitting.delete(key);
     };
     submission.then(forget, forget);
     return submission;

@@ -52,7 +52,8 @@ const MIGRATIONS: readonly string[] = [
      terminal_at         INTEGER,
      cancel_requested_at INTEGER,
      resubmitted_from    TEXT REFERENCES submissions (record_id),
-     superseded_by       TEXT REFERENCES submissions (record_id),
+     -- deferred: a resubmission supersedes the old record before the new one (which may reuse its key) exists
+     superseded_by       TEXT REFERENCES submissions (record_id) DEFERRABLE INITIALLY DEFERRED,
      lease_owner         TEXT,
      lease_expires_at    INTEGER,
      updated_at          INTEGER NOT NULL

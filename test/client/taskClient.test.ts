@@ -1,0 +1,443 @@
+// Invariants (seed S1..S17 against a Tasks server that is not ours, over real HTTP): the extension is declared on
+// task requests only; a plain result is returned as is; a handle's taskId is in the ledger before the caller sees
+// it; every task is closed out (completed, failed, cancelled, expired by -32602 or by TTL) with no poll after the
+// end; input keys reach a handler once; transport failures are recorded and backed off, never a task failure; bad
+// server output is recorded on its own record and hurts no other task; resume and resubmission are explicit.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import type { CallToolResult } from '@modelcontextprotocol/client';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+
+import type {
+  ConnectHttpOptions,
+  PollPolicy,
+  TaskClient,
+  TaskHandle,
+  TaskInputHandlers,
+} from '../../src/client/index.js';
+import {
+  argumentsDigest,
+  connectHttpTaskClient,
+  isTaskHandle,
+  SqliteLedger,
+  TaskClientError,
+} from '../../src/client/index.js';
+import type { FixtureServer } from './fixtures/tasksFixtureServer.js';
+import { startTasksFixture } from './fixtures/tasksFixtureServer.js';
+
+const FAST: Partial<PollPolicy> = {
+  floorMs: 5,
+  capMs: 300,
+  defaultIntervalMs: 20,
+  jitterRatio: 0.1,
+  backoffBaseMs: 10,
+  backoffCapMs: 100,
+};
+const TASKS = 'io.modelcontextprotocol/tasks';
+const CAPS = 'io.modelcontextprotocol/clientCapabilities';
+
+let dir: string;
+let ledgerPath: string;
+let fixture: FixtureServer;
+const clients: TaskClient[] = [];
+
+beforeEach(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'closeout-client-'));
+  ledgerPath = join(dir, 'ledger.db');
+  fixture = await startTasksFixture();
+});
+
+afterEach(async () => {
+  for (const client of clients.splice(0)) await client.close();
+  await fixture.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+async function connect(overrides: Partial<ConnectHttpOptions> = {}, server = fixture): Promise<TaskClient> {
+  const client = await connectHttpTaskClient(server.url, { ledger: ledgerPath, pollPolicy: FAST, ...overrides });
+  clients.push(client);
+  return client;
+}
+
+async function task(client: TaskClient, name: string, args = {}, options = {}): Promise<TaskHandle> {
+  const answer = await client.callTool(name, args, options);
+  if (!isTaskHandle(answer)) throw new Error(`${name} answered without a task`);
+  return answer;
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function textOf(result: CallToolResult): string {
+  const first = result.content[0];
+  return first?.type === 'text' ? first.text : '';
+}
+
+describe('TaskClient against a raw Tasks fixture', () => {
+  it('returns a plain result as is and declares the extension on that request only', async () => {
+    const client = await connect();
+    const answer = await client.callTool('echo', { a: 1 }, { correlationId: 'c-1' });
+    expect(isTaskHandle(answer)).toBe(false);
+    expect(textOf(answer as CallToolResult)).toBe('{"a":1}');
+
+    const discover = fixture.requests.find((request) => request.method === 'server/discover');
+    const call = fixture.requests.find((request) => request.method === 'tools/call');
+    expect(JSON.stringify(discover?.params)).not.toContain(TASKS);
+    expect((call?.params['_meta'] as Record<string, { extensions: object }>)[CAPS]?.extensions).toEqual({
+      [TASKS]: {},
+    });
+    expect(call?.headers.mcpName).toBe('echo');
+    const [record] = await client.list({ correlationId: 'c-1' });
+    expect(record).toMatchObject({ localState: 'terminal', terminalReason: 'immediate result', taskId: undefined });
+  });
+
+  it('returns the result directly from a server without Tasks support', async () => {
+    const plain = await startTasksFixture({ noTasks: true });
+    try {
+      const client = await connect({}, plain);
+      const answer = await client.callTool('slow', { n: 1 });
+      expect(isTaskHandle(answer)).toBe(false);
+    } finally {
+      await plain.close();
+    }
+  });
+
+  it('commits the taskId before handing out the handle, follows changing intervals and stops at the end', async () => {
+    const client = await connect();
+    const handle = await task(client, 'slow', { city: 'Oslo' }, { correlationId: 'order-7' });
+    const saved = await client.get(handle.taskId);
+    expect(saved).toMatchObject({ taskId: handle.taskId, localState: 'tracking', correlationId: 'order-7' });
+
+    const result = await handle.result();
+    expect(textOf(result)).toBe('slow done: {"city":"Oslo"}');
+    const gets = fixture.count('tasks/get');
+    expect(gets).toBe(4);
+    await sleep(150);
+    expect(fixture.count('tasks/get')).toBe(gets); // no tail polls (S7)
+
+    for (const request of fixture.requests.filter((r) => r.method === 'tasks/get')) {
+      expect(request.headers.mcpName).toBe(handle.taskId);
+      expect(JSON.stringify(request.params['_meta'])).toContain(TASKS);
+    }
+    const record = await client.get(handle.taskId);
+    expect(record).toMatchObject({ localState: 'terminal', status: 'completed', pollIntervalMs: 5 });
+    expect(record?.lastPollAt).toBeGreaterThan(0);
+    const history = await client.history(handle.taskId);
+    expect(history.map((entry) => entry.status ?? null)).toEqual([null, 'working', 'completed']);
+  });
+
+  it('closes out a task whose ttlMs is null', async () => {
+    const client = await connect();
+    const handle = await task(client, 'unlimited');
+    await handle.result();
+    expect((await client.get(handle.taskId))?.ttlMs).toBeNull();
+  });
+
+  it('hands each input key to a handler once, across rounds and partial answers', async () => {
+    const asked: string[] = [];
+    const handlers: TaskInputHandlers = {
+      elicitation: async (request, context) => {
+        asked.push(context.key);
+        await sleep(60); // a person thinking while polls continue
+        const content: Record<string, string> = context.key === 'name' ? { name: 'Luca' } : {};
+        return { action: 'accept', content };
+      },
+      roots: (_request, context) => {
+        asked.push(context.key);
+        return { roots: [{ uri: 'file:///work', name: 'work' }] };
+      },
+    };
+    const client = await connect({ inputHandlers: handlers });
+    const handle = await task(client, 'ask');
+    const result = await handle.result();
+    expect(result.structuredContent).toEqual({
+      answers: {
+        name: { action: 'accept', content: { name: 'Luca' } },
+        confirm: { action: 'accept', content: {} },
+        roots: { roots: [{ uri: 'file:///work', name: 'work' }] },
+      },
+    });
+    expect(asked.sort()).toEqual(['confirm', 'name', 'roots']);
+    const updates = fixture.requests.filter((request) => request.method === 'tasks/update');
+    expect(updates.every((request) => request.headers.mcpName === handle.taskId)).toBe(true);
+    const record = await client.get(handle.taskId);
+    expect(record?.inputs.map((input) => [input.key, input.sentAt !== undefined])).toEqual([
+      ['name', true],
+      ['confirm', true],
+      ['roots', true],
+    ]);
+    // the call declared what the handlers can answer
+    const call = fixture.requests.find((request) => request.method === 'tools/call');
+    expect((call?.params['_meta'] as Record<string, object>)[CAPS]).toMatchObject({ elicitation: {}, roots: {} });
+  });
+
+  it('marks a task purged early (-32602) as expired and stops polling', async () => {
+    const client = await connect();
+    const handle = await task(client, 'purged');
+    const outcome = await handle.outcome();
+    expect(outcome).toMatchObject({ kind: 'expired', reason: expect.stringMatching(/-32602.*Task has expired/) });
+    await expect(handle.result()).rejects.toMatchObject({ code: 'expired' });
+    const gets = fixture.count('tasks/get');
+    await sleep(100);
+    expect(fixture.count('tasks/get')).toBe(gets);
+    expect((await client.get(handle.taskId))?.localState).toBe('expired');
+  });
+
+  it('marks a task still working after createdAt + ttlMs as expired (S13)', async () => {
+    const client = await connect();
+    const handle = await task(client, 'expiring');
+    const outcome = await handle.outcome();
+    expect(outcome).toMatchObject({ kind: 'expired', reason: expect.stringMatching(/createdAt \+ ttlMs/) });
+    expect(fixture.runs.get('expiring')).toBe(1); // never resubmitted on its own
+  });
+
+  it('rejects result() of a failed task with its JSON-RPC error', async () => {
+    const client = await connect();
+    const handle = await task(client, 'failing');
+    await expect(handle.result()).rejects.toMatchObject({ code: 'failed', error: { code: -32603, message: 'boom' } });
+    expect(await client.get(handle.taskId)).toMatchObject({
+      localState: 'terminal',
+      status: 'failed',
+      terminalReason: 'task failed: -32603 boom',
+    });
+  });
+
+  it('cancels cooperatively and follows the task to its end', async () => {
+    const client = await connect();
+    const handle = await task(client, 'cancellable');
+    await sleep(50);
+    await handle.cancel();
+    expect(await handle.outcome()).toMatchObject({ kind: 'cancelled' });
+    const cancel = fixture.requests.find((request) => request.method === 'tasks/cancel');
+    expect(cancel?.headers.mcpName).toBe(handle.taskId);
+    expect((await client.get(handle.taskId))?.cancelRequestedAt).toBeGreaterThan(0);
+  });
+
+  it('sends one tools/call per idempotency key and returns the same handle', async () => {
+    const client = await connect();
+    const [a, b] = await Promise.all([
+      client.callTool('slow', { x: 1 }, { idempotencyKey: 'job-1' }),
+      client.callTool('slow', { x: 1 }, { idempotencyKey: 'job-1' }),
+    ]);
+    const c = await client.callTool('slow', { x: 1 }, { idempotencyKey: 'job-1' });
+    expect(a).toBe(b);
+    expect(c).toBe(a);
+    expect(fixture.count('tools/call')).toBe(1);
+    const call = fixture.requests.find((request) => request.method === 'tools/call');
+    expect((call?.params['_meta'] as Record<string, unknown>)['io.closeout/idempotencyKey']).toBe('job-1');
+    await expect(client.callTool('slow', { x: 2 }, { idempotencyKey: 'job-1' })).rejects.toMatchObject({
+      code: 'idempotency-conflict',
+    });
+    await (a as TaskHandle).result();
+    // a closed-out key gives back the same outcome, still without sending
+    const again = await client.callTool('slow', { x: 1 }, { idempotencyKey: 'job-1' });
+    expect(textOf(await (again as TaskHandle).result())).toBe('slow done: {"x":1}');
+    expect(fixture.count('tools/call')).toBe(1);
+  });
+
+  it('records transport failures, honours Retry-After and still closes the task out', async () => {
+    const client = await connect();
+    const handle = await task(client, 'slow');
+    fixture.faults.push({ method: 'tasks/get', status: 503, retryAfter: '1' });
+    fixture.faults.push({ method: 'tasks/get', destroy: true });
+    fixture.faults.push({ method: 'tasks/get', status: 500 });
+    const result = await handle.result();
+    expect(textOf(result)).toMatch(/slow done/);
+    const record = await client.get(handle.taskId);
+    expect(record?.lastError).toMatchObject({ kind: 'transport' });
+    const gets = fixture.requests.filter((request) => request.method === 'tasks/get');
+    expect(gets.length).toBe(4 + 3);
+    expect(record?.status).toBe('completed');
+  });
+
+  it('waits at least Retry-After after a 429', async () => {
+    const client = await connect();
+    const handle = await task(client, 'unlimited');
+    fixture.faults.push({ method: 'tasks/get', status: 429, retryAfter: '1' });
+    const started = Date.now();
+    await handle.result();
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1_000);
+    expect((await client.get(handle.taskId))?.lastError).toMatchObject({ kind: 'transport', code: 429 });
+  });
+
+  it('records a JSON-RPC error from tools/call and rethrows it', async () => {
+    const client = await connect();
+    await expect(client.callTool('invalid-tool')).rejects.toMatchObject({ code: -32602 });
+    const [record] = await client.list({ toolName: 'invalid-tool' });
+    expect(record).toMatchObject({ localState: 'terminal', error: { code: -32602 } });
+  });
+});
+
+describe('TaskClient against a misbehaving server', () => {
+  it('records an unknown resultType on tools/call as bad output, and other tasks carry on', async () => {
+    const client = await connect();
+    const healthy = await task(client, 'slow');
+    const bad = await client.callTool('bad-resulttype').catch((error: unknown) => error);
+    expect(bad).toBeInstanceOf(TaskClientError);
+    expect(bad).toMatchObject({ code: 'bad-server-output' });
+    const [record] = await client.list({ toolName: 'bad-resulttype' });
+    expect(record).toMatchObject({ localState: 'unknown-outcome', lastError: { kind: 'server-output' } });
+    expect(record?.lastError?.message).toMatch(/banana/);
+    expect(textOf(await healthy.result())).toMatch(/slow done/);
+  });
+
+  it('records a CreateTaskResult without taskId as bad output', async () => {
+    const client = await connect();
+    await expect(client.callTool('bad-create')).rejects.toMatchObject({
+      code: 'bad-server-output',
+      message: expect.stringMatching(/taskId/),
+    });
+  });
+
+  it.each([
+    ['get-bad-resulttype', /banana/],
+    ['get-mismatch', /answered with taskId someone-elses-task/],
+    ['get-missing-fields', /not a valid task/],
+    ['backwards', /went backwards in time/],
+  ])('records %s on the record and still closes the task out', async (tool, message) => {
+    const client = await connect();
+    const other = await task(client, 'unlimited');
+    const handle = await task(client, tool);
+    const result = await handle.result();
+    expect(textOf(result)).toBe(`${tool} done`);
+    const record = await client.get(handle.taskId);
+    expect(record?.lastError?.kind).toBe('server-output');
+    expect(record?.lastError?.message).toMatch(message);
+    expect(record?.status).toBe('completed');
+    await other.result();
+    expect((await client.get(other.taskId))?.lastError).toBeUndefined();
+  });
+
+  it.each([
+    ['after-terminal', /went backwards: terminal completed -> working/],
+    ['changes-terminal', /changed after terminal: completed -> failed/],
+  ])('keeps a terminal record as it was when the server later says otherwise (%s)', async (tool, message) => {
+    const client = await connect();
+    const handle = await task(client, tool);
+    const result = await handle.result();
+    const record = await client.refresh(handle.taskId);
+    expect(record).toMatchObject({ localState: 'terminal', status: 'completed', result });
+    expect(record.lastError?.message).toMatch(message);
+  });
+});
+
+describe('TaskClient recovery', () => {
+  it('resumes an open task in a new client on the same ledger, querying it once first', async () => {
+    const first = await connect();
+    const handle = await task(first, 'slow');
+    await first.close();
+    const getsBefore = fixture.count('tasks/get');
+
+    const second = await connect();
+    const report = await second.resumeAll();
+    expect(report.resumed.map((resumed) => resumed.taskId)).toEqual([handle.taskId]);
+    expect(textOf(await report.resumed[0]!.result())).toMatch(/slow done/);
+    expect(fixture.count('tasks/get')).toBeGreaterThan(getsBefore);
+    expect(fixture.runs.get('slow')).toBe(1);
+  });
+
+  it('stops at once when the first query after resume finds the task terminal', async () => {
+    const first = await connect();
+    const handle = await task(first, 'unlimited');
+    await first.close();
+    fixture.tasks.get(handle.taskId)!.gets = 5; // it finished while nobody was looking
+    const second = await connect();
+    const before = fixture.count('tasks/get');
+    const { resumed } = await second.resumeAll();
+    await resumed[0]!.result();
+    await sleep(100);
+    expect(fixture.count('tasks/get')).toBe(before + 1);
+  });
+
+  it('surfaces a submission left unanswered as unknown-outcome and re-sends it only on resubmit', async () => {
+    const ledger = new SqliteLedger(ledgerPath);
+    await ledger.recordIntent({
+      recordId: 'lost',
+      endpoint: fixture.url.href,
+      toolName: 'unlimited',
+      arguments: {},
+      argumentsDigest: argumentsDigest({}),
+      idempotencyKey: 'job-9',
+      submittedAt: Date.now() - 60_000,
+      leaseOwner: 'dead-process',
+      leaseExpiresAt: Date.now() - 30_000,
+    });
+    await ledger.markSent('lost', 'dead-process', Date.now() - 59_000);
+    await ledger.dispose();
+
+    const client = await connect();
+    const report = await client.resumeAll();
+    expect(report.unknownOutcome.map((record) => record.recordId)).toEqual(['lost']);
+    expect(fixture.count('tools/call')).toBe(0);
+    await expect(client.callTool('unlimited', {}, { idempotencyKey: 'job-9' })).rejects.toMatchObject({
+      code: 'unknown-outcome',
+    });
+    expect(fixture.count('tools/call')).toBe(0);
+
+    const handle = (await client.resubmit('job-9')) as TaskHandle;
+    await handle.result();
+    expect(fixture.count('tools/call')).toBe(1);
+    const call = fixture.requests.find((request) => request.method === 'tools/call');
+    expect((call?.params['_meta'] as Record<string, unknown>)['io.closeout/idempotencyKey']).toBe('job-9');
+    expect(await client.get('lost')).toMatchObject({ supersededBy: handle.recordId });
+    expect(await client.get(handle.taskId)).toMatchObject({ resubmittedFrom: 'lost' });
+  });
+
+  it('re-sends a stored input answer after a restart instead of asking again', async () => {
+    let asked = 0;
+    const first = await connect({
+      owner: 'first',
+      inputHandlers: {
+        elicitation: () => {
+          asked += 1;
+          return new Promise(() => undefined); // the process dies while the person looks at the prompt
+        },
+      },
+    });
+    const handle = await task(first, 'ask');
+    while (asked === 0) await sleep(10);
+    await first.close();
+
+    // the answer made it to the ledger before the crash, the tasks/update did not
+    const ledger = new SqliteLedger(ledgerPath);
+    await ledger.claim(handle.recordId, 'first', Date.now() + 60_000, Date.now());
+    const request = (await ledger.get(handle.recordId))!.inputs[0]!.request;
+    await ledger.recordInputAnswer(handle.recordId, 'first', 'name', request, { action: 'accept', content: {} }, 1);
+    await ledger.release(handle.recordId, 'first');
+    await ledger.dispose();
+
+    const seen: string[] = [];
+    const second = await connect({
+      inputHandlers: {
+        elicitation: (_request, context) => {
+          seen.push(context.key);
+          return { action: 'accept', content: {} };
+        },
+        roots: () => ({ roots: [] }),
+      },
+    });
+    const { resumed } = await second.resumeAll();
+    await resumed[0]!.result();
+    expect(asked).toBe(1);
+    expect(seen).toEqual(['confirm']); // name was answered from the ledger
+    expect(fixture.tasks.get(handle.taskId)?.answers['name']).toEqual({ action: 'accept', content: {} });
+  });
+
+  it('lets one process drive a task; another sees it leased and can take over after a detach', async () => {
+    const first = await connect();
+    const second = await connect();
+    const handle = await task(first, 'cancellable');
+    const report = await second.resumeAll();
+    expect(report.leasedElsewhere.map((record) => record.taskId)).toEqual([handle.taskId]);
+    await expect(second.attach(handle.taskId)).rejects.toMatchObject({ code: 'leased-elsewhere' });
+
+    await handle.detach();
+    expect(await handle.outcome()).toMatchObject({ kind: 'detached' });
+    const getsAfterDetach = fixture.count('tasks/get');
+    const taken = await second.attach(handle.taskId);
+    await second.cancel(handle.taskId);
+    expect(await taken.outcome()).toMatchObject({ kind: 'cancelled' });
+    expect(fixture.count('tasks/get')).toBeGreaterThan(getsAfterDetach);
+  });
+});
