@@ -1,0 +1,68 @@
+// Invariant: a server answer that breaks SEP-2663 is named precisely (which field, which transition) and never
+// accepted; a terminal task may repeat itself but never change.
+import { describe, expect, it } from 'vitest';
+
+import { parseCreateTaskResult, parseGetTaskResult, progressionViolation } from '../../src/client/index.js';
+
+const base = {
+  taskId: 't1',
+  status: 'working',
+  createdAt: '2026-07-28T10:00:00Z',
+  lastUpdatedAt: '2026-07-28T10:00:01Z',
+  ttlMs: 60_000,
+  pollIntervalMs: 500,
+};
+
+describe('parsing task answers', () => {
+  it('accepts the spec examples and keeps status-specific fields', () => {
+    expect(parseCreateTaskResult({ resultType: 'task', ...base })).toMatchObject({ taskId: 't1', status: 'working' });
+    const completed = parseGetTaskResult({ ...base, status: 'completed', result: { content: [] } }, 't1');
+    expect(completed.result).toEqual({ content: [] });
+    const input = parseGetTaskResult(
+      { ...base, status: 'input_required', inputRequests: { k: { method: 'roots/list', params: {} } } },
+      't1',
+    );
+    expect(input.inputRequests).toEqual({ k: { method: 'roots/list', params: {} } });
+    expect(parseGetTaskResult({ ...base, ttlMs: null }, 't1').ttlMs).toBeNull();
+  });
+
+  it('names what is missing or wrong', () => {
+    const { taskId: _taskId, ...noTaskId } = base;
+    expect(() => parseCreateTaskResult({ resultType: 'task', ...noTaskId })).toThrow(/taskId/);
+    expect(() => parseCreateTaskResult({ resultType: 'banana', ...base })).toThrow(/resultType "banana"/);
+    expect(() => parseGetTaskResult({ ...base, status: 'completed' }, 't1')).toThrow(/result/);
+    expect(() => parseGetTaskResult({ ...base, status: 'failed' }, 't1')).toThrow(/error/);
+    expect(() => parseGetTaskResult({ ...base, status: 'input_required' }, 't1')).toThrow(/inputRequests/);
+    expect(() => parseGetTaskResult({ ...base, status: 'paused' }, 't1')).toThrow(/status/);
+    expect(() => parseGetTaskResult({ ...base, createdAt: 'yesterday' }, 't1')).toThrow(/createdAt/);
+    expect(() => parseGetTaskResult({ ...base, taskId: 't2' }, 't1')).toThrow(/answered with taskId t2/);
+    expect(() => parseGetTaskResult([base], 't1')).toThrow(/not an object/);
+  });
+});
+
+describe('progressionViolation', () => {
+  const known = { taskId: 't1', status: 'completed' as const, lastUpdatedAt: '2026-07-28T10:00:05Z' };
+  const next = (overrides: object) => parseGetTaskResult({ ...base, ...overrides }, 't1');
+
+  it('allows moves between open statuses and an identical terminal answer', () => {
+    const open = { taskId: 't1', status: 'input_required' as const, lastUpdatedAt: base.lastUpdatedAt };
+    expect(progressionViolation(open, next({}))).toBeUndefined();
+    expect(
+      progressionViolation(known, next({ status: 'completed', result: {}, lastUpdatedAt: '2026-07-28T10:00:05Z' })),
+    ).toBeUndefined();
+  });
+
+  it('rejects change after terminal, going backwards, and time running backwards', () => {
+    expect(progressionViolation(known, next({ lastUpdatedAt: '2026-07-28T10:00:06Z' }))).toMatch(
+      /went backwards: terminal completed -> working/,
+    );
+    expect(
+      progressionViolation(
+        known,
+        next({ status: 'failed', error: { code: 1, message: 'x' }, lastUpdatedAt: '2026-07-28T10:00:06Z' }),
+      ),
+    ).toMatch(/changed after terminal: completed -> failed/);
+    const open = { taskId: 't1', status: 'working' as const, lastUpdatedAt: '2026-07-28T10:00:05Z' };
+    expect(progressionViolation(open, next({}))).toMatch(/backwards in time/);
+  });
+});
