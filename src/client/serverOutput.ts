@@ -6,7 +6,7 @@
 import { SdkError, SdkErrorCode } from '@modelcontextprotocol/client';
 import type * as z from 'zod/v4';
 
-import { DetailedTaskSchema, isTerminalStatus, TASK_RESULT_TYPE } from '../protocol/index.js';
+import { DetailedTaskSchema, isTerminalStatus, TASK_RESULT_TYPE, TaskSchema } from '../protocol/index.js';
 import type { ObservedTask } from './ledger/ledger.js';
 
 export class ServerOutputError extends Error {
@@ -28,7 +28,25 @@ export function parseCreateTaskResult(raw: Record<string, unknown>): ObservedTas
   if (raw['resultType'] !== TASK_RESULT_TYPE) {
     throw new ServerOutputError(`tools/call answered with resultType ${JSON.stringify(raw['resultType'])}`);
   }
-  return toObservedTask(raw, 'CreateTaskResult');
+  const { resultType: _resultType, ...rest } = raw;
+  // CreateTaskResult is `Result & Task`: a terminal seed state need not carry its result or error (the next
+  // tasks/get does); they are taken when they are there and well-formed
+  if (DetailedTaskSchema.safeParse(rest).success) return toObservedTask(rest, 'CreateTaskResult');
+  const { result: _result, error: _error, inputRequests: _inputRequests, ...task } = rest;
+  const parsed = TaskSchema.safeParse(task);
+  if (!parsed.success) {
+    throw new ServerOutputError(`CreateTaskResult is not a valid task: ${describeIssues(parsed.error)}`);
+  }
+  checkCreatedAt(parsed.data.createdAt, 'CreateTaskResult');
+  return {
+    taskId: parsed.data.taskId,
+    status: parsed.data.status,
+    statusMessage: parsed.data.statusMessage,
+    createdAt: parsed.data.createdAt,
+    lastUpdatedAt: parsed.data.lastUpdatedAt,
+    ttlMs: parsed.data.ttlMs,
+    pollIntervalMs: parsed.data.pollIntervalMs,
+  };
 }
 
 /** Validate a `tasks/get` answer for `expectedTaskId`. */
@@ -76,9 +94,7 @@ function toObservedTask(raw: Record<string, unknown>, what: string): ObservedTas
   const parsed = DetailedTaskSchema.safeParse(task);
   if (!parsed.success) throw new ServerOutputError(`${what} is not a valid task: ${describeIssues(parsed.error)}`);
   const data = parsed.data;
-  if (Number.isNaN(Date.parse(data.createdAt))) {
-    throw new ServerOutputError(`${what} has createdAt ${JSON.stringify(data.createdAt)}, not an ISO 8601 time`);
-  }
+  checkCreatedAt(data.createdAt, what);
   return {
     taskId: data.taskId,
     status: data.status,
@@ -91,6 +107,13 @@ function toObservedTask(raw: Record<string, unknown>, what: string): ObservedTas
     error: data.status === 'failed' ? data.error : undefined,
     inputRequests: data.status === 'input_required' ? data.inputRequests : undefined,
   };
+}
+
+/** createdAt + ttlMs is the client's expiry backstop (S13): it must be a time. */
+function checkCreatedAt(createdAt: string, what: string): void {
+  if (Number.isNaN(Date.parse(createdAt))) {
+    throw new ServerOutputError(`${what} has createdAt ${JSON.stringify(createdAt)}, not an ISO 8601 time`);
+  }
 }
 
 function describeIssues(error: z.ZodError): string {

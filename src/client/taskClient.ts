@@ -475,16 +475,16 @@ export class TaskClient {
     const committed = await this.resolve(record.recordId);
     const handle = new TaskHandle(committed as TaskRecord & { taskId: string }, this.driver());
     this.emit({ type: 'status', record: committed });
-    if (isTerminalStatus(task.status)) {
+    if (committed.localState === 'terminal') {
       this.emit({ type: 'closed', record: committed });
       return handle;
     }
     this.handles.set(record.recordId, handle);
-    // the first tasks/get waits for the server's suggested interval, like every later one (S5)
-    this.scheduler.schedule(
-      record.recordId,
-      now + nextPollDelay(task.pollIntervalMs, this.scheduler.policy, this.random),
-    );
+    // the first tasks/get waits for the server's suggested interval, like every later one (S5), unless the seed
+    // state already asks for something only tasks/get carries (a terminal result, the inputRequests)
+    const needsDetail = isTerminalStatus(task.status) || task.status === 'input_required';
+    const delay = needsDetail ? 0 : nextPollDelay(task.pollIntervalMs, this.scheduler.policy, this.random);
+    this.scheduler.schedule(record.recordId, now + delay);
     return handle;
   }
 

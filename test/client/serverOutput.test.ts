@@ -24,6 +24,10 @@ describe('parsing task answers', () => {
     );
     expect(input.inputRequests).toEqual({ k: { method: 'roots/list', params: {} } });
     expect(parseGetTaskResult({ ...base, ttlMs: null }, 't1').ttlMs).toBeNull();
+    // a CreateTaskResult is a Task: a terminal seed state without its result is legal
+    const seed = parseCreateTaskResult({ resultType: 'task', ...base, status: 'completed' });
+    expect(seed.status).toBe('completed');
+    expect(seed.result).toBeUndefined();
   });
 
   it('names what is missing or wrong', () => {

@@ -134,6 +134,15 @@ describe('TaskClient against a raw Tasks fixture', () => {
     expect((await client.get(handle.taskId))?.ttlMs).toBeNull();
   });
 
+  it('fetches the result of a task that was already completed when created', async () => {
+    const client = await connect();
+    const handle = await task(client, 'born-done');
+    expect(handle.status).toBe('completed');
+    expect(handle.localState).toBe('tracking'); // the result is not in a CreateTaskResult: one tasks/get fetches it
+    expect(textOf(await handle.result())).toBe('born-done done');
+    expect(fixture.count('tasks/get')).toBe(1);
+  });
+
   it('hands each input key to a handler once, across rounds and partial answers', async () => {
     const asked: string[] = [];
     const handlers: TaskInputHandlers = {

@@ -7,6 +7,7 @@
  * the ISO strings the server sent. Every method resolves only after its write is committed.
  */
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import { isTerminalStatus } from '../../protocol/index.js';
 
 /**
  * Where a submission stands from the client's point of view.
@@ -240,4 +241,16 @@ export interface Ledger {
 /** Whether a record is still open on the server side (somebody should follow it, or may pick it up). */
 export function isFollowable(state: LocalState): boolean {
   return FOLLOWABLE_STATES.includes(state);
+}
+
+/**
+ * Whether an observed task closes the record out: a terminal status with what it carries (a `completed` task's
+ * result, a `failed` task's error). A CreateTaskResult may report a terminal status without them (it is a `Task`,
+ * not a `DetailedTask`): the record stays tracked until `tasks/get` delivers them.
+ */
+export function closesOut(task: ObservedTask): boolean {
+  if (!isTerminalStatus(task.status)) return false;
+  if (task.status === 'completed') return task.result !== undefined;
+  if (task.status === 'failed') return task.error !== undefined;
+  return true;
 }

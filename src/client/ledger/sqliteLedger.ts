@@ -7,7 +7,6 @@ import { chmodSync, closeSync, existsSync, openSync } from 'node:fs';
 import Database from 'better-sqlite3';
 
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
-import { isTerminalStatus } from '../../protocol/index.js';
 import type {
   Closing,
   HistoryEntry,
@@ -21,6 +20,7 @@ import type {
   RecordedError,
   TaskRecord,
 } from './ledger.js';
+import { closesOut } from './ledger.js';
 
 /** Versioned migrations: entry i brings `user_version` from i to i + 1. Never edit a shipped entry; append. */
 const MIGRATIONS: readonly string[] = [
@@ -373,7 +373,7 @@ export class SqliteLedger implements Ledger {
   async commitTask(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean> {
     return this.db
       .transaction((): boolean => {
-        const terminal = isTerminalStatus(task.status);
+        const terminal = closesOut(task);
         const localState: LocalState = terminal ? 'terminal' : 'tracking';
         const changed = this.stmt.commitTask.run({
           recordId,
@@ -405,7 +405,7 @@ export class SqliteLedger implements Ledger {
       .transaction((): boolean => {
         const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
         if (!before) return false;
-        const terminal = isTerminalStatus(task.status);
+        const terminal = closesOut(task);
         const localState: LocalState = terminal ? 'terminal' : 'tracking';
         const changed = this.stmt.observe.run({
           recordId,
