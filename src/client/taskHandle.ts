@@ -162,7 +162,9 @@ export function outcomeOf(record: TaskRecord): TaskOutcome | undefined {
   switch (record.localState) {
     case 'terminal':
       if (record.status === 'completed' && record.result) {
-        return { kind: 'completed', result: record.result as CallToolResult, record };
+        // the ledger keeps the result as the server sent it; callers get it as the SDK's callTool would give it
+        const { resultType: _resultType, ...result } = record.result;
+        return { kind: 'completed', result: result as CallToolResult, record };
       }
       if (record.status === 'failed' && record.error) return { kind: 'failed', error: record.error, record };
       if (record.status === 'cancelled') return { kind: 'cancelled', record };
