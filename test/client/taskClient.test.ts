@@ -8,20 +8,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import type { CallToolResult } from '@modelcontextprotocol/client';
+import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
-import type {
-  ConnectHttpOptions,
-  PollPolicy,
-  TaskClient,
-  TaskHandle,
-  TaskInputHandlers,
-} from '../../src/client/index.js';
+import type { ConnectHttpOptions, PollPolicy, TaskHandle, TaskInputHandlers } from '../../src/client/index.js';
 import {
   argumentsDigest,
   connectHttpTaskClient,
   isTaskHandle,
   SqliteLedger,
+  TaskClient,
   TaskClientError,
 } from '../../src/client/index.js';
 import type { FixtureServer } from './fixtures/tasksFixtureServer.js';
@@ -275,6 +271,63 @@ describe('TaskClient against a raw Tasks fixture', () => {
     await expect(client.callTool('invalid-tool')).rejects.toMatchObject({ code: -32602 });
     const [record] = await client.list({ toolName: 'invalid-tool' });
     expect(record).toMatchObject({ localState: 'terminal', error: { code: -32602 } });
+  });
+});
+
+describe('TaskClient submissions without an answer', () => {
+  it('turns an aborted wait into unknown-outcome: the task may exist, nothing is re-sent', async () => {
+    const client = await connect();
+    const controller = new AbortController();
+    setTimeout(() => controller.abort(new Error('the user gave up')), 50);
+    const error = await client
+      .callTool('slow-answer', {}, { idempotencyKey: 'k-abort', signal: controller.signal })
+      .catch((caught: unknown) => caught);
+    expect(error).toMatchObject({ code: 'unknown-outcome' });
+    await sleep(500);
+    expect(fixture.tasks.size).toBe(1); // the server did create it
+    expect(await client.get('k-abort')).toMatchObject({ localState: 'unknown-outcome', taskId: undefined });
+    await expect(client.callTool('slow-answer', {}, { idempotencyKey: 'k-abort' })).rejects.toMatchObject({
+      code: 'unknown-outcome',
+    });
+    expect(fixture.count('tools/call')).toBe(1);
+  });
+
+  it('records a refused connection as unknown-outcome with the reason', async () => {
+    const client = await connect();
+    await fixture.close();
+    const error = await client.callTool('slow').catch((caught: unknown) => caught);
+    expect(error).toMatchObject({ code: 'unknown-outcome' });
+    const [record] = await client.list({ toolName: 'slow' });
+    expect(record).toMatchObject({ localState: 'unknown-outcome', lastError: { kind: 'transport' } });
+    expect(record?.terminalReason).toMatch(/connection refused|fetch failed/);
+    fixture = await startTasksFixture(); // for afterEach
+  });
+});
+
+describe('TaskClient on an SDK client the application connected itself', () => {
+  it('instruments the connected transport on first use and keeps its lease alive while following', async () => {
+    const sdk = new Client({ name: 'app', version: '1.0.0' }, { versionNegotiation: { mode: 'auto' } });
+    await sdk.connect(new StreamableHTTPClientTransport(fixture.url));
+    const ledger = new SqliteLedger(ledgerPath);
+    const client = new TaskClient({
+      client: sdk,
+      ledger,
+      endpoint: fixture.url.href,
+      leaseMs: 300,
+      pollPolicy: FAST,
+      ownsClient: true,
+      ownsLedger: true,
+    });
+    clients.push(client);
+    const handle = await task(client, 'cancellable');
+    await sleep(1_000); // three lease lengths: renewal must have kept it
+    const other = await connect();
+    expect((await other.resumeAll()).leasedElsewhere.map((record) => record.taskId)).toEqual([handle.taskId]);
+    const record = await client.get(handle.taskId);
+    expect(record?.leaseOwner).toBe(client.owner);
+    expect(record?.nextPollAt).toBeGreaterThan(Date.now() - 1_000);
+    await handle.cancel();
+    expect(await handle.outcome()).toMatchObject({ kind: 'cancelled' });
   });
 });
 
