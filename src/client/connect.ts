@@ -20,8 +20,11 @@ export interface ConnectTaskClientOptions extends Omit<
   TaskClientOptions,
   'client' | 'ledger' | 'endpoint' | 'ownsClient' | 'ownsLedger'
 > {
-  /** A Ledger, or the path of the SQLite ledger file (created 0600 when missing). */
-  ledger: Ledger | string;
+  /**
+   * A Ledger, or the path of the SQLite ledger file (created 0600 when missing), or a function that opens one: it is
+   * called only once the server has answered, so a server that cannot be reached leaves no ledger behind.
+   */
+  ledger: Ledger | string | (() => Ledger);
   clientInfo?: Implementation | undefined;
   /** Override the endpoint identity (default: the URL, or `stdio:` and the command line). */
   endpoint?: string | undefined;
@@ -63,6 +66,17 @@ async function connectWith(
   attachTaskResultCarrier(transport);
   await client.connect(transport);
   const ownsLedger = typeof ledgerOption === 'string';
-  const ledger = typeof ledgerOption === 'string' ? new SqliteLedger(ledgerOption) : ledgerOption;
+  let ledger: Ledger;
+  try {
+    ledger =
+      typeof ledgerOption === 'string'
+        ? new SqliteLedger(ledgerOption)
+        : typeof ledgerOption === 'function'
+          ? ledgerOption()
+          : ledgerOption;
+  } catch (error) {
+    await client.close();
+    throw error;
+  }
   return new TaskClient({ ...rest, client, ledger, endpoint, ownsClient: true, ownsLedger });
 }
