@@ -3,11 +3,11 @@
  * per check with pass / warn / fail and why, on the raw wire so nothing an SDK smooths over goes unseen.
  */
 import type { Command } from 'commander';
-import pc from 'picocolors';
 
 import { ErrorCode, TASKS_EXTENSION_ID } from '../protocol/index.js';
 import { parseJsonObject, parseUrl } from './arguments.js';
 import { CliError } from './cliError.js';
+import { colorsFor } from './output.js';
 import { rpc, type RpcResponse } from './wireProbe.js';
 
 export type CheckStatus = 'pass' | 'warn' | 'fail' | 'skip';
@@ -24,7 +24,14 @@ export interface DoctorOptions {
   args?: Record<string, unknown>;
   token?: string;
   /** A ledger round trip: does a fresh client process resume the same task? Given by the CLI when available. */
-  resumeCheck?: (url: string, taskId: string) => Promise<Check>;
+  resumeCheck?: (url: string, taskId: string, context: ResumeCheckContext) => Promise<Check>;
+}
+
+/** What the round trip needs to record the doctor's task as a client would. */
+export interface ResumeCheckContext {
+  toolName: string;
+  args: Record<string, unknown>;
+  token?: string;
 }
 
 /** Runs every check against `url`; never throws for what the server does, only reports it. */
@@ -95,7 +102,10 @@ export async function runDoctor(url: string, options: DoctorOptions = {}): Promi
       add('capability', 'pass', 'tasks/get without the extension capability is refused with -32021');
     else add('capability', 'fail', `tasks/get without the extension capability answered ${describeError(undeclared)}`);
 
-    if (options.resumeCheck) checks.push(await options.resumeCheck(url, taskId));
+    if (options.resumeCheck) {
+      const context = { toolName, args: options.args ?? {}, ...(options.token && { token: options.token }) };
+      checks.push(await options.resumeCheck(url, taskId, context));
+    }
     // leave nothing running on the server that the doctor started
     await rpc(url, 'tasks/cancel', { taskId }, auth).catch(() => undefined);
   } else {
@@ -121,12 +131,11 @@ function describeError(response: RpcResponse): string {
   return `a result (HTTP ${response.httpStatus})`;
 }
 
-const MARK: Record<CheckStatus, string> = {
-  pass: pc.green('PASS'),
-  warn: pc.yellow('WARN'),
-  fail: pc.red('FAIL'),
-  skip: pc.dim('SKIP'),
-};
+function marks(): Record<CheckStatus, string> {
+  // colour only on a terminal, as every command (output.ts)
+  const c = colorsFor(process.stdout);
+  return { pass: c.green('PASS'), warn: c.yellow('WARN'), fail: c.red('FAIL'), skip: c.dim('SKIP') };
+}
 
 export function registerDoctor(program: Command, resumeCheck?: DoctorOptions['resumeCheck']): void {
   program
@@ -152,7 +161,9 @@ export function registerDoctor(program: Command, resumeCheck?: DoctorOptions['re
         if (flags.json) {
           process.stdout.write(`${JSON.stringify({ url, ok, checks })}\n`);
         } else {
-          for (const c of checks) process.stdout.write(`${MARK[c.status]}  ${c.name.padEnd(13)} ${c.detail}\n`);
+          const mark = marks();
+          const pc = colorsFor(process.stdout);
+          for (const c of checks) process.stdout.write(`${mark[c.status]}  ${c.name.padEnd(13)} ${c.detail}\n`);
           process.stdout.write(ok ? `${pc.green('ok')}: no check failed\n` : `${pc.red('failed')}: see FAIL lines\n`);
         }
         if (!ok) throw new CliError('', 1);

@@ -1,0 +1,178 @@
+/**
+ * `closeout call URL TOOL`: submit a tool call declaring the Tasks extension (S1); a plain result is printed at once
+ * (S3), a task is written to the ledger before anything else (S4) and followed until it closes out, then its result
+ * is printed. `--detach` stops once the handle is in the ledger.
+ */
+import type { CallToolResult } from '@modelcontextprotocol/client';
+import { ProtocolError } from '@modelcontextprotocol/client';
+import type { Command } from 'commander';
+import { InvalidArgumentError } from 'commander';
+
+import type { TaskClient } from '../client/index.js';
+import { isTaskHandle } from '../client/index.js';
+import type { JsonObject } from '../protocol/index.js';
+import { parseJsonObject, parseUrl } from './arguments.js';
+import { CliError } from './cliError.js';
+import type { JsonFlags, LedgerFlags } from './commonOptions.js';
+import { addAnswerOptions, addJsonOption, addLedgerOption } from './commonOptions.js';
+import type { AnswerFlags } from './elicitationPrompt.js';
+import { canPrompt, elicitationHandler, presetFrom } from './elicitationPrompt.js';
+import { EXIT } from './exitCodes.js';
+import { explain } from './explain.js';
+import { Follower } from './follow.js';
+import { resolveLedgerPath } from './ledgerFile.js';
+import { Output } from './output.js';
+import { resultLines } from './recordView.js';
+import { serverLine } from './serverText.js';
+import { ClientSession } from './session.js';
+
+interface CallFlags extends JsonFlags, LedgerFlags, AnswerFlags {
+  args?: Record<string, unknown>;
+  arg: Record<string, unknown>;
+  correlationId?: string;
+  idempotencyKey?: string;
+  detach?: boolean;
+}
+
+export function registerCall(program: Command): void {
+  const command = program
+    .command('call')
+    .description('Call a tool: print a plain result at once, or follow the task it creates until it closes out')
+    .argument('<url>', 'the server’s MCP endpoint, e.g. http://127.0.0.1:3000/mcp', parseUrl)
+    .argument('<tool>', 'the tool to call')
+    .option('--args <json>', 'the arguments, as a JSON object', parseJsonObject)
+    .option('--arg <key=value>', 'one argument (repeatable; the value is read as JSON when it is JSON)', collectArg, {})
+    .option('--correlation-id <id>', 'your business id for this call, kept in the ledger')
+    .option('--idempotency-key <key>', 'send at most once per key: calling again with it returns the same task')
+    .option('--detach', 'print the taskId once it is in the ledger and exit 0, without following');
+  addAnswerOptions(command);
+  addLedgerOption(command);
+  addJsonOption(command, 'print one JSON object per line per event, the last one the close-out');
+  command.action(runCall);
+}
+
+async function runCall(url: string, tool: string, flags: CallFlags): Promise<void> {
+  const args = { ...flags.args, ...flags.arg } as JsonObject;
+  const preset = presetFrom(flags);
+  const out = new Output({ json: flags.json });
+  const ledgerPath = resolveLedgerPath(flags.ledger);
+  // the handlers are wired when the client connects, after `following` exists
+  const session = ClientSession.open({
+    ledgerPath,
+    inputHandlers: (endpoint) => ({ elicitation: elicitationHandler(following, endpoint) }),
+    onEvent: (event) => following.onClientEvent(event),
+  });
+  const following = new Follower(out, (id) => session.ledger.get(id), { interactive: canPrompt(out), preset });
+  try {
+    const client = await session.client(url);
+    await assertToolExists(client, url, tool);
+    following.arm();
+    let answer: CallToolResult | Awaited<ReturnType<TaskClient['callTool']>>;
+    try {
+      answer = await client.callTool(tool, args, {
+        correlationId: flags.correlationId,
+        idempotencyKey: flags.idempotencyKey,
+      });
+    } catch (error) {
+      if (error instanceof ProtocolError) return refused(out, url, tool, error);
+      throw explain(error, { ledgerPath, endpoint: url });
+    }
+    if (!isTaskHandle(answer)) return printResult(out, url, tool, answer);
+    if (flags.detach || following.wasInterrupted) {
+      await answer.detach();
+      out.event({
+        event: 'closeout',
+        taskId: answer.taskId,
+        recordId: answer.recordId,
+        tool,
+        endpoint: url,
+        outcome: 'detached',
+        detachReason: flags.detach ? 'requested' : 'interrupted',
+        status: answer.status ?? null,
+        exitCode: flags.detach ? EXIT.ok : EXIT.interrupted,
+      });
+      if (!out.json) process.stdout.write(`${answer.taskId}\n`);
+      out.aside(
+        out.ce.dim(
+          `task ${answer.taskId} (${answer.status ?? 'submitted'}) is in the ledger ${ledgerPath}; follow it with \`closeout resume ${answer.taskId}\``,
+        ),
+      );
+      process.exitCode = flags.detach ? EXIT.ok : EXIT.interrupted;
+      return;
+    }
+    following.follow(answer, url, 'submitted');
+    const [closeOut] = await following.done();
+    process.exitCode = closeOut?.exitCode ?? EXIT.ok;
+  } catch (error) {
+    throw explain(error, { ledgerPath, endpoint: url });
+  } finally {
+    following.stop();
+    await session.close();
+  }
+}
+
+/** An unknown tool is bad input: say so before anything is recorded or sent (the ledger stays as it was). */
+async function assertToolExists(client: TaskClient, url: string, tool: string): Promise<void> {
+  const names: string[] = [];
+  try {
+    let cursor: string | undefined;
+    do {
+      const page = await client.client.listTools(cursor === undefined ? undefined : { cursor });
+      names.push(...page.tools.map((t) => t.name));
+      cursor = page.nextCursor;
+    } while (cursor !== undefined && names.length < 10_000);
+  } catch {
+    return; // a server that does not list its tools gets the call as it is
+  }
+  if (!names.includes(tool)) {
+    const listed = names.length > 0 ? names.map((n) => serverLine(n)).join(', ') : 'none';
+    throw new CliError(`${url} has no tool "${tool}": pick one of ${listed}`);
+  }
+}
+
+function printResult(out: Output, url: string, tool: string, result: CallToolResult): void {
+  const exitCode = result.isError === true ? EXIT.failed : EXIT.ok;
+  out.event({
+    event: 'closeout',
+    taskId: null,
+    tool,
+    endpoint: url,
+    outcome: 'completed',
+    task: false,
+    exitCode,
+    result,
+  });
+  const c = out.c;
+  out.line(
+    `${result.isError === true ? c.red('✘ tool error') : c.green('✔ result')}  ${tool} ${c.dim('(no task: the server answered at once)')}`,
+  );
+  for (const line of resultLines(result, c)) out.line(line);
+  process.exitCode = exitCode;
+}
+
+function refused(out: Output, url: string, tool: string, error: ProtocolError): void {
+  out.event({
+    event: 'closeout',
+    taskId: null,
+    tool,
+    endpoint: url,
+    outcome: 'refused',
+    exitCode: EXIT.failed,
+    error: { code: error.code, message: error.message, ...(error.data !== undefined && { data: error.data }) },
+  });
+  out.line(`${out.c.red('✘ refused')}  ${tool}: the server answered ${error.code} ${serverLine(error.message)}`);
+  process.exitCode = EXIT.failed;
+}
+
+function collectArg(value: string, previous: Record<string, unknown>): Record<string, unknown> {
+  const at = value.indexOf('=');
+  if (at <= 0) throw new InvalidArgumentError('expected key=value, e.g. --arg items=3');
+  const raw = value.slice(at + 1);
+  let parsed: unknown = raw;
+  try {
+    parsed = JSON.parse(raw);
+  } catch {
+    // not JSON: the text itself
+  }
+  return { ...previous, [value.slice(0, at)]: parsed };
+}

@@ -1,0 +1,33 @@
+/** Options several commands share, declared once so their names and help read the same everywhere. */
+import type { Command } from 'commander';
+
+import { parseJsonObject } from './arguments.js';
+import { LEDGER_ENV } from './ledgerFile.js';
+
+export interface LedgerFlags {
+  ledger?: string | undefined;
+}
+
+export interface JsonFlags {
+  json?: boolean | undefined;
+}
+
+export function addLedgerOption(command: Command): Command {
+  return command.option('--ledger <path>', `the ledger file (default: $${LEDGER_ENV}, else ~/.closeout/ledger.db)`);
+}
+
+export function addJsonOption(command: Command, what: string): Command {
+  return command.option('--json', what);
+}
+
+/** How a command answers elicitations when it cannot (or should not) ask at the terminal. */
+export function addAnswerOptions(command: Command): Command {
+  return command
+    .option(
+      '--accept <json>',
+      'answer elicitations: accept, with this content (schema defaults fill the rest)',
+      parseJsonObject,
+    )
+    .option('--decline', 'answer elicitations: decline')
+    .option('--dismiss', 'answer elicitations: cancel (dismissed without a choice)');
+}

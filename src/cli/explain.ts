@@ -1,0 +1,95 @@
+/**
+ * Turning what went wrong into one line that says what is wrong and what to do (issue 4, "Bad input"): a server
+ * that cannot be reached or is not an MCP server, a ledger that is locked or corrupt, a taskId nobody knows.
+ */
+import { SdkHttpError } from '@modelcontextprotocol/client';
+
+import { TaskClientError } from '../client/errors.js';
+import { CliError } from './cliError.js';
+import { EXIT } from './exitCodes.js';
+import { ledgerError } from './ledgerFile.js';
+
+/** Why `url` could not be used as an MCP server, as one line. */
+export function explainConnectError(url: string, error: unknown): CliError {
+  const errno = errnoOf(error);
+  if (errno === 'ECONNREFUSED') {
+    return new CliError(`nothing is listening at ${url} (connection refused): start the server, or check the URL`);
+  }
+  if (errno === 'ENOTFOUND' || errno === 'EAI_AGAIN') {
+    return new CliError(`cannot resolve the host of ${url} (${errno}): check the URL`);
+  }
+  if (errno !== undefined) return new CliError(`cannot reach ${url} (${errno}): check the URL and your network`);
+  const network = chain(error).find((e) => e instanceof TypeError && e.message === 'fetch failed');
+  if (network) {
+    const innermost = chain(network).pop() as Error;
+    return new CliError(`cannot reach ${url} (${innermost.message}): check the URL, and that the server is running`);
+  }
+  if (error instanceof SdkHttpError) {
+    const status = error.status;
+    if (status === 401 || status === 403) {
+      return new CliError(
+        `${url} refused the request (HTTP ${status}): set CLOSEOUT_TOKEN to a bearer token it accepts`,
+      );
+    }
+    return new CliError(
+      `${url} answered HTTP ${status}, not MCP: check the URL (a Closeout server's endpoint ends in /mcp)`,
+    );
+  }
+  const message = error instanceof Error ? error.message : String(error);
+  return new CliError(`${url} did not answer as an MCP server (${message}): check the URL`);
+}
+
+/** A CliError for anything a command can run into, or the error itself when nothing better can be said. */
+export function explain(error: unknown, context: { ledgerPath: string; endpoint?: string | undefined }): unknown {
+  if (error instanceof CliError) return error;
+  const ledger = ledgerError(context.ledgerPath, error);
+  if (ledger) return ledger;
+  if (error instanceof TaskClientError) {
+    const ref = error.taskId ?? error.recordId ?? '';
+    switch (error.code) {
+      case 'leased-elsewhere':
+        return new CliError(
+          `${error.message}: another closeout process follows task ${ref}; use that one, or stop it (Ctrl-C detaches) and retry`,
+        );
+      case 'idempotency-conflict':
+        return new CliError(`${error.message}: use another --idempotency-key`);
+      case 'unknown-outcome':
+        return new CliError(`${error.message}`, EXIT.expired);
+      case 'expired':
+        return new CliError(`${error.message}`, EXIT.expired);
+      default:
+        return new CliError(error.message);
+    }
+  }
+  if (context.endpoint !== undefined && (errnoOf(error) !== undefined || error instanceof SdkHttpError)) {
+    return explainConnectError(context.endpoint, error);
+  }
+  return error;
+}
+
+/** The first errno-style code (ECONNREFUSED, ...) in an error's cause chain. */
+function errnoOf(error: unknown): string | undefined {
+  for (const e of chain(error)) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && /^E[A-Z]+$/.test(code)) return code;
+    const nested = (e as { errors?: unknown[] }).errors;
+    if (Array.isArray(nested)) {
+      for (const inner of nested) {
+        const found = errnoOf(inner);
+        if (found) return found;
+      }
+    }
+  }
+  return undefined;
+}
+
+/** An error and its causes, outermost first (the SDK keeps a transport's cause in `data.cause`). */
+function chain(error: unknown): unknown[] {
+  const errors: unknown[] = [];
+  for (let e = error; e !== undefined && e !== null && errors.length < 8;) {
+    errors.push(e);
+    const next = e as { cause?: unknown; data?: { cause?: unknown } };
+    e = next.cause ?? next.data?.cause;
+  }
+  return errors;
+}

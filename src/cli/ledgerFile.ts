@@ -1,0 +1,69 @@
+/**
+ * Which ledger a command uses (`--ledger PATH`, else `CLOSEOUT_LEDGER`, else `~/.closeout/ledger.db`) and opening it
+ * with a one-line explanation when it cannot be used. The ledger holds every handle the CLI has seen (S4, S6).
+ */
+import { existsSync, mkdirSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+
+import { SqliteLedger } from '../client/ledger/sqliteLedger.js';
+import { CliError } from './cliError.js';
+
+export const LEDGER_ENV = 'CLOSEOUT_LEDGER';
+
+/** How long a command waits for another process's write before it calls the ledger locked. */
+const BUSY_TIMEOUT_MS = 3_000;
+
+/** The flag, else the environment, else the default in the home directory. */
+export function resolveLedgerPath(flag: string | undefined, env: NodeJS.ProcessEnv = process.env): string {
+  if (flag !== undefined && flag !== '') return resolve(flag);
+  const fromEnv = env[LEDGER_ENV];
+  if (fromEnv !== undefined && fromEnv !== '') return resolve(fromEnv);
+  return defaultLedgerPath();
+}
+
+export function defaultLedgerPath(): string {
+  return join(homedir(), '.closeout', 'ledger.db');
+}
+
+/**
+ * Open the ledger. `mustExist` (reading commands) refuses to create one, so looking at an empty ledger leaves no
+ * file behind; the default directory is created (owner-only) when a command needs to write.
+ */
+export function openLedger(path: string, options: { mustExist?: boolean } = {}): SqliteLedger | undefined {
+  if (!existsSync(path)) {
+    if (options.mustExist) return undefined;
+    if (path === defaultLedgerPath()) mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+    else if (!existsSync(dirname(path))) {
+      throw new CliError(`cannot create the ledger ${path}: its directory does not exist; create it or pass --ledger`);
+    }
+  }
+  try {
+    return new SqliteLedger(path, { busyTimeoutMs: BUSY_TIMEOUT_MS });
+  } catch (error) {
+    throw ledgerError(path, error) ?? error;
+  }
+}
+
+/** A CliError for what SQLite says about the ledger file, or undefined when the error is something else. */
+export function ledgerError(path: string, error: unknown): CliError | undefined {
+  const code = (error as { code?: unknown }).code;
+  const message = error instanceof Error ? error.message : String(error);
+  if (code === 'SQLITE_BUSY' || code === 'SQLITE_LOCKED') {
+    return new CliError(
+      `the ledger ${path} is locked by another process (${message}): wait for it to finish, or pass --ledger with another file`,
+    );
+  }
+  if (code === 'SQLITE_NOTADB' || code === 'SQLITE_CORRUPT') {
+    return new CliError(
+      `the ledger ${path} is corrupt or not a Closeout ledger (${message}): move it aside, or pass --ledger with another file`,
+    );
+  }
+  if (code === 'SQLITE_CANTOPEN' || code === 'SQLITE_READONLY' || code === 'SQLITE_PERM') {
+    return new CliError(`cannot open the ledger ${path} (${message}): check its permissions, or pass --ledger`);
+  }
+  if (/schema version/.test(message)) {
+    return new CliError(`${message}: upgrade closeout, or pass --ledger with another file`);
+  }
+  return undefined;
+}

@@ -1,0 +1,55 @@
+/**
+ * `closeout ls`: the ledger's open tasks (every record with `--all`): taskId, tool, status, age, last poll and
+ * correlation id (S6), as the ledger knows them; nothing is sent to any server.
+ */
+import type { Command } from 'commander';
+
+import type { LocalState, TaskRecord } from '../client/ledger/ledger.js';
+import type { JsonFlags, LedgerFlags } from './commonOptions.js';
+import { addJsonOption, addLedgerOption } from './commonOptions.js';
+import { resolveLedgerPath } from './ledgerFile.js';
+import { Output } from './output.js';
+import { recordSummary, recordTable } from './recordView.js';
+import { ClientSession } from './session.js';
+
+/** Records that are not closed out: a submission in flight, a task followed here or elsewhere, a detached one. */
+export const OPEN_STATES: readonly LocalState[] = ['submitting', 'tracking', 'detached'];
+
+interface LsFlags extends JsonFlags, LedgerFlags {
+  all?: boolean;
+}
+
+export function registerLs(program: Command): void {
+  const command = program
+    .command('ls')
+    .description('List the open tasks in the ledger (every record with --all)')
+    .option('--all', 'include closed records: completed, failed, cancelled, expired, unknown outcome, plain results');
+  addLedgerOption(command);
+  addJsonOption(command, 'print one JSON document: {"ledger", "tasks": [...]}');
+  command.action(async (flags: LsFlags) => {
+    const out = new Output({ json: flags.json });
+    const ledgerPath = resolveLedgerPath(flags.ledger);
+    const session = ClientSession.openExisting({ ledgerPath });
+    let records: TaskRecord[] = [];
+    let closed = 0;
+    if (session) {
+      try {
+        const all = await session.ledger.list();
+        records = flags.all ? all : all.filter((r) => OPEN_STATES.includes(r.localState));
+        closed = all.length - all.filter((r) => OPEN_STATES.includes(r.localState)).length;
+      } finally {
+        await session.close();
+      }
+    }
+    const now = Date.now();
+    out.event({ ledger: ledgerPath, all: flags.all === true, tasks: records.map((r) => recordSummary(r, now)) });
+    if (records.length === 0) {
+      const hint = !flags.all && closed > 0 ? ` (${closed} closed: \`closeout ls --all\`)` : '';
+      out.line(`no ${flags.all ? '' : 'open '}tasks in ${ledgerPath}${hint}`);
+      return;
+    }
+    for (const line of recordTable(records, out.c, now)) out.line(line);
+    const hint = flags.all ? '' : closed > 0 ? `; ${closed} closed (--all)` : '';
+    out.line(out.c.dim(`${records.length} ${flags.all ? 'records' : 'open'} in ${ledgerPath}${hint}`));
+  });
+}

@@ -1,0 +1,152 @@
+/**
+ * `closeout resume [TASK_ID]`: take up every open task in the ledger (or one) after a detach, a Ctrl-C or a crash
+ * (S12): each is queried once first (S7), then followed until it closes out, with input asked where needed. One
+ * line per task as it closes out.
+ */
+import type { Command } from 'commander';
+
+import type { TaskRecord } from '../client/index.js';
+import { isFollowable, outcomeOf } from '../client/index.js';
+import type { JsonFlags, LedgerFlags } from './commonOptions.js';
+import { addAnswerOptions, addJsonOption, addLedgerOption } from './commonOptions.js';
+import type { AnswerFlags } from './elicitationPrompt.js';
+import { canPrompt, elicitationHandler, presetFrom } from './elicitationPrompt.js';
+import { EXIT, exitCodeOf, worstExitCode } from './exitCodes.js';
+import { explain } from './explain.js';
+import { Follower } from './follow.js';
+import { resolveLedgerPath } from './ledgerFile.js';
+import { OPEN_STATES } from './ls.js';
+import { Output } from './output.js';
+import { resultLines, stateWord } from './recordView.js';
+import { serverLine } from './serverText.js';
+import { ClientSession, unknownTask } from './session.js';
+
+type ResumeFlags = JsonFlags & LedgerFlags & AnswerFlags;
+
+export function registerResume(program: Command): void {
+  const command = program
+    .command('resume')
+    .description('Resume every open task in the ledger (or one) and follow them until they close out')
+    .argument('[taskId]', 'only this task (a taskId, a unique prefix, a record id or an idempotency key)');
+  addAnswerOptions(command);
+  addLedgerOption(command);
+  addJsonOption(command, 'print one JSON object per line per event; each task ends with its close-out');
+  command.action(runResume);
+}
+
+async function runResume(ref: string | undefined, flags: ResumeFlags): Promise<void> {
+  const preset = presetFrom(flags);
+  const out = new Output({ json: flags.json });
+  const ledgerPath = resolveLedgerPath(flags.ledger);
+  const session = ClientSession.openExisting({
+    ledgerPath,
+    inputHandlers: (endpoint) => ({ elicitation: elicitationHandler(following, endpoint) }),
+    onEvent: (event) => following.onClientEvent(event),
+  });
+  if (!session) {
+    if (ref !== undefined) throw unknownTask(ref, ledgerPath);
+    out.event({ event: 'resume', ledger: ledgerPath, open: 0 });
+    out.line(`nothing to resume: there is no ledger at ${ledgerPath} yet`);
+    return;
+  }
+  const following = new Follower(out, (id) => session.ledger.get(id), { interactive: canPrompt(out), preset });
+  const codes: number[] = [];
+  let endpoint: string | undefined;
+  try {
+    following.arm();
+    if (ref !== undefined) {
+      const record = await session.require(ref);
+      endpoint = record.endpoint;
+      out.event({ event: 'resume', ledger: ledgerPath, open: isFollowable(record.localState) ? 1 : 0 });
+      if (!isFollowable(record.localState)) {
+        codes.push(reportClosed(out, record));
+      } else {
+        const client = await session.client(record.endpoint);
+        following.follow(await client.attach(record.recordId), record.endpoint, 'resumed');
+      }
+    } else {
+      const open = (await session.ledger.list()).filter((r) => OPEN_STATES.includes(r.localState));
+      out.event({ event: 'resume', ledger: ledgerPath, open: open.length });
+      if (open.length === 0) out.line(`nothing to resume: no open tasks in ${ledgerPath}`);
+      for (const server of new Set(open.map((r) => r.endpoint))) {
+        endpoint = server;
+        let client;
+        try {
+          client = await session.client(server);
+        } catch (error) {
+          const count = open.filter((r) => r.endpoint === server).length;
+          out.aside(`closeout: ${(error as Error).message}; its ${count} open task(s) stay in the ledger`);
+          codes.push(EXIT.usage);
+          continue;
+        }
+        const report = await client.resumeAll();
+        for (const handle of report.resumed) following.follow(handle, server, 'resumed');
+        for (const record of report.unknownOutcome) codes.push(reportClosed(out, record));
+        for (const record of report.leasedElsewhere) reportElsewhere(out, record);
+      }
+    }
+    const closeOuts = await following.done();
+    process.exitCode = worstExitCode([...codes, ...closeOuts.map((c) => c.exitCode)]);
+  } catch (error) {
+    throw explain(error, { ledgerPath, endpoint });
+  } finally {
+    following.stop();
+    await session.close();
+  }
+}
+
+/** A record that closed out before: its close-out again, from the ledger alone. */
+function reportClosed(out: Output, record: TaskRecord): number {
+  const outcome = outcomeOf(record);
+  const ref = record.taskId ?? record.recordId;
+  const c = out.c;
+  if (record.localState === 'unknown-outcome' || !outcome) {
+    out.event({
+      event: 'closeout',
+      taskId: record.taskId ?? null,
+      recordId: record.recordId,
+      tool: record.toolName,
+      endpoint: record.endpoint,
+      outcome: record.localState,
+      exitCode: EXIT.expired,
+      reason: record.terminalReason ?? null,
+    });
+    out.line(
+      `${c.red(`? ${record.localState}`)}  ${record.toolName} ${c.bold(ref)}: ${serverLine(record.terminalReason ?? 'no reason recorded')}; it may or may not have run: call again deliberately if needed`,
+    );
+    return EXIT.expired;
+  }
+  const exitCode = exitCodeOf(outcome);
+  out.event({
+    event: 'closeout',
+    taskId: record.taskId ?? null,
+    recordId: record.recordId,
+    tool: record.toolName,
+    endpoint: record.endpoint,
+    outcome: outcome.kind,
+    status: record.status ?? null,
+    exitCode,
+    ...(outcome.kind === 'completed' && { result: outcome.result }),
+    ...(outcome.kind === 'failed' && { error: outcome.error }),
+    ...(outcome.kind === 'expired' && { reason: outcome.reason }),
+    already: true,
+  });
+  out.line(`${c.dim('already closed out:')} ${stateWord(record)}  ${record.toolName} ${c.bold(ref)}`);
+  if (outcome.kind === 'completed') for (const line of resultLines(outcome.result, c)) out.line(line);
+  if (outcome.kind === 'failed') out.line(`  ${outcome.error.code} ${serverLine(outcome.error.message)}`);
+  return exitCode;
+}
+
+function reportElsewhere(out: Output, record: TaskRecord): void {
+  out.event({
+    event: 'elsewhere',
+    taskId: record.taskId ?? null,
+    recordId: record.recordId,
+    tool: record.toolName,
+    endpoint: record.endpoint,
+    leaseOwner: record.leaseOwner ?? null,
+  });
+  out.line(
+    `${out.c.yellow('↷ followed elsewhere')}  ${record.toolName} ${out.c.bold(record.taskId ?? record.recordId)}: by ${record.leaseOwner ?? 'another process'} (its lease ends if that process is gone)`,
+  );
+}

@@ -1,0 +1,123 @@
+/**
+ * One command's use of the client half: the ledger, and one TaskClient per server it talks to, all sharing that
+ * ledger. Records carry the endpoint they belong to, so commands that take only a taskId find their server there.
+ */
+import type { TaskClientEvent, TaskInputHandlers } from '../client/index.js';
+import { connectHttpTaskClient, type TaskClient } from '../client/index.js';
+import type { TaskRecord } from '../client/ledger/ledger.js';
+import type { SqliteLedger } from '../client/ledger/sqliteLedger.js';
+import { CliError } from './cliError.js';
+import { explainConnectError } from './explain.js';
+import { openLedger } from './ledgerFile.js';
+
+/** A bearer token for the servers the CLI talks to (the ledger never stores it). */
+export const TOKEN_ENV = 'CLOSEOUT_TOKEN';
+
+export interface SessionOptions {
+  ledgerPath: string;
+  /** Input handlers for a server's tasks (elicitation prompts or preset answers). */
+  inputHandlers?: ((endpoint: string) => TaskInputHandlers) | undefined;
+  onEvent?: ((event: TaskClientEvent, endpoint: string) => void) | undefined;
+}
+
+export class ClientSession {
+  readonly ledgerPath: string;
+  private readonly clients = new Map<string, TaskClient>();
+  private opened: SqliteLedger | undefined;
+  private closed = false;
+
+  private constructor(
+    private readonly options: SessionOptions,
+    ledger?: SqliteLedger,
+  ) {
+    this.ledgerPath = options.ledgerPath;
+    this.opened = ledger;
+  }
+
+  /**
+   * A session whose ledger is opened (and created when missing) on first use: for `call`, once the server has
+   * answered, so bad input leaves no ledger behind.
+   */
+  static open(options: SessionOptions): ClientSession {
+    return new ClientSession(options);
+  }
+
+  /** Open an existing ledger only; undefined when there is none (nothing recorded yet). */
+  static openExisting(options: SessionOptions): ClientSession | undefined {
+    const ledger = openLedger(options.ledgerPath, { mustExist: true });
+    return ledger ? new ClientSession(options, ledger) : undefined;
+  }
+
+  /** The ledger, opened now if it was not yet. */
+  get ledger(): SqliteLedger {
+    this.opened ??= openLedger(this.ledgerPath) as SqliteLedger;
+    return this.opened;
+  }
+
+  /** The TaskClient for `endpoint`, connected on first use. */
+  async client(endpoint: string): Promise<TaskClient> {
+    const existing = this.clients.get(endpoint);
+    if (existing) return existing;
+    if (!/^https?:\/\//.test(endpoint)) {
+      throw new CliError(`the ledger record's server ${endpoint} is not an HTTP endpoint: the CLI only speaks HTTP`);
+    }
+    const token = process.env[TOKEN_ENV];
+    let client: TaskClient;
+    try {
+      client = await connectHttpTaskClient(endpoint, {
+        ledger: () => this.ledger,
+        endpoint,
+        ...(token ? { requestInit: { headers: { authorization: `Bearer ${token}` } } } : {}),
+        ...(this.options.inputHandlers ? { inputHandlers: this.options.inputHandlers(endpoint) } : {}),
+        onEvent: (event) => this.options.onEvent?.(event, endpoint),
+      });
+    } catch (error) {
+      if (error instanceof CliError) throw error; // the ledger could not be opened
+      throw explainConnectError(endpoint, error);
+    }
+    this.clients.set(endpoint, client);
+    return client;
+  }
+
+  /** A record by taskId, record id or idempotency key, over every server in the ledger. */
+  async find(ref: string): Promise<TaskRecord | undefined> {
+    const direct = await this.ledger.get(ref);
+    if (direct) return direct;
+    const all = await this.ledger.list();
+    return (
+      all.find((r) => r.taskId === ref) ??
+      all.find((r) => r.idempotencyKey === ref && r.supersededBy === undefined) ??
+      // a unique prefix of a taskId, as people copy them
+      unique(all.filter((r) => ref.length >= 6 && r.taskId?.startsWith(ref)))
+    );
+  }
+
+  /** Like find, but an unknown reference is bad input. */
+  async require(ref: string): Promise<TaskRecord> {
+    const record = await this.find(ref);
+    if (!record) throw unknownTask(ref, this.ledgerPath);
+    return record;
+  }
+
+  /** Close every client: leases are handed back, and answers being sent are sent (or their failure recorded). */
+  async closeClients(): Promise<void> {
+    for (const client of this.clients.values()) await client.close().catch(() => undefined);
+    this.clients.clear();
+  }
+
+  /** Close every client, then the ledger. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.closeClients();
+    await this.opened?.dispose();
+  }
+}
+
+export function unknownTask(ref: string, ledgerPath: string): CliError {
+  return new CliError(`no task ${ref} in the ledger ${ledgerPath}: list them with \`closeout ls --all\``);
+}
+
+function unique<T>(items: T[]): T | undefined {
+  return items.length === 1 ? items[0] : undefined;
+}
