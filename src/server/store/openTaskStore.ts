@@ -1,10 +1,9 @@
+import { PostgresTaskStore } from './postgresTaskStore.js';
 import { SqliteTaskStore } from './sqliteTaskStore.js';
 import type { TaskStore } from './taskStore.js';
 
-/** Opens the store a `--store` value names: a `postgres://` URL, else a SQLite file path. */
+/** Opens the store a `--store` value names: a `postgres://` URL (migrated on open), else a SQLite file path. */
 export async function openTaskStore(location: string): Promise<TaskStore> {
-  if (/^postgres(ql)?:\/\//i.test(location)) {
-    throw new Error('PostgreSQL stores are not available in this build yet: pass a SQLite file path to --store');
-  }
+  if (/^postgres(ql)?:\/\//i.test(location)) return PostgresTaskStore.open(location);
   return new SqliteTaskStore(location);
 }

