@@ -19,8 +19,10 @@ import type {
   JsonRpcError,
 } from '../protocol/index.js';
 import { ErrorCode, InputKeySchema, InputRequestSchema, isTerminalStatus } from '../protocol/index.js';
+import { describeRefusal, measureJson, resolveLimits, type TaskLimits } from './limits.js';
 import { toPollIntervalPolicy } from './pollInterval.js';
 import type { LeaseRef, StoredTask, TaskSignal, TaskStore, TerminalOutcome } from './store/taskStore.js';
+import { OpenTaskLimitError } from './store/taskStore.js';
 import { newTaskId } from './taskId.js';
 import type {
   AbortCause,
@@ -35,7 +37,8 @@ import { TaskAbortedError } from './taskTool.js';
 
 const HOUR_MS = 3_600_000;
 
-export interface TaskServerOptions {
+/** The store, timings, and the resource limits of limits.ts (README, "Limits"); every limit has a default. */
+export interface TaskServerOptions extends Partial<TaskLimits> {
   store: TaskStore;
   /** How long a lease holds without renewal. A dead instance's tasks are taken over after this. Default 10 s. */
   leaseMs?: number;
@@ -81,6 +84,7 @@ export const INTERRUPTED_MESSAGE = 'Task interrupted by a server restart before 
 export class TaskServer {
   readonly instanceId: string;
   readonly store: TaskStore;
+  readonly limits: TaskLimits;
   private readonly tools = new Map<string, RegisteredTaskTool>();
   private readonly running = new Map<string, RunningTask>();
   private readonly leaseMs: number;
@@ -97,6 +101,7 @@ export class TaskServer {
 
   constructor(options: TaskServerOptions) {
     this.store = options.store;
+    this.limits = resolveLimits(options);
     this.leaseMs = options.leaseMs ?? 10_000;
     this.sweepIntervalMs = options.sweepIntervalMs ?? Math.max(50, Math.floor(this.leaseMs / 3));
     this.retentionMs = options.retentionMs ?? HOUR_MS;
@@ -187,6 +192,13 @@ export class TaskServer {
     principal: string,
     idempotencyKey: string | undefined,
   ): Promise<CreateTaskResult> {
+    const measured = measureJson(args, this.limits.maxArgumentsBytes, this.limits.maxJsonDepth);
+    if (!measured.ok) {
+      throw new ProtocolError(
+        ProtocolErrorCode.InvalidParams,
+        `Arguments for tool ${tool.name} are ${describeRefusal(measured, this.limits, 'maxArgumentsBytes')}: send smaller arguments, or pass large inputs by reference (a URI)`,
+      );
+    }
     const now = this.now();
     const { task, created } = await this.storeCall(() =>
       this.store.create({
@@ -201,6 +213,9 @@ export class TaskServer {
         idempotencyKey,
         leaseOwner: this.instanceId,
         leaseExpiresAt: now + this.leaseMs,
+        ...(this.limits.maxOpenTasksPerPrincipal !== Infinity && {
+          maxOpenTasksForOwner: this.limits.maxOpenTasksPerPrincipal,
+        }),
       }),
     );
     if (created) this.launch(tool, task);
@@ -329,9 +344,9 @@ export class TaskServer {
       let outcome: TerminalOutcome | undefined;
       try {
         const result = await tool.handler(task.arguments, ctx);
-        outcome = toCompleted(tool.name, result);
+        outcome = this.withinResultLimit(tool.name, toCompleted(tool.name, result));
       } catch (error) {
-        outcome = this.outcomeOfThrow(tool.name, controller.signal, error);
+        outcome = this.withinResultLimit(tool.name, this.outcomeOfThrow(tool.name, controller.signal, error));
       }
       if (run.cancelTimer) clearTimeout(run.cancelTimer);
       this.running.delete(task.taskId);
@@ -350,6 +365,18 @@ export class TaskServer {
     return { status: 'failed', error: { code: ErrorCode.InternalError, message }, statusMessage: message };
   }
 
+  /** A result (or error) over maxResultBytes or maxJsonDepth is not stored: the task fails saying so. */
+  private withinResultLimit(toolName: string, outcome: TerminalOutcome | undefined): TerminalOutcome | undefined {
+    const payload =
+      outcome?.status === 'completed' ? outcome.result : outcome?.status === 'failed' ? outcome.error : undefined;
+    if (payload === undefined) return outcome;
+    const measured = measureJson(payload, this.limits.maxResultBytes, this.limits.maxJsonDepth);
+    if (measured.ok) return outcome;
+    const what = outcome?.status === 'completed' ? 'a result that is' : 'an error that is';
+    const message = `Tool ${toolName} returned ${what} ${describeRefusal(measured, this.limits, 'maxResultBytes')}; it was not stored`;
+    return { status: 'failed', error: { code: ErrorCode.InternalError, message }, statusMessage: message };
+  }
+
   private async input(run: RunningTask, key: string, request: InputRequest): Promise<InputResponse> {
     const validKey = InputKeySchema.safeParse(key);
     if (!validKey.success) throw new Error(`input key must be a string of 1 to 256 characters, got ${String(key)}`);
@@ -357,6 +384,11 @@ export class TaskServer {
     if (!validRequest.success) throw new Error(`input request ${key} is not an elicitation, sampling or roots request`);
     run.controller.signal.throwIfAborted();
     if (run.waiters.has(key)) throw new Error(`input key ${key} is already awaited`);
+    if (run.waiters.size >= this.limits.maxInputRequestsPerTask) {
+      throw new Error(
+        `input ${key} would be more than this server's limit of ${this.limits.maxInputRequestsPerTask} outstanding input requests per task (maxInputRequestsPerTask): await earlier ones before asking more`,
+      );
+    }
     const waiting = new Promise<InputResponse>((resolve, reject) => {
       run.waiters.set(key, { resolve, reject });
     });
@@ -495,6 +527,13 @@ export class TaskServer {
       return await call();
     } catch (error) {
       if (error instanceof ProtocolError) throw error;
+      if (error instanceof OpenTaskLimitError) {
+        throw new ProtocolError(
+          ProtocolErrorCode.InternalError,
+          `Too many open tasks: this caller already has ${error.limit} tasks that have not finished, this server's limit (maxOpenTasksPerPrincipal); wait for some to finish, or cancel them with tasks/cancel, then call again`,
+          { limit: 'maxOpenTasksPerPrincipal', max: error.limit },
+        );
+      }
       this.report(error);
       throw new ProtocolError(
         ProtocolErrorCode.InternalError,

@@ -16,6 +16,7 @@ import type {
   TaskStore,
   TerminalOutcome,
 } from './taskStore.js';
+import { OpenTaskLimitError } from './taskStore.js';
 
 const MIGRATIONS: readonly string[] = [
   `CREATE TABLE tasks (
@@ -57,6 +58,8 @@ const MIGRATIONS: readonly string[] = [
      PRIMARY KEY (task_id, key) -- keys are unique over the task's life
    );
    CREATE TABLE purged_tasks (task_id TEXT PRIMARY KEY, purged_at INTEGER NOT NULL);`,
+  // the per-principal open-task limit counts a principal's open tasks on every tools/call
+  `CREATE INDEX tasks_open_owner ON tasks (owner) WHERE status IN ('working','input_required');`,
 ];
 
 const OPEN = `status IN ('working','input_required')`;
@@ -124,6 +127,7 @@ export class SqliteTaskStore implements TaskStore {
          ON CONFLICT DO NOTHING`,
       ),
       byIdempotencyKey: db.prepare(`SELECT * FROM tasks WHERE owner = ? AND idempotency_key = ?`),
+      openOfOwner: db.prepare(`SELECT COUNT(*) AS n FROM tasks WHERE owner = ? AND ${OPEN}`),
       get: db.prepare(`SELECT * FROM tasks WHERE task_id = ?`),
       inputs: db.prepare(
         `SELECT key, request, response, requested_at, answered_at FROM task_inputs WHERE task_id = ? ORDER BY seq`,
@@ -202,6 +206,13 @@ export class SqliteTaskStore implements TaskStore {
   async create(task: NewTask): Promise<{ task: StoredTask; created: boolean }> {
     return this.db
       .transaction(() => {
+        if (task.maxOpenTasksForOwner !== undefined) {
+          // an idempotent replay returns its task below, at the limit too
+          const replay =
+            task.idempotencyKey !== undefined && this.stmt.byIdempotencyKey.get(task.owner, task.idempotencyKey);
+          const { n } = this.stmt.openOfOwner.get(task.owner) as { n: number };
+          if (!replay && n >= task.maxOpenTasksForOwner) throw new OpenTaskLimitError(task.maxOpenTasksForOwner);
+        }
         const info = this.stmt.insert.run({
           taskId: task.taskId,
           owner: task.owner,

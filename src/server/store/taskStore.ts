@@ -58,6 +58,19 @@ export interface NewTask {
   /** The creating instance holds the lease from the start. */
   leaseOwner: string;
   leaseExpiresAt: number;
+  /**
+   * When set, the insert is refused with OpenTaskLimitError if `owner` already has this many non-terminal tasks,
+   * checked in the same transaction as the insert (an idempotent replay of an existing task is never refused).
+   */
+  maxOpenTasksForOwner?: number | undefined;
+}
+
+/** `create` refused a task because its owner already has `limit` non-terminal tasks. */
+export class OpenTaskLimitError extends Error {
+  constructor(readonly limit: number) {
+    super(`the owner already has ${limit} non-terminal tasks`);
+    this.name = 'OpenTaskLimitError';
+  }
 }
 
 /** Proof of holding a task's lease: writes from the handler side carry it. */
@@ -81,6 +94,7 @@ export interface TaskStore {
   /**
    * Inserts a task, committed when this resolves (spec: MUST NOT return CreateTaskResult before the task is durably
    * created). With an `idempotencyKey`, the same owner and key return the existing task and `created: false`.
+   * Throws OpenTaskLimitError when `maxOpenTasksForOwner` is set and reached.
    */
   create(task: NewTask): Promise<{ task: StoredTask; created: boolean }>;
 

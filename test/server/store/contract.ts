@@ -9,6 +9,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 
 import type { InputRequest, InputResponse } from '../../../src/protocol/index.js';
 import type { LeaseRef, NewTask, StoredTask, TaskSignal, TaskStore } from '../../../src/server/store/taskStore.js';
+import { OpenTaskLimitError } from '../../../src/server/store/taskStore.js';
 
 /** What a store's test file hands the contract: a fresh, empty store and how to dispose of it. */
 export interface TaskStoreFixture {
@@ -178,6 +179,28 @@ export function describeTaskStoreContract(
         const b = await created({ owner: 'bob' });
         expect((await read(a.taskId)).owner).toBe('alice');
         expect((await read(b.taskId)).owner).toBe('bob');
+      });
+
+      it('refuses a create over maxOpenTasksForOwner, counting that owner’s open tasks, never an idempotent replay', async () => {
+        // invariant: the per-principal open-task limit holds under concurrent creates, and a retry is never refused
+        const limit = { maxOpenTasksForOwner: 2 };
+        const first = await created({ owner: 'alice', idempotencyKey: 'k1', ...limit });
+        await created({ owner: 'alice', ...limit });
+        await created({ owner: 'bob', ...limit });
+        const over = newTask({ owner: 'alice', ...limit });
+        await expect(store.create(over)).rejects.toBeInstanceOf(OpenTaskLimitError);
+        expect(await store.get(over.taskId)).toBeUndefined();
+        expect(await store.create(newTask({ owner: 'alice', idempotencyKey: 'k1', ...limit }))).toEqual({
+          task: first,
+          created: false,
+        });
+        await store.finish(leaseOf(first), { status: 'completed', result: {} }, T0 + 1);
+        expect((await store.create(newTask({ owner: 'alice', ...limit }))).created).toBe(true);
+        const racing = await Promise.allSettled(
+          Array.from({ length: 6 }, () => store.create(newTask({ owner: 'carol', maxOpenTasksForOwner: 3 }))),
+        );
+        expect(racing.filter((r) => r.status === 'fulfilled')).toHaveLength(3);
+        for (const r of racing) if (r.status === 'rejected') expect(r.reason).toBeInstanceOf(OpenTaskLimitError);
       });
 
       it('answers undefined for an unknown taskId and does not call it purged', async () => {

@@ -1,0 +1,91 @@
+/**
+ * The task runtime's resource limits (README, "Limits"): how much one task or one principal may make the server hold,
+ * so a hostile or broken peer (or handler) cannot grow the store or the heap without bound. Every refusal names the
+ * limit it hit and what to do instead.
+ */
+
+export interface TaskLimits {
+  /** Largest serialized (UTF-8 JSON) size of a task's arguments; `tools/call` beyond it answers -32602. */
+  maxArgumentsBytes: number;
+  /** Largest serialized size of a handler's result (or thrown error); beyond it the task fails with -32603. */
+  maxResultBytes: number;
+  /** Deepest nesting of arrays and objects in arguments and results; beyond it they are refused like oversize ones. */
+  maxJsonDepth: number;
+  /** Most input requests one task may have outstanding at once; `ctx.input` beyond it throws inside the handler. */
+  maxInputRequestsPerTask: number;
+  /** Most non-terminal tasks one principal may have; `tools/call` beyond it answers -32603 naming the limit. */
+  maxOpenTasksPerPrincipal: number;
+}
+
+export const DEFAULT_LIMITS: Readonly<TaskLimits> = {
+  maxArgumentsBytes: 1024 * 1024,
+  maxResultBytes: 4 * 1024 * 1024,
+  maxJsonDepth: 256,
+  maxInputRequestsPerTask: 16,
+  maxOpenTasksPerPrincipal: 1000,
+};
+
+/** The limits in `options` over the defaults; each must be a positive integer (or Infinity to switch it off). */
+export function resolveLimits(options: Partial<TaskLimits>): TaskLimits {
+  const limits = { ...DEFAULT_LIMITS };
+  for (const name of Object.keys(DEFAULT_LIMITS) as (keyof TaskLimits)[]) {
+    const value = options[name];
+    if (value === undefined) continue;
+    if (!(value === Infinity || (Number.isSafeInteger(value) && value > 0))) {
+      throw new RangeError(`${name} must be a positive integer (or Infinity), got ${String(value)}`);
+    }
+    limits[name] = value;
+  }
+  return limits;
+}
+
+export type JsonMeasure =
+  | { ok: true; bytes: number }
+  | { ok: false; problem: 'too-large'; bytes: number | undefined }
+  | { ok: false; problem: 'too-deep' }
+  | { ok: false; problem: 'not-json'; reason: string };
+
+/**
+ * The serialized size of `value`, or why it cannot be stored within `maxBytes` and `maxDepth`. The depth is checked
+ * first, without recursion, so a deeply nested value is refused precisely instead of overflowing the stack in
+ * JSON.stringify; the walk gives up after `maxBytes` nodes (each costs at least a byte), so it is bounded too.
+ */
+export function measureJson(value: unknown, maxBytes: number, maxDepth: number): JsonMeasure {
+  const pending: [unknown, number][] = [[value, 0]];
+  let nodes = 0;
+  while (pending.length > 0) {
+    const [node, depth] = pending.pop()!;
+    if (++nodes > maxBytes) return { ok: false, problem: 'too-large', bytes: undefined };
+    if (typeof node !== 'object' || node === null) continue;
+    if (depth >= maxDepth) return { ok: false, problem: 'too-deep' };
+    const children = Array.isArray(node) ? node : Object.values(node);
+    for (const child of children) pending.push([child, depth + 1]);
+  }
+  let json: string | undefined;
+  try {
+    json = JSON.stringify(value);
+  } catch (error) {
+    return { ok: false, problem: 'not-json', reason: error instanceof Error ? error.message : String(error) };
+  }
+  if (json === undefined) return { ok: false, problem: 'not-json', reason: 'it has no JSON representation' };
+  const bytes = Buffer.byteLength(json, 'utf8');
+  return bytes > maxBytes ? { ok: false, problem: 'too-large', bytes } : { ok: true, bytes };
+}
+
+/** Why a measured value was refused, in words that name the limit: "is N bytes, over ... (maxResultBytes)". */
+export function describeRefusal(
+  measure: Exclude<JsonMeasure, { ok: true }>,
+  limits: TaskLimits,
+  sizeLimit: 'maxArgumentsBytes' | 'maxResultBytes',
+): string {
+  switch (measure.problem) {
+    case 'too-large':
+      return measure.bytes === undefined
+        ? `larger than this server's limit of ${limits[sizeLimit]} bytes (${sizeLimit})`
+        : `${measure.bytes} bytes serialized, over this server's limit of ${limits[sizeLimit]} bytes (${sizeLimit})`;
+    case 'too-deep':
+      return `nested deeper than this server's limit of ${limits.maxJsonDepth} levels (maxJsonDepth)`;
+    case 'not-json':
+      return `not serializable as JSON (${measure.reason})`;
+  }
+}
