@@ -9,6 +9,7 @@ import { toNodeHandler } from '@modelcontextprotocol/node';
 import type { AuthInfo, McpHttpHandler, McpRequestContext, ServerEventBus } from '@modelcontextprotocol/server';
 import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
 
+import { guardJsonDepth } from './jsonDepthGuard.js';
 import { type AttachOptions, attachTasks } from './sdkGlue.js';
 import type { TaskServer } from './taskServer.js';
 
@@ -25,7 +26,7 @@ export interface TaskHandlerOptions extends AttachOptions {
 /** A web-standard `{ fetch }` MCP handler serving the task tools of `tasks` beside whatever `setup` registers. */
 export function createTaskMcpHandler(tasks: TaskServer, options: TaskHandlerOptions = {}): McpHttpHandler {
   const info = options.serverInfo ?? { name: 'closeout', version: '0.1.0' };
-  return createMcpHandler(
+  const handler = createMcpHandler(
     (ctx) => {
       const mcp = new McpServer(info);
       options.setup?.(mcp, ctx);
@@ -34,6 +35,8 @@ export function createTaskMcpHandler(tasks: TaskServer, options: TaskHandlerOpti
     },
     { ...(options.onerror && { onerror: options.onerror }), ...(options.bus && { bus: options.bus }) },
   );
+  // hostile nesting is refused before the SDK's recursive validation can overflow the stack
+  return guardJsonDepth(handler);
 }
 
 export interface ServeOptions extends TaskHandlerOptions {
