@@ -307,7 +307,12 @@ export class TaskServer {
         return { ...base, status: 'input_required', inputRequests };
       }
       case 'completed':
-        return { ...base, status: 'completed', result: task.result ?? { content: [] } };
+        // schema 2026-07-28: a CallToolResult carries resultType "complete", also when inlined in a task
+        return {
+          ...base,
+          status: 'completed',
+          result: { resultType: 'complete', ...(task.result ?? { content: [] }) },
+        };
       case 'failed':
         return { ...base, status: 'failed', error: task.error ?? { code: ErrorCode.InternalError, message: 'failed' } };
       case 'cancelled':

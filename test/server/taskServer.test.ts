@@ -161,6 +161,8 @@ describe('DetailedTask variants', () => {
     const taskId = await createTask('tool_error');
     const task = await settled(taskId);
     expect(task).toMatchObject({ status: 'completed', result: { isError: true, content: [{ text: 'bad input' }] } });
+    // schema 2026-07-28: the inlined CallToolResult carries its own resultType
+    expect((task['result'] as { resultType?: string }).resultType).toBe('complete');
   });
 
   it('failed carries the JSON-RPC error a handler threw', async () => {
