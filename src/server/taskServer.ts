@@ -279,7 +279,7 @@ export class TaskServer {
     const task = await this.storeCall(() => this.store.get(taskId));
     if (task && task.owner === principal) return task;
     // another principal's task is answered exactly as an unknown id (spec, Security: auth binding)
-    if (!task && (await this.storeCall(() => this.store.wasPurged(taskId)))) {
+    if (!task && (await this.storeCall(() => this.store.wasPurged(taskId, principal)))) {
       throw new ProtocolError(ProtocolErrorCode.InvalidParams, TASK_EXPIRED);
     }
     throw new ProtocolError(ProtocolErrorCode.InvalidParams, TASK_NOT_FOUND);

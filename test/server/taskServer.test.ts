@@ -348,6 +348,11 @@ describe('TTL and retention', () => {
       return r.error ? r.error : undefined;
     });
     expect(purged).toEqual({ code: -32602, message: 'Failed to retrieve task: Task has expired' });
+    // another principal asking about the purged id gets exactly the unknown-id answer
+    expect((await get(taskId, BOB)).error).toEqual({
+      code: -32602,
+      message: 'Failed to retrieve task: Task not found',
+    });
   });
 });
 

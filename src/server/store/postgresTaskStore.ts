@@ -86,6 +86,8 @@ const MIGRATIONS: readonly string[] = [
      PRIMARY KEY (task_id, key) -- keys are unique over the task's life
    );
    CREATE TABLE closeout_purged_tasks (task_id TEXT PRIMARY KEY, purged_at BIGINT NOT NULL);`,
+  // a tombstone remembers its owner: only the owner may learn that the id existed
+  `ALTER TABLE closeout_purged_tasks ADD COLUMN owner TEXT;`,
 ];
 
 const OPEN = `status IN ('working','input_required')`;
@@ -121,7 +123,7 @@ const SQL = {
   openOfOwner: `SELECT COUNT(*) AS n FROM closeout_tasks WHERE owner = $1 AND ${OPEN}`,
   byIdempotencyKey: `SELECT ${TASK_WITH_INPUTS} FROM closeout_tasks t WHERE t.owner = $1 AND t.idempotency_key = $2`,
   get: `SELECT ${TASK_WITH_INPUTS} FROM closeout_tasks t WHERE t.task_id = $1`,
-  purged: `SELECT 1 FROM closeout_purged_tasks WHERE task_id = $1`,
+  purged: `SELECT 1 FROM closeout_purged_tasks WHERE task_id = $1 AND owner = $2`,
 
   // handler side: every write carries the fence and requires "not yet terminal"
   setStatusMessage: `UPDATE closeout_tasks SET status_message = $1, last_updated_at = $2
@@ -206,10 +208,10 @@ const SQL = {
             LIMIT ${PURGE_BATCH}
             FOR UPDATE SKIP LOCKED
           ), deleted AS (
-            DELETE FROM closeout_tasks t USING doomed d WHERE t.task_id = d.task_id RETURNING t.task_id
+            DELETE FROM closeout_tasks t USING doomed d WHERE t.task_id = d.task_id RETURNING t.task_id, t.owner
           )
-          INSERT INTO closeout_purged_tasks (task_id, purged_at) SELECT task_id, $2 FROM deleted
-          ON CONFLICT (task_id) DO UPDATE SET purged_at = EXCLUDED.purged_at`,
+          INSERT INTO closeout_purged_tasks (task_id, owner, purged_at) SELECT task_id, owner, $2 FROM deleted
+          ON CONFLICT (task_id) DO UPDATE SET purged_at = EXCLUDED.purged_at, owner = EXCLUDED.owner`,
   dropTombstones: `DELETE FROM closeout_purged_tasks WHERE purged_at < $1`,
 
   listen: `LISTEN ${TASK_SIGNAL_CHANNEL}`,
@@ -374,8 +376,11 @@ export class PostgresTaskStore implements TaskStore {
     return this.guard('get', () => this.read(taskId));
   }
 
-  async wasPurged(taskId: string): Promise<boolean> {
-    return this.guard('wasPurged', async () => ((await this.pool.query(SQL.purged, [taskId])).rowCount ?? 0) > 0);
+  async wasPurged(taskId: string, owner: string): Promise<boolean> {
+    return this.guard(
+      'wasPurged',
+      async () => ((await this.pool.query(SQL.purged, [taskId, owner])).rowCount ?? 0) > 0,
+    );
   }
 
   async setStatusMessage(lease: LeaseRef, message: string, now: number): Promise<boolean> {

@@ -60,6 +60,8 @@ const MIGRATIONS: readonly string[] = [
    CREATE TABLE purged_tasks (task_id TEXT PRIMARY KEY, purged_at INTEGER NOT NULL);`,
   // the per-principal open-task limit counts a principal's open tasks on every tools/call
   `CREATE INDEX tasks_open_owner ON tasks (owner) WHERE status IN ('working','input_required');`,
+  // a tombstone remembers its owner: only the owner may learn that the id existed
+  `ALTER TABLE purged_tasks ADD COLUMN owner TEXT;`,
 ];
 
 const OPEN = `status IN ('working','input_required')`;
@@ -132,7 +134,7 @@ export class SqliteTaskStore implements TaskStore {
       inputs: db.prepare(
         `SELECT key, request, response, requested_at, answered_at FROM task_inputs WHERE task_id = ? ORDER BY seq`,
       ),
-      purged: db.prepare(`SELECT 1 FROM purged_tasks WHERE task_id = ?`),
+      purged: db.prepare(`SELECT 1 FROM purged_tasks WHERE task_id = ? AND owner = ?`),
       setStatusMessage: db.prepare(
         `UPDATE tasks SET status_message = ?, last_updated_at = ? WHERE task_id = ? AND fence = ? AND ${OPEN}`,
       ),
@@ -177,18 +179,20 @@ export class SqliteTaskStore implements TaskStore {
          WHERE task_id = ? AND ${OPEN}`,
       ),
       leaseOwners: db.prepare(`SELECT DISTINCT lease_owner FROM tasks WHERE ${OPEN} AND lease_owner IS NOT NULL`),
-      overdue: db.prepare(`SELECT task_id, ttl_ms FROM tasks WHERE ${OPEN} AND expires_at IS NOT NULL AND expires_at <= ?`),
+      overdue: db.prepare(
+        `SELECT task_id, ttl_ms FROM tasks WHERE ${OPEN} AND expires_at IS NOT NULL AND expires_at <= ?`,
+      ),
       expire: db.prepare(
         `UPDATE tasks SET status = 'failed', error = ?, status_message = ?, last_updated_at = ?,
            lease_owner = NULL, lease_expires_at = NULL
          WHERE task_id = ? AND ${OPEN}`,
       ),
       purgeable: db.prepare(
-        `SELECT task_id FROM tasks WHERE status IN ('completed','failed','cancelled')
+        `SELECT task_id, owner FROM tasks WHERE status IN ('completed','failed','cancelled')
            AND expires_at IS NOT NULL AND expires_at + ? <= ? LIMIT 1000`,
       ),
       delete: db.prepare(`DELETE FROM tasks WHERE task_id = ?`),
-      tombstone: db.prepare(`INSERT OR REPLACE INTO purged_tasks (task_id, purged_at) VALUES (?, ?)`),
+      tombstone: db.prepare(`INSERT OR REPLACE INTO purged_tasks (task_id, owner, purged_at) VALUES (?, ?, ?)`),
       dropTombstones: db.prepare(`DELETE FROM purged_tasks WHERE purged_at < ?`),
     };
   }
@@ -196,10 +200,12 @@ export class SqliteTaskStore implements TaskStore {
   private migrate(): void {
     const version = this.db.pragma('user_version', { simple: true }) as number;
     for (let v = version; v < MIGRATIONS.length; v++) {
-      this.db.transaction(() => {
-        this.db.exec(MIGRATIONS[v]!);
-        this.db.pragma(`user_version = ${v + 1}`);
-      }).immediate();
+      this.db
+        .transaction(() => {
+          this.db.exec(MIGRATIONS[v]!);
+          this.db.pragma(`user_version = ${v + 1}`);
+        })
+        .immediate();
     }
   }
 
@@ -213,11 +219,12 @@ export class SqliteTaskStore implements TaskStore {
           const { n } = this.stmt.openOfOwner.get(task.owner) as { n: number };
           if (!replay && n >= task.maxOpenTasksForOwner) throw new OpenTaskLimitError(task.maxOpenTasksForOwner);
         }
+        const argumentsJson = JSON.stringify(task.arguments);
         const info = this.stmt.insert.run({
           taskId: task.taskId,
           owner: task.owner,
           toolName: task.toolName,
-          arguments: JSON.stringify(task.arguments),
+          arguments: argumentsJson,
           statusMessage: task.statusMessage ?? null,
           createdAt: task.createdAt,
           ttlMs: task.ttlMs,
@@ -228,7 +235,8 @@ export class SqliteTaskStore implements TaskStore {
           leaseOwner: task.leaseOwner,
           leaseExpiresAt: task.leaseExpiresAt,
         });
-        if (info.changes === 1) return { task: this.read(task.taskId)!, created: true };
+        // the row is exactly what was just inserted: built, not read back (two statements fewer on every create)
+        if (info.changes === 1) return { task: insertedTask(task, argumentsJson), created: true };
         if (task.idempotencyKey !== undefined) {
           const row = this.stmt.byIdempotencyKey.get(task.owner, task.idempotencyKey) as TaskRow | undefined;
           if (row) return { task: this.toTask(row), created: false };
@@ -242,8 +250,8 @@ export class SqliteTaskStore implements TaskStore {
     return this.read(taskId);
   }
 
-  async wasPurged(taskId: string): Promise<boolean> {
-    return this.stmt.purged.get(taskId) !== undefined;
+  async wasPurged(taskId: string, owner: string): Promise<boolean> {
+    return this.stmt.purged.get(taskId, owner) !== undefined;
   }
 
   async setStatusMessage(lease: LeaseRef, message: string, now: number): Promise<boolean> {
@@ -352,10 +360,10 @@ export class SqliteTaskStore implements TaskStore {
   async purge(now: number, retentionMs: number): Promise<number> {
     return this.db
       .transaction(() => {
-        const rows = this.stmt.purgeable.all(retentionMs, now) as { task_id: string }[];
-        for (const { task_id } of rows) {
+        const rows = this.stmt.purgeable.all(retentionMs, now) as { task_id: string; owner: string }[];
+        for (const { task_id, owner } of rows) {
           this.stmt.delete.run(task_id);
-          this.stmt.tombstone.run(task_id, now);
+          this.stmt.tombstone.run(task_id, owner, now);
         }
         // tombstones only need to outlive a client's last reasonable poll
         this.stmt.dropTombstones.run(now - 7 * 24 * 3600_000);
@@ -383,15 +391,13 @@ export class SqliteTaskStore implements TaskStore {
   }
 
   private toTask(row: TaskRow): StoredTask {
-    const inputs = (this.stmt.inputs.all(row.task_id) as InputRow[]).map(
-      (i): StoredInput => ({
-        key: i.key,
-        request: JSON.parse(i.request) as InputRequest,
-        response: i.response === null ? undefined : (JSON.parse(i.response) as InputResponse),
-        requestedAt: i.requested_at,
-        answeredAt: i.answered_at ?? undefined,
-      }),
-    );
+    const inputs = (this.stmt.inputs.all(row.task_id) as InputRow[]).map((i): StoredInput => ({
+      key: i.key,
+      request: JSON.parse(i.request) as InputRequest,
+      response: i.response === null ? undefined : (JSON.parse(i.response) as InputResponse),
+      requestedAt: i.requested_at,
+      answeredAt: i.answered_at ?? undefined,
+    }));
     return {
       taskId: row.task_id,
       owner: row.owner,
@@ -415,4 +421,31 @@ export class SqliteTaskStore implements TaskStore {
       inputs,
     };
   }
+}
+
+/** The StoredTask a successful insert wrote, equal to what `get` reads back (the arguments through the same JSON). */
+function insertedTask(task: NewTask, argumentsJson: string): StoredTask {
+  return {
+    taskId: task.taskId,
+    owner: task.owner,
+    toolName: task.toolName,
+    arguments: JSON.parse(argumentsJson) as JsonObject,
+    status: 'working',
+    statusMessage: task.statusMessage,
+    createdAt: task.createdAt,
+    lastUpdatedAt: task.createdAt,
+    ttlMs: task.ttlMs,
+    pollIntervalMs: task.pollIntervalMs,
+    resumable: task.resumable,
+    idempotencyKey: task.idempotencyKey,
+    result: undefined,
+    error: undefined,
+    cancelRequested: false,
+    leaseOwner: task.leaseOwner,
+    leaseExpiresAt: task.leaseExpiresAt,
+    // the column defaults of a new row
+    fence: 1,
+    attempt: 1,
+    inputs: [],
+  };
 }

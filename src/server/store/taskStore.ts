@@ -101,8 +101,11 @@ export interface TaskStore {
   /** The task with its inputs, or undefined when unknown or purged. */
   get(taskId: string): Promise<StoredTask | undefined>;
 
-  /** Whether the id belonged to a task that was purged after its TTL (so the error can say "expired"). */
-  wasPurged(taskId: string): Promise<boolean>;
+  /**
+   * Whether the id belonged to a task of `owner` that was purged after its TTL (so the error can say "expired" to
+   * its owner, and only to its owner).
+   */
+  wasPurged(taskId: string, owner: string): Promise<boolean>;
 
   /** Handler side: a new status message. False when the lease was lost or the task is terminal. */
   setStatusMessage(lease: LeaseRef, message: string, now: number): Promise<boolean>;

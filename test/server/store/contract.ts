@@ -144,8 +144,10 @@ export function describeTaskStoreContract(
           leaseOwner: 'instance-z',
           leaseExpiresAt: T0 + 99_999,
         });
-        await store.create(input);
+        const { task: createdTask } = await store.create(input);
         const stored = await read(input.taskId);
+        // and what create answered is what every later read answers, field for field
+        expect(createdTask).toEqual(stored);
         expect(stored.arguments).toEqual(args);
         expect(stored).toMatchObject({
           owner: 'principal:alice@example.com',
@@ -206,7 +208,7 @@ export function describeTaskStoreContract(
       it('answers undefined for an unknown taskId and does not call it purged', async () => {
         // invariant: an unknown id is neither a task nor a purged task
         expect(await store.get('task-never-created')).toBeUndefined();
-        expect(await store.wasPurged('task-never-created')).toBe(false);
+        expect(await store.wasPurged('task-never-created', 'alice')).toBe(false);
       });
 
       it('rejects a second create with an existing taskId and no idempotency key, leaving the first as it was', async () => {
@@ -242,7 +244,12 @@ export function describeTaskStoreContract(
         const result = { content: [{ type: 'text', text: 'done' }], isError: false };
         expect(await store.finish(leaseOf(task), { status: 'completed', result }, T0 + 10)).toBe(true);
         const stored = await read(task.taskId);
-        expect(stored).toMatchObject({ status: 'completed', result, statusMessage: 'working on it', lastUpdatedAt: T0 + 10 });
+        expect(stored).toMatchObject({
+          status: 'completed',
+          result,
+          statusMessage: 'working on it',
+          lastUpdatedAt: T0 + 10,
+        });
         expect(stored.error).toBeUndefined();
         expect(stored.leaseOwner).toBeUndefined();
         expect(stored.leaseExpiresAt).toBeUndefined();
@@ -252,14 +259,16 @@ export function describeTaskStoreContract(
         // invariant: failed carries the error object as given; cancelled carries neither result nor error
         const a = await created();
         const error = { code: -32603, message: 'handler crashed', data: { where: 'step 2' } };
-        expect(await store.finish(leaseOf(a), { status: 'failed', error, statusMessage: 'crashed' }, T0 + 1)).toBe(true);
+        expect(await store.finish(leaseOf(a), { status: 'failed', error, statusMessage: 'crashed' }, T0 + 1)).toBe(
+          true,
+        );
         expect(await read(a.taskId)).toMatchObject({ status: 'failed', error, statusMessage: 'crashed' });
         expect((await read(a.taskId)).result).toBeUndefined();
 
         const b = await created();
-        expect(await store.finish(leaseOf(b), { status: 'cancelled', statusMessage: 'cancelled by client' }, T0 + 2)).toBe(
-          true,
-        );
+        expect(
+          await store.finish(leaseOf(b), { status: 'cancelled', statusMessage: 'cancelled by client' }, T0 + 2),
+        ).toBe(true);
         const cancelled = await read(b.taskId);
         expect(cancelled).toMatchObject({ status: 'cancelled', statusMessage: 'cancelled by client' });
         expect(cancelled.result).toBeUndefined();
@@ -549,14 +558,23 @@ export function describeTaskStoreContract(
       it('claims open tasks whose lease expired, bumping fence and attempt, and leaves live leases alone', async () => {
         // invariant: takeover moves the lease to the claimer and fences out the previous owner
         const expired = await created({ leaseOwner: 'instance-a', leaseExpiresAt: T0 + 10 * SECOND });
-        const waiting = await created({ leaseOwner: 'instance-a', leaseExpiresAt: T0 + 10 * SECOND, createdAt: T0 + 1 });
+        const waiting = await created({
+          leaseOwner: 'instance-a',
+          leaseExpiresAt: T0 + 10 * SECOND,
+          createdAt: T0 + 1,
+        });
         await store.requestInput(leaseOf(waiting), 'k', elicit('?'), T0 + 2);
         const live = await created({ leaseOwner: 'instance-c', leaseExpiresAt: T0 + 5 * MINUTE });
 
         const claimed = await store.claimOrphans('instance-b', T0 + MINUTE, T0 + 2 * MINUTE, 10);
         expect(claimed.map((task) => task.taskId).sort()).toEqual([expired.taskId, waiting.taskId].sort());
         for (const task of claimed) {
-          expect(task).toMatchObject({ leaseOwner: 'instance-b', leaseExpiresAt: T0 + 2 * MINUTE, fence: 2, attempt: 2 });
+          expect(task).toMatchObject({
+            leaseOwner: 'instance-b',
+            leaseExpiresAt: T0 + 2 * MINUTE,
+            fence: 2,
+            attempt: 2,
+          });
           // what claimOrphans returns is the task as stored, inputs included
           expect(task).toEqual(await read(task.taskId));
         }
@@ -705,10 +723,12 @@ export function describeTaskStoreContract(
         expect(await store.purge(T0 + MINUTE + retention + 1, retention)).toBe(1);
 
         expect(await store.get(old.taskId)).toBeUndefined();
-        expect(await store.wasPurged(old.taskId)).toBe(true);
+        expect(await store.wasPurged(old.taskId, 'alice')).toBe(true);
+        // only its owner learns that the id existed: anyone else gets what an unknown id gets
+        expect(await store.wasPurged(old.taskId, 'bob')).toBe(false);
         for (const kept of [recent, open, unlimited]) {
           expect(await store.get(kept.taskId)).toBeDefined();
-          expect(await store.wasPurged(kept.taskId)).toBe(false);
+          expect(await store.wasPurged(kept.taskId, 'alice')).toBe(false);
         }
         // a purged task is gone for every write path too
         expect(await store.answerInputs(old.taskId, { k: accept('x') }, T0 + 20 * MINUTE)).toEqual([]);

@@ -78,10 +78,12 @@ describe('PostgresTaskStore across instances', () => {
     // invariant: migrations are serialised by an advisory lock and versioned, so concurrent starts neither fail nor
     // apply a migration twice
     await Promise.all(Array.from({ length: 6 }, () => openStore({ listen: false })));
-    const versions = await admin.query<{ version: number }>('SELECT version FROM closeout_schema_version');
-    expect(versions.rows).toEqual([{ version: 1 }]);
+    const versions = await admin.query<{ version: number }>(
+      'SELECT version FROM closeout_schema_version ORDER BY version',
+    );
+    expect(versions.rows).toEqual([{ version: 1 }, { version: 2 }]);
     await openStore({ listen: false });
-    expect((await admin.query('SELECT version FROM closeout_schema_version')).rowCount).toBe(1);
+    expect((await admin.query('SELECT version FROM closeout_schema_version')).rowCount).toBe(2);
   });
 
   it('turns two concurrent creates with one idempotency key on two instances into one task', async () => {
