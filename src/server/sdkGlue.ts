@@ -35,6 +35,9 @@ export const defaultPrincipal: PrincipalResolver = ({ authInfo }) => {
   return typeof sub === 'string' && sub.length > 0 ? `sub:${sub}` : `client:${authInfo.clientId}`;
 };
 
+/** The input schema of a task tool that declares none, made once: a zod object costs tens of µs to build per request. */
+const AnyArgumentsSchema = z.looseObject({});
+
 export interface AttachOptions {
   principal?: PrincipalResolver;
 }
@@ -64,7 +67,7 @@ export function attachTasks(mcp: McpServer, tasks: TaskServer, options: AttachOp
         ...(config.title !== undefined && { title: config.title }),
         ...(config.description !== undefined && { description: config.description }),
         // always a schema: without one the SDK calls the callback with the context alone and drops the arguments
-        inputSchema: config.inputSchema ?? z.looseObject({}),
+        inputSchema: config.inputSchema ?? AnyArgumentsSchema,
         ...(config.annotations !== undefined && { annotations: config.annotations }),
       },
       // the inline path: policy `never`, or `optional` toward a request that did not declare the extension
@@ -75,6 +78,11 @@ export function attachTasks(mcp: McpServer, tasks: TaskServer, options: AttachOp
 
   const internals = mcp.server as unknown as ProtocolInternals;
   const sdkToolsCall = internals._requestHandlers.get('tools/call');
+  // no tools at all (neither task tools nor the author's): the SDK answers tools/call itself
+  if (sdkToolsCall === undefined && tasks.registeredTools().length === 0) {
+    registerTaskMethods(mcp, tasks, principal);
+    return;
+  }
   if (typeof sdkToolsCall !== 'function') {
     throw new Error('closeout: the SDK no longer stores a tools/call handler where sdkGlue expects it');
   }
@@ -95,6 +103,11 @@ export function attachTasks(mcp: McpServer, tasks: TaskServer, options: AttachOp
     return callAsTask(tasks, tool, request.params ?? {}, ctx, principal(ctx));
   });
 
+  registerTaskMethods(mcp, tasks, principal);
+}
+
+/** `tasks/get`, `tasks/update` and `tasks/cancel`, for the extension's declared callers only. */
+function registerTaskMethods(mcp: McpServer, tasks: TaskServer, principal: (ctx: ServerContext) => string): void {
   const guard = (ctx: ServerContext) => {
     // spec: MUST return -32021 for tasks/* from a client that did not declare the extension
     if (!declaresTasks(ctx)) {

@@ -101,6 +101,39 @@ describe('SDK internals sdkGlue relies on', () => {
     expect(first).toEqual({ ctx: true });
   });
 
+  it('a server with no tools at all still serves tasks/* (nothing to intercept)', async () => {
+    const empty = new TaskServer({ store });
+    const bare = createTaskMcpHandler(empty);
+    const response = await bare.fetch(
+      new Request('http://in-process/mcp', {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          accept: 'application/json, text/event-stream',
+          'mcp-protocol-version': '2026-07-28',
+          'mcp-method': 'tasks/get',
+          'mcp-name': 'nope',
+        },
+        body: JSON.stringify({
+          jsonrpc: '2.0',
+          id: 1,
+          method: 'tasks/get',
+          params: {
+            taskId: 'nope',
+            _meta: {
+              'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+              'io.modelcontextprotocol/clientInfo': { name: 'glue-test', version: '0' },
+              'io.modelcontextprotocol/clientCapabilities': { extensions: { 'io.modelcontextprotocol/tasks': {} } },
+            },
+          },
+        }),
+      }),
+    );
+    expect(response.status).toBe(200);
+    expect(((await response.json()) as { error?: { code: number } }).error?.code).toBe(-32602);
+    await bare.close();
+  });
+
   it('the discover result declares the extension', async () => {
     const r = await post('server/discover', {});
     expect(r.result?.['capabilities']).toMatchObject({ extensions: { 'io.modelcontextprotocol/tasks': {} } });
