@@ -308,19 +308,26 @@ export class SqliteLedger implements Ledger {
   }
 
   private migrate(): void {
-    const version = this.db.pragma('user_version', { simple: true }) as number;
-    if (version > MIGRATIONS.length) {
-      throw new Error(
-        `ledger ${this.path} has schema version ${version}, newer than this build knows (${MIGRATIONS.length})`,
-      );
-    }
-    for (let next = version; next < MIGRATIONS.length; next += 1) {
-      this.db
+    const version = () => this.db.pragma('user_version', { simple: true }) as number;
+    if (version() === MIGRATIONS.length) return;
+    // each step reads the version inside its write transaction: processes opening a new ledger at once must not
+    // both run the same migration ("table submissions already exists")
+    for (;;) {
+      const done = this.db
         .transaction(() => {
-          this.db.exec(MIGRATIONS[next] as string);
-          this.db.pragma(`user_version = ${next + 1}`);
+          const current = version();
+          if (current > MIGRATIONS.length) {
+            throw new Error(
+              `ledger ${this.path} has schema version ${current}, newer than this build knows (${MIGRATIONS.length})`,
+            );
+          }
+          if (current === MIGRATIONS.length) return true;
+          this.db.exec(MIGRATIONS[current] as string);
+          this.db.pragma(`user_version = ${current + 1}`);
+          return false;
         })
         .immediate();
+      if (done) return;
     }
   }
 
