@@ -6,8 +6,10 @@
 import type { Command } from 'commander';
 import { InvalidArgumentError } from 'commander';
 
-import type { TaskHandle, TaskRecord } from '../client/index.js';
-import { isFollowable, TaskClientError } from '../client/index.js';
+import { TaskClientError } from '../client/errors.js';
+import type { TaskRecord } from '../client/ledger/ledger.js';
+import { isFollowable } from '../client/ledger/ledger.js';
+import type { TaskHandle } from '../client/taskHandle.js';
 import { CliError } from './cliError.js';
 import type { JsonFlags, LedgerFlags } from './commonOptions.js';
 import { addJsonOption, addLedgerOption } from './commonOptions.js';

@@ -2,8 +2,6 @@
  * Turning what went wrong into one line that says what is wrong and what to do (issue 4, "Bad input"): a server
  * that cannot be reached or is not an MCP server, a ledger that is locked or corrupt, a taskId nobody knows.
  */
-import { SdkHttpError } from '@modelcontextprotocol/client';
-
 import { TaskClientError } from '../client/errors.js';
 import { CliError } from './cliError.js';
 import { EXIT } from './exitCodes.js';
@@ -24,8 +22,8 @@ export function explainConnectError(url: string, error: unknown): CliError {
     const innermost = chain(network).pop() as Error;
     return new CliError(`cannot reach ${url} (${innermost.message}): check the URL, and that the server is running`);
   }
-  if (error instanceof SdkHttpError) {
-    const status = error.status;
+  const status = httpStatusOf(error);
+  if (status !== undefined) {
     if (status === 401 || status === 403) {
       return new CliError(
         `${url} refused the request (HTTP ${status}): set CLOSEOUT_TOKEN to a bearer token it accepts`,
@@ -61,10 +59,16 @@ export function explain(error: unknown, context: { ledgerPath: string; endpoint?
         return new CliError(error.message);
     }
   }
-  if (context.endpoint !== undefined && (errnoOf(error) !== undefined || error instanceof SdkHttpError)) {
+  if (context.endpoint !== undefined && (errnoOf(error) !== undefined || httpStatusOf(error) !== undefined)) {
     return explainConnectError(context.endpoint, error);
   }
   return error;
+}
+
+/** The HTTP status of the SDK's SdkHttpError (by name: commands that never connect do not load the SDK). */
+function httpStatusOf(error: unknown): number | undefined {
+  const status = (error as { name?: unknown; status?: unknown }).status;
+  return error instanceof Error && error.name === 'SdkHttpError' && typeof status === 'number' ? status : undefined;
 }
 
 /** The first errno-style code (ECONNREFUSED, ...) in an error's cause chain. */

@@ -5,17 +5,26 @@
  */
 import { Command, CommanderError } from 'commander';
 
-import { registerAnswer } from './answer.js';
-import { registerCall } from './call.js';
-import { registerCancel } from './cancel.js';
 import { CliError } from './cliError.js';
-import { registerDemo } from './demo.js';
-import { registerDoctor } from './doctor.js';
-import { ledgerRoundTrip } from './doctorResume.js';
-import { registerLs } from './ls.js';
-import { registerResume } from './resume.js';
-import { registerServe } from './serve.js';
-import { registerShow } from './show.js';
+
+/** Each command in its module, loaded on demand: `ls` need not load the server SDK, nor `serve` the prompts. */
+const COMMANDS: Record<string, () => Promise<(program: Command) => void>> = {
+  serve: async () => (await import('./serve.js')).registerServe,
+  doctor: async () => {
+    const [{ registerDoctor }, { ledgerRoundTrip }] = await Promise.all([
+      import('./doctor.js'),
+      import('./doctorResume.js'),
+    ]);
+    return (program) => registerDoctor(program, ledgerRoundTrip);
+  },
+  call: async () => (await import('./call.js')).registerCall,
+  ls: async () => (await import('./ls.js')).registerLs,
+  show: async () => (await import('./show.js')).registerShow,
+  resume: async () => (await import('./resume.js')).registerResume,
+  answer: async () => (await import('./answer.js')).registerAnswer,
+  cancel: async () => (await import('./cancel.js')).registerCancel,
+  demo: async () => (await import('./demo.js')).registerDemo,
+};
 
 const program = new Command()
   .name('closeout')
@@ -25,15 +34,15 @@ const program = new Command()
   .configureOutput({ outputError: (message, write) => write(message.replace(/^error: /, 'closeout: ')) })
   .exitOverride();
 
-registerServe(program);
-registerDoctor(program, ledgerRoundTrip);
-registerCall(program);
-registerLs(program);
-registerShow(program);
-registerResume(program);
-registerAnswer(program);
-registerCancel(program);
-registerDemo(program);
+// the command being run, or all of them for help and for a name that is none of them
+const named = process.argv[2];
+const wanted =
+  named === '--version' || named === '-V'
+    ? []
+    : named !== undefined && Object.hasOwn(COMMANDS, named)
+      ? [named]
+      : Object.keys(COMMANDS);
+for (const register of await Promise.all(wanted.map((name) => COMMANDS[name]!()))) register(program);
 
 try {
   await program.parseAsync(process.argv);

@@ -5,8 +5,9 @@
  */
 import type { Command } from 'commander';
 
-import type { TaskRecord } from '../client/index.js';
-import { isFollowable, outcomeOf } from '../client/index.js';
+import type { TaskRecord } from '../client/ledger/ledger.js';
+import { isFollowable } from '../client/ledger/ledger.js';
+import { outcomeOf } from '../client/taskHandle.js';
 import type { JsonFlags, LedgerFlags } from './commonOptions.js';
 import { addAnswerOptions, addJsonOption, addLedgerOption } from './commonOptions.js';
 import type { AnswerFlags } from './elicitationPrompt.js';

@@ -2,8 +2,7 @@
  * One command's use of the client half: the ledger, and one TaskClient per server it talks to, all sharing that
  * ledger. Records carry the endpoint they belong to, so commands that take only a taskId find their server there.
  */
-import type { TaskClientEvent, TaskInputHandlers } from '../client/index.js';
-import { connectHttpTaskClient, type TaskClient } from '../client/index.js';
+import type { TaskClient, TaskClientEvent, TaskInputHandlers } from '../client/index.js';
 import type { TaskRecord } from '../client/ledger/ledger.js';
 import type { SqliteLedger } from '../client/ledger/sqliteLedger.js';
 import { CliError } from './cliError.js';
@@ -62,6 +61,8 @@ export class ClientSession {
       throw new CliError(`the ledger record's server ${endpoint} is not an HTTP endpoint: the CLI only speaks HTTP`);
     }
     const token = process.env[TOKEN_ENV];
+    // the SDK is loaded only by commands that talk to a server
+    const { connectHttpTaskClient } = await import('../client/connect.js');
     let client: TaskClient;
     try {
       client = await connectHttpTaskClient(endpoint, {
