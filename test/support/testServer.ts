@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { type ServeOptions,serveTaskServer } from '../../src/server/http.js';
+import { type ServeOptions, serveTaskServer } from '../../src/server/http.js';
 import { SqliteTaskStore } from '../../src/server/store/sqliteTaskStore.js';
 import { TaskServer, type TaskServerOptions } from '../../src/server/taskServer.js';
 
