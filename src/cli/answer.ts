@@ -9,7 +9,7 @@ import type { TaskHandle, TaskInputContext } from '../client/index.js';
 import { isFollowable } from '../client/ledger/ledger.js';
 import { CliError } from './cliError.js';
 import type { JsonFlags, LedgerFlags } from './commonOptions.js';
-import { addAnswerOptions, addJsonOption, addLedgerOption } from './commonOptions.js';
+import { addAnswerOptions, addJsonOption, addLedgerOption, addTaskIdArgument } from './commonOptions.js';
 import type { AnswerFlags, InputHost } from './elicitationPrompt.js';
 import { canPrompt, elicitationHandler, presetFrom, promptQueue, showAnswered } from './elicitationPrompt.js';
 import { EXIT } from './exitCodes.js';
@@ -25,8 +25,8 @@ type AnswerCommandFlags = JsonFlags & LedgerFlags & AnswerFlags;
 export function registerAnswer(program: Command): void {
   const command = program
     .command('answer')
-    .description('Answer the input requests a task is waiting for, then exit (the task keeps running)')
-    .argument('<taskId>', 'a taskId (or a unique prefix), a record id or an idempotency key');
+    .description('Answer the input requests a task is waiting for, then exit (the task keeps running)');
+  addTaskIdArgument(command, 'a taskId (or a unique prefix), a record id or an idempotency key');
   addAnswerOptions(command);
   addLedgerOption(command);
   addJsonOption(command, 'print one JSON document: {"taskId", "status", "answered": [...]}');

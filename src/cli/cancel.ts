@@ -12,7 +12,7 @@ import { isFollowable } from '../client/ledger/ledger.js';
 import type { TaskHandle } from '../client/taskHandle.js';
 import { CliError } from './cliError.js';
 import type { JsonFlags, LedgerFlags } from './commonOptions.js';
-import { addJsonOption, addLedgerOption } from './commonOptions.js';
+import { addJsonOption, addLedgerOption, addTaskIdArgument } from './commonOptions.js';
 import { EXIT } from './exitCodes.js';
 import { explain } from './explain.js';
 import { resolveLedgerPath } from './ledgerFile.js';
@@ -29,8 +29,8 @@ export function registerCancel(program: Command): void {
   const command = program
     .command('cancel')
     .description('Ask the server to cancel a task (cooperative: it may still complete), then show what it observes')
-    .argument('<taskId>', 'a taskId (or a unique prefix), a record id or an idempotency key')
     .option('--wait-ms <ms>', 'how long to watch for the task to close out after the cancel', parseWait, 5_000);
+  addTaskIdArgument(command, 'a taskId (or a unique prefix), a record id or an idempotency key');
   addLedgerOption(command);
   addJsonOption(command, 'print one JSON document: {"taskId", "acknowledged", "observed"}');
   command.action(runCancel);

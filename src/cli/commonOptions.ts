@@ -20,6 +20,14 @@ export function addJsonOption(command: Command, what: string): Command {
   return command.option('--json', what);
 }
 
+/**
+ * The taskId operand. Task ids are often base64url and may begin with '-': such a token is taken as the taskId rather
+ * than refused as an unknown option (a mistyped option then shows up as an unknown taskId or an extra argument).
+ */
+export function addTaskIdArgument(command: Command, description: string, optional = false): Command {
+  return command.argument(optional ? '[taskId]' : '<taskId>', description).allowUnknownOption();
+}
+
 /** How a command answers elicitations when it cannot (or should not) ask at the terminal. */
 export function addAnswerOptions(command: Command): Command {
   return command

@@ -88,10 +88,8 @@ async function runDemo(flags: DemoFlags): Promise<void> {
       throw new CliError('demo interrupted: the tasks it left are in the ledger', EXIT.interrupted);
     return closeOut as CloseOut;
   };
-  const call = async (client: TaskClient, tool: string, args: JsonObject) => {
-    const answer = await client.callTool(tool, args, { correlationId: `demo-${tool}` });
-    return answer;
-  };
+  const call = (client: TaskClient, tool: string, args: JsonObject) =>
+    client.callTool(tool, args, { correlationId: `demo-${tool}` });
 
   try {
     out.line(
@@ -121,7 +119,7 @@ async function runDemo(flags: DemoFlags): Promise<void> {
     if (!interactive) {
       out.line(
         c.dim(
-          `   (no terminal on stdin, or --unattended: the answer comes from the flags, ${flags.decline ? '--decline' : 'the form’s defaults'})`,
+          `   (unattended: the answer is ${flags.decline ? 'decline (--decline)' : 'accept with the form’s defaults (--decline declines)'})`,
         ),
       );
     }

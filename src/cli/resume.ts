@@ -9,7 +9,7 @@ import type { TaskRecord } from '../client/ledger/ledger.js';
 import { isFollowable } from '../client/ledger/ledger.js';
 import { outcomeOf } from '../client/taskHandle.js';
 import type { JsonFlags, LedgerFlags } from './commonOptions.js';
-import { addAnswerOptions, addJsonOption, addLedgerOption } from './commonOptions.js';
+import { addAnswerOptions, addJsonOption, addLedgerOption, addTaskIdArgument } from './commonOptions.js';
 import type { AnswerFlags } from './elicitationPrompt.js';
 import { canPrompt, elicitationHandler, presetFrom } from './elicitationPrompt.js';
 import { EXIT, exitCodeOf, worstExitCode } from './exitCodes.js';
@@ -27,8 +27,8 @@ type ResumeFlags = JsonFlags & LedgerFlags & AnswerFlags;
 export function registerResume(program: Command): void {
   const command = program
     .command('resume')
-    .description('Resume every open task in the ledger (or one) and follow them until they close out')
-    .argument('[taskId]', 'only this task (a taskId, a unique prefix, a record id or an idempotency key)');
+    .description('Resume every open task in the ledger (or one) and follow them until they close out');
+  addTaskIdArgument(command, 'only this task (a taskId, a unique prefix, a record id or an idempotency key)', true);
   addAnswerOptions(command);
   addLedgerOption(command);
   addJsonOption(command, 'print one JSON object per line per event; each task ends with its close-out');

@@ -9,7 +9,7 @@ import { TaskClientError } from '../client/errors.js';
 import type { TaskRecord } from '../client/ledger/ledger.js';
 import { isFollowable } from '../client/ledger/ledger.js';
 import type { JsonFlags, LedgerFlags } from './commonOptions.js';
-import { addJsonOption, addLedgerOption } from './commonOptions.js';
+import { addJsonOption, addLedgerOption, addTaskIdArgument } from './commonOptions.js';
 import { explain } from './explain.js';
 import { resolveLedgerPath } from './ledgerFile.js';
 import { Output } from './output.js';
@@ -25,8 +25,8 @@ export function registerShow(program: Command): void {
   const command = program
     .command('show')
     .description('Show a task from the ledger: its record, status history as a timeline, inputs, result or error')
-    .argument('<taskId>', 'a taskId (or a unique prefix of one), a record id or an idempotency key')
     .option('--refresh', 'ask the server for the task’s current status first (tasks/get) and record it');
+  addTaskIdArgument(command, 'a taskId (or a unique prefix of one), a record id or an idempotency key');
   addLedgerOption(command);
   addJsonOption(command, 'print one JSON document: {"record", "history", "refreshed"}');
   command.action(async (ref: string, flags: ShowFlags) => {
