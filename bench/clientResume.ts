@@ -1,0 +1,125 @@
+/**
+ * Benchmark 5a (issue 6, point 5): how fast a restarted TaskClient takes up its open tasks. A TaskClient process
+ * submits N tasks that stay `working` (clockwork server, never released), records them in its SQLite ledger and is
+ * SIGKILLed. Once its leases have lapsed, a new process opens the same ledger and calls `resumeAll()`; measured from
+ * that process's start: when `resumeAll()` returned, and when the server had seen a tasks/get for every one of the N
+ * tasks. Each round kills the resuming process and resumes again from the same ledger.
+ *
+ *   node dist/bench/bench/clientResume.js [--smoke] [--tasks 10000] [--rounds 3]
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { parseArgs } from 'node:util';
+
+import { startClockworkServer } from './clockworkServer.js';
+import { fixed, machineLine, median, table } from './figures.js';
+import { type FollowClientConfig, startFollowClient } from './followClient.js';
+
+const { values: flags } = parseArgs({
+  options: {
+    smoke: { type: 'boolean', default: false },
+    tasks: { type: 'string' },
+    rounds: { type: 'string' },
+  },
+});
+const positive = (value: string | undefined, fallback: number) => {
+  const n = value === undefined ? fallback : Number(value);
+  if (!Number.isInteger(n) || n <= 0) throw new Error(`expected a positive integer, got ${value}`);
+  return n;
+};
+const taskCount = positive(flags.tasks, flags.smoke ? 50 : 10_000);
+const rounds = positive(flags.rounds, flags.smoke ? 1 : 3);
+/** Long enough that nothing is polled between the submission and the kill. */
+const POLL_INTERVAL_MS = 10 * 60_000;
+/** Short leases, so a resume need not wait long for a killed process's leases to lapse. */
+const LEASE_MS = 1000;
+const DEADLINE_MS = 120_000;
+
+interface RoundFigures {
+  resumeAllMs: number;
+  allRequeriedMs: number;
+  requeryPerSecond: number;
+  duplicates: number;
+}
+
+const dir = mkdtempSync(join(tmpdir(), 'closeout-bench-resume-'));
+const server = await startClockworkServer(POLL_INTERVAL_MS);
+try {
+  console.log(`clientResume · ${machineLine()}`);
+  console.log(
+    `${taskCount} open records in one SQLite ledger, left by a SIGKILLed TaskClient; ${rounds} resume(s), ` +
+      `each by a fresh process after the leases (${LEASE_MS} ms) lapsed`,
+  );
+  const base: FollowClientConfig = {
+    kind: 'closeout',
+    mode: 'submit',
+    url: server.url,
+    group: 'resume',
+    offsetsMs: Array.from({ length: taskCount }, () => 0),
+    ledgerPath: join(dir, 'ledger.db'),
+    leaseMs: LEASE_MS,
+    submitConcurrency: 32,
+  };
+  const submitter = startFollowClient(base);
+  const { submitMs } = await submitter.next('submitted');
+  await submitter.kill();
+  console.log(`submitted ${taskCount} tasks in ${fixed(submitMs)} ms, then SIGKILL`);
+
+  const figures: RoundFigures[] = [];
+  for (let round = 0; round < rounds; round++) {
+    await sleep(LEASE_MS + 500);
+    for (const task of server.tasks.values()) {
+      task.gets = 0;
+      task.firstGetAt = undefined;
+    }
+    const spawnedAt = Date.now();
+    const resumer = startFollowClient({ ...base, mode: 'resume', offsetsMs: [] });
+    try {
+      const resumed = resumer.next('resumed');
+      let lastFirstGet = 0;
+      let firstGet = Number.POSITIVE_INFINITY;
+      for (;;) {
+        let missing = 0;
+        for (const task of server.tasks.values()) {
+          if (task.firstGetAt === undefined) missing++;
+          else {
+            lastFirstGet = Math.max(lastFirstGet, task.firstGetAt);
+            firstGet = Math.min(firstGet, task.firstGetAt);
+          }
+        }
+        if (missing === 0) break;
+        if (Date.now() - spawnedAt > DEADLINE_MS)
+          throw new Error(`${missing} tasks not re-queried after ${DEADLINE_MS} ms`);
+        await sleep(10);
+      }
+      const { sinceStartMs, resumed: count } = await resumed;
+      if (count !== taskCount) throw new Error(`resumeAll() took up ${count} of ${taskCount} records`);
+      figures.push({
+        resumeAllMs: sinceStartMs,
+        allRequeriedMs: lastFirstGet - spawnedAt,
+        requeryPerSecond: (taskCount / Math.max(1, lastFirstGet - firstGet)) * 1000,
+        duplicates: [...server.tasks.values()].reduce((n, task) => n + Math.max(0, task.gets - 1), 0),
+      });
+    } finally {
+      await resumer.kill();
+    }
+  }
+  const col = (pick: (f: RoundFigures) => number, digits = 0) => fixed(median(figures.map(pick)), digits);
+  console.log('');
+  console.log(
+    table(
+      ['median over resumes', ''],
+      [
+        ['process start to resumeAll() returned, ms', col((f) => f.resumeAllMs)],
+        [`process spawn to all ${taskCount} re-queried, ms`, col((f) => f.allRequeriedMs)],
+        ['re-query rate, tasks/s', col((f) => f.requeryPerSecond)],
+        ['tasks/get beyond one per task (must be 0)', col((f) => f.duplicates)],
+      ],
+    ),
+  );
+} finally {
+  await server.close();
+  rmSync(dir, { recursive: true, force: true });
+}

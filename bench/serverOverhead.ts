@@ -1,0 +1,216 @@
+/**
+ * Benchmark 1 (issue 6): what a task handle costs on the server. Throughput and p50/p99 latency over loopback HTTP,
+ * a fixed number of requests at a fixed concurrency, of
+ *   floor  a bare node:http server answering the same JSON-RPC bytes as (a): the physical limit;
+ *   a      a plain tools/call on an SDK McpServer without Closeout;
+ *   b      the same tools/call on Closeout, answered with a CreateTaskResult (durable SQLite commit, then the handler
+ *          runs and its result is committed too);
+ *   c      tasks/get on a working task (SQLite);
+ *   d.b    (b) on the PostgreSQL store;  d.c  (c) on the PostgreSQL store.
+ * Every scenario runs once per round, in an order rotated each round; the table shows medians over rounds, and each
+ * ratio is the median of the ratios measured within one round (the machine is noisy; both sides of a ratio saw the
+ * same noise). Targets: b/a >= 0.7 and c/a >= 0.9 in throughput.
+ *
+ *   node dist/bench/bench/serverOverhead.js [--smoke] [--rounds 5] [--requests 3000] [--concurrency 16]
+ *     [--only floor,a,b,c,d.b,d.c] [--skip-postgres]
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+
+import { SqliteTaskStore, type TaskStore } from 'closeout/server';
+
+import { fixed, machineLine, median, table } from './figures.js';
+import { type LoadResult, runLoad } from './loadGenerator.js';
+import { openPostgresStore } from './postgresStore.js';
+import {
+  ECHO_ARGUMENTS,
+  ECHO_TOOL,
+  HOLD_TOOL,
+  startCloseoutServer,
+  startFloorServer,
+  startPlainSdkServer,
+} from './servers.js';
+import { type WireRequest, wireRequest } from './wire.js';
+
+const { values: flags } = parseArgs({
+  options: {
+    smoke: { type: 'boolean', default: false },
+    rounds: { type: 'string' },
+    requests: { type: 'string' },
+    concurrency: { type: 'string' },
+    only: { type: 'string' },
+    'skip-postgres': { type: 'boolean', default: false },
+  },
+});
+const positive = (value: string | undefined, fallback: number) => {
+  const n = value === undefined ? fallback : Number(value);
+  if (!Number.isInteger(n) || n <= 0) throw new Error(`expected a positive integer, got ${value}`);
+  return n;
+};
+const rounds = positive(flags.rounds, flags.smoke ? 1 : 5);
+const requests = positive(flags.requests, flags.smoke ? 50 : 2000);
+const concurrency = positive(flags.concurrency, flags.smoke ? 4 : 16);
+const warmup = flags.smoke ? 10 : Math.min(500, requests);
+const deadlineMs = flags.smoke ? 20_000 : 180_000;
+const only = flags.only?.split(',').map((s) => s.trim());
+
+interface Scenario {
+  key: string;
+  label: string;
+  url: string;
+  request: WireRequest;
+  expect: string;
+}
+
+const dir = mkdtempSync(join(tmpdir(), 'closeout-bench-overhead-'));
+const cleanups: (() => Promise<void>)[] = [];
+const wanted = (key: string) => !only || only.includes(key);
+
+try {
+  console.log(`serverOverhead · ${machineLine()}`);
+  console.log(
+    `${requests} requests per run after ${warmup} warm-up, ${concurrency} in flight, ${rounds} round(s), loopback HTTP`,
+  );
+  const scenarios: Scenario[] = [];
+  const plainCall = wireRequest('tools/call', { name: ECHO_TOOL, arguments: ECHO_ARGUMENTS }, { declareTasks: false });
+  const taskCall = wireRequest('tools/call', { name: ECHO_TOOL, arguments: ECHO_ARGUMENTS }, { declareTasks: true });
+
+  const plain = await startPlainSdkServer();
+  cleanups.push(plain.close);
+  // the floor answers with exactly the bytes (a) answers with
+  const sample = await fetch(plain.url, { method: 'POST', headers: plainCall.headers, body: plainCall.body });
+  const sampleBody = await sample.text();
+  if (!sampleBody.includes('"text":"hello"')) throw new Error(`plain SDK server answered ${sampleBody}`);
+  const floor = await startFloorServer(sampleBody, sample.headers.get('content-type') ?? 'application/json');
+  cleanups.push(floor.close);
+  scenarios.push({
+    key: 'floor',
+    label: 'node:http echo of the same bytes',
+    url: floor.url,
+    request: plainCall,
+    expect: '"text":"hello"',
+  });
+  scenarios.push({
+    key: 'a',
+    label: 'SDK tools/call, no Closeout',
+    url: plain.url,
+    request: plainCall,
+    expect: '"text":"hello"',
+  });
+
+  const addCloseout = async (prefix: '' | 'd.', storeName: string, store: TaskStore) => {
+    const server = await startCloseoutServer(store);
+    cleanups.push(async () => {
+      await server.close();
+      if (server.errors.length > 0)
+        console.log(`${storeName} server reported ${server.errors.length} error(s): ${server.errors[0]!.message}`);
+    });
+    const hold = await fetch(server.url, {
+      method: 'POST',
+      ...wireRequest('tools/call', { name: HOLD_TOOL, arguments: {} }, { declareTasks: true }),
+    });
+    const created = /"taskId":"([^"]+)"/.exec(await hold.text());
+    if (!created) throw new Error(`${storeName}: creating the working task failed`);
+    scenarios.push({
+      key: `${prefix}b`,
+      label: `tools/call -> CreateTaskResult (${storeName})`,
+      url: server.url,
+      request: taskCall,
+      expect: '"resultType":"task"',
+    });
+    scenarios.push({
+      key: `${prefix}c`,
+      label: `tasks/get on a working task (${storeName})`,
+      url: server.url,
+      request: wireRequest('tasks/get', { taskId: created[1] }, { declareTasks: true }),
+      expect: '"status":"working"',
+    });
+  };
+
+  const sqlite = new SqliteTaskStore(join(dir, 'tasks.db'));
+  cleanups.push(() => sqlite.close());
+  await addCloseout('', 'SQLite', sqlite);
+
+  let postgresNote: string | undefined;
+  if (flags['skip-postgres']) postgresNote = 'd skipped: --skip-postgres';
+  else if (!wanted('d.b') && !wanted('d.c')) postgresNote = undefined;
+  else {
+    const opened = await openPostgresStore();
+    if ('skipped' in opened) postgresNote = `d skipped: ${opened.skipped}`;
+    else {
+      cleanups.push(opened.close);
+      await addCloseout('d.', 'PostgreSQL', opened.store);
+    }
+  }
+
+  const chosen = scenarios.filter((s) => wanted(s.key));
+  const results = new Map<string, LoadResult[]>(chosen.map((s) => [s.key, []]));
+  for (let round = 0; round < rounds; round++) {
+    for (let i = 0; i < chosen.length; i++) {
+      const scenario = chosen[(i + round) % chosen.length]!;
+      const result = await runLoad({
+        url: scenario.url,
+        request: scenario.request,
+        concurrency,
+        requests,
+        warmup,
+        expect: scenario.expect,
+        deadlineMs,
+      });
+      if (result.failures > 0) {
+        throw new Error(`${scenario.key}: ${result.failures} unexpected responses, first: ${result.firstFailure}`);
+      }
+      results.get(scenario.key)!.push(result);
+    }
+  }
+
+  const rows = chosen.map((s) => {
+    const runs = results.get(s.key)!;
+    return [
+      s.key,
+      s.label,
+      fixed(median(runs.map((r) => r.throughput))),
+      fixed(median(runs.map((r) => r.p50Ms)), 2),
+      fixed(median(runs.map((r) => r.p99Ms)), 2),
+      fixed(median(runs.map((r) => r.serverCpuUsPerRequest))),
+    ];
+  });
+  console.log('');
+  console.log(table(['id', 'scenario', 'req/s', 'p50 ms', 'p99 ms', 'server CPU µs/req'], rows));
+  if (postgresNote) console.log(postgresNote);
+
+  // each ratio is taken within a round, then the median over rounds; the CPU ratio (server CPU per request of the
+  // bottom over the top) is what the throughput ratio would be if the server were the only thing using its core
+  const ratio = (top: string, bottom: string, of: (r: LoadResult) => number) => {
+    const x = results.get(top);
+    const y = results.get(bottom);
+    if (!x || !y) return Number.NaN;
+    return median(x.map((r, i) => of(r) / of(y[i]!)));
+  };
+  const ratios: [string, string, string, number | undefined][] = [
+    ['b/a', 'b', 'a', 0.7],
+    ['c/a', 'c', 'a', 0.9],
+    ['d.b/a', 'd.b', 'a', undefined],
+    ['d.c/a', 'd.c', 'a', undefined],
+    ['a/floor', 'a', 'floor', undefined],
+  ];
+  console.log('');
+  console.log(
+    table(
+      ['ratio', 'throughput', 'by server CPU', 'target (throughput)'],
+      ratios
+        .filter(([, top, bottom]) => results.has(top) && results.has(bottom))
+        .map(([name, top, bottom, target]) => {
+          const throughput = ratio(top, bottom, (r) => r.throughput);
+          const cpu = ratio(bottom, top, (r) => r.serverCpuUsPerRequest);
+          const verdict = target === undefined ? '' : `>= ${target} ${throughput >= target ? 'met' : 'NOT MET'}`;
+          return [name, fixed(throughput, 2), fixed(cpu, 2), verdict];
+        }),
+    ),
+  );
+} finally {
+  for (const cleanup of cleanups.reverse()) await cleanup().catch((error: unknown) => console.error(String(error)));
+  rmSync(dir, { recursive: true, force: true });
+}

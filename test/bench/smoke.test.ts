@@ -1,0 +1,73 @@
+// Every benchmark still runs and prints its figures: each script's --smoke mode (tiny N), compiled as `npm run bench`
+// compiles it, run as a child process. Not a measurement: only that the figures are there and numeric, and exit 0.
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+
+import { beforeAll, describe, expect, it } from 'vitest';
+
+const run = promisify(execFile);
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const TSC = fileURLToPath(new URL('../../node_modules/typescript/bin/tsc', import.meta.url));
+const script = (name: string) => fileURLToPath(new URL(`../../dist/bench/bench/${name}.js`, import.meta.url));
+
+async function smoke(name: string): Promise<string> {
+  const { stdout } = await run(process.execPath, [script(name), '--smoke'], { cwd: ROOT, timeout: 60_000 });
+  return stdout;
+}
+
+/** The row of a printed table whose first cell is `label`, split into its cells. */
+function row(output: string, label: string): string[] {
+  const line = output.split('\n').find((l) => l.startsWith(`${label} `));
+  expect(line, `a row "${label}" in:\n${output}`).toBeDefined();
+  return line!.trim().split(/\s{2,}/);
+}
+
+const NUMBER = /^\d+(\.\d+)?$/;
+
+beforeAll(async () => {
+  await run(process.execPath, [TSC, '-p', 'bench/tsconfig.json'], { cwd: ROOT, timeout: 120_000 });
+}, 120_000);
+
+describe.concurrent('benchmark smoke runs', () => {
+  it('serverOverhead prints throughput, latency and CPU for every scenario, and the ratios', async () => {
+    const output = await smoke('serverOverhead');
+    for (const label of ['floor', 'a', 'b', 'c']) {
+      const cells = row(output, label);
+      // key, label, req/s, p50, p99, server CPU: four numbers after the label
+      for (const cell of cells.slice(-4)) expect(cell, `${label} in:\n${output}`).toMatch(NUMBER);
+    }
+    // PostgreSQL rows, or the line saying why they were skipped
+    if (!/^d skipped: /m.test(output))
+      for (const label of ['d.b', 'd.c']) expect(row(output, label).at(-1)).toMatch(NUMBER);
+    for (const ratio of ['b/a', 'c/a', 'a/floor']) expect(row(output, ratio)[1]).toMatch(NUMBER);
+  }, 90_000);
+
+  it('serverRecovery settles every interrupted task and prints the times', async () => {
+    const output = await smoke('serverRecovery');
+    for (const label of ['ready after the crash', 'every non-resumable task failed', 'every task terminal']) {
+      const line = output.split('\n').find((l) => l.startsWith(label));
+      expect(line, `${label} in:\n${output}`).toMatch(/\s\d+$/);
+    }
+    expect(output).toMatch(/^outcomes: .*, 0 wrong$/m);
+  }, 90_000);
+
+  it('clientFollow prints every figure for the TaskClient and the ext-tasks client', async () => {
+    const output = await smoke('clientFollow');
+    for (const label of ['follow, client CPU µs/task', 'peak RSS over baseline, MB', 'tasks/get per task']) {
+      const cells = row(output, label);
+      // one column per client run: TaskClient small, ext-tasks small, TaskClient large
+      expect(cells.slice(1), `${label} in:\n${output}`).toHaveLength(3);
+      for (const cell of cells.slice(1)) expect(cell, `${label} in:\n${output}`).toMatch(NUMBER);
+    }
+    expect(row(output, 'tasks/get after terminal').slice(1)).toEqual(['0', '0', '0']);
+    expect(row(output, 'tasks not closed out completed').slice(1)).toEqual(['0', '0', '0']);
+  }, 90_000);
+
+  it('clientResume re-queries every open record once and prints the times', async () => {
+    const output = await smoke('clientResume');
+    expect(row(output, 'process start to resumeAll() returned, ms').at(-1)).toMatch(NUMBER);
+    expect(output).toMatch(/^process spawn to all \d+ re-queried, ms\s+\d+$/m);
+    expect(row(output, 'tasks/get beyond one per task (must be 0)').at(-1)).toBe('0');
+  }, 90_000);
+});
