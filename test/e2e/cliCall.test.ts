@@ -79,12 +79,12 @@ describe.concurrent('closeout call', { timeout: 60_000 }, () => {
 
   it('prints plain lines when stdout is not a terminal: status, status message, close-out, result', async () => {
     const ledger = newLedger();
-    const run = await runCli(['call', url, 'batch_job', '--args', '{"items":3,"stepMs":250}'], { ledger });
+    const run = await runCli(['call', url, 'batch_job', '--args', '{"items":6,"stepMs":500}'], { ledger });
     expect(run.code).toBe(0);
     expect(run.stdout).toMatch(/^task \S+ \(batch_job at http:/m);
-    expect(run.stdout).toMatch(/\] working · Processed \d of 3 items/);
+    expect(run.stdout).toMatch(/\] working · Processed \d of 6 items/);
     expect(run.stdout).toMatch(/✔ completed {2}batch_job \S+ {2}after /);
-    expect(run.stdout).toContain('  Processed 3 items');
+    expect(run.stdout).toContain('  Processed 6 items');
     expect(run.stdout).not.toContain(ESC);
   });
 
@@ -174,7 +174,7 @@ describe.concurrent('closeout call', { timeout: 60_000 }, () => {
 
   it('Ctrl-C detaches (never cancels); a second process resumes the task and closes it out', async () => {
     const ledger = newLedger();
-    const running = startCli(['call', url, 'batch_job', '--args', '{"items":8,"stepMs":250}', '--json'], { ledger });
+    const running = startCli(['call', url, 'batch_job', '--args', '{"items":16,"stepMs":250}', '--json'], { ledger });
     const taskId = await waitFor('a status message', () => {
       const events = running.stdout().trim() ? jsonLines(running.stdout()) : [];
       const progress = events.find(
@@ -204,7 +204,7 @@ describe.concurrent('closeout call', { timeout: 60_000 }, () => {
     expect(events.find((e) => e['event'] === 'resumed')).toMatchObject({ taskId });
     const last = events.at(-1)!;
     expect(last).toMatchObject({ event: 'closeout', taskId, outcome: 'completed', exitCode: 0 });
-    expect(last['result']).toMatchObject({ structuredContent: { processed: 8 } });
+    expect(last['result']).toMatchObject({ structuredContent: { processed: 16 } });
   });
 
   it.skipIf(spawnSync('script', ['--version']).status !== 0)('draws live lines in colour on a terminal', async () => {

@@ -58,7 +58,7 @@ async function ledgerState(ledger: string) {
 describe.concurrent('closeout ls, show and cancel', { timeout: 60_000 }, () => {
   it('cancel sends tasks/cancel, says it is cooperative, and shows the cancelled state it observes', async () => {
     const ledger = newLedger();
-    const detached = await runCli(['call', url, 'export_report', '--args', '{"pages":40,"pageMs":250}', '--detach'], {
+    const detached = await runCli(['call', url, 'export_report', '--args', '{"pages":400,"pageMs":250}', '--detach'], {
       ledger,
     });
     const taskId = detached.stdout.trim();
@@ -90,7 +90,7 @@ describe.concurrent('closeout ls, show and cancel', { timeout: 60_000 }, () => {
 
   it('a human cancel explains cooperative cancellation', async () => {
     const ledger = newLedger();
-    const detached = await runCli(['call', url, 'batch_job', '--args', '{"items":40,"stepMs":250}', '--detach'], {
+    const detached = await runCli(['call', url, 'batch_job', '--args', '{"items":400,"stepMs":250}', '--detach'], {
       ledger,
     });
     const cancel = await runCli(['cancel', detached.stdout.trim(), '--wait-ms', '20000'], { ledger });
@@ -109,7 +109,7 @@ describe.concurrent('closeout ls, show and cancel', { timeout: 60_000 }, () => {
 
     await runCli(['call', url, 'echo', '--arg', 'text=x'], { ledger });
     const detached = await runCli(
-      ['call', url, 'batch_job', '--args', '{"items":40,"stepMs":250}', '--detach', '--correlation-id', 'inv-42'],
+      ['call', url, 'batch_job', '--args', '{"items":400,"stepMs":250}', '--detach', '--correlation-id', 'inv-42'],
       { ledger },
     );
     const taskId = detached.stdout.trim();
