@@ -198,14 +198,19 @@ export class SqliteTaskStore implements TaskStore {
   }
 
   private migrate(): void {
-    const version = this.db.pragma('user_version', { simple: true }) as number;
-    for (let v = version; v < MIGRATIONS.length; v++) {
-      this.db
+    // each step reads the version inside its write transaction: instances opening a new store file at the same moment
+    // must not both run one migration ("table tasks already exists")
+    for (;;) {
+      const done = this.db
         .transaction(() => {
-          this.db.exec(MIGRATIONS[v]!);
-          this.db.pragma(`user_version = ${v + 1}`);
+          const version = this.db.pragma('user_version', { simple: true }) as number;
+          if (version >= MIGRATIONS.length) return true;
+          this.db.exec(MIGRATIONS[version]!);
+          this.db.pragma(`user_version = ${version + 1}`);
+          return false;
         })
         .immediate();
+      if (done) return;
     }
   }
 
