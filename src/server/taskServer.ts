@@ -218,7 +218,7 @@ export class TaskServer {
         }),
       }),
     );
-    if (created) this.launch(tool, task);
+    if (created) void this.launchWhileHeld(tool, task).catch(this.report);
     return { resultType: 'task', ...this.taskFields(task, now) };
   }
 
@@ -323,6 +323,26 @@ export class TaskServer {
   }
 
   // ---- running a handler --------------------------------------------------------------------------------------------
+
+  /**
+   * Starts the handler only on a lease that is surely this instance's. The lease's expiry was computed before the
+   * write that took it (create, claim); when that write was slow to come back, the lease may have run out meanwhile
+   * and another instance may have claimed the task and started it. With less than half the lease left (the sweep
+   * renews it every leaseMs/3 by default), renew it first, fenced: if that fails, the task runs elsewhere, not here
+   * (a resumable task never runs in two live instances).
+   */
+  private async launchWhileHeld(tool: RegisteredTaskTool, task: StoredTask): Promise<void> {
+    let expiresAt = task.leaseExpiresAt ?? 0;
+    for (let tries = 0; expiresAt - this.now() < this.leaseMs / 2; tries++) {
+      // a store this slow every time: leave the task to whoever claims it once the lease has run out
+      if (tries === 3) return;
+      const until = this.now() + this.leaseMs;
+      const lease = { taskId: task.taskId, fence: task.fence };
+      if ((await this.store.renewLeases(this.instanceId, [lease], until)).length === 0) return;
+      expiresAt = until;
+    }
+    this.launch(tool, task);
+  }
 
   private launch(tool: RegisteredTaskTool, task: StoredTask): void {
     const lease: LeaseRef = { taskId: task.taskId, fence: task.fence };
@@ -510,7 +530,7 @@ export class TaskServer {
             now,
           );
         } else if (tool?.resumable && task.resumable) {
-          this.launch(tool, task);
+          void this.launchWhileHeld(tool, task).catch(this.report);
         } else {
           const message = tool
             ? INTERRUPTED_MESSAGE
