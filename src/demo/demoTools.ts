@@ -1,12 +1,27 @@
 /**
  * The demo tools `closeout serve` and `closeout demo` expose: a multi-step batch job with status messages, a deploy
  * that asks for approval through elicitation, a job that fails with a protocol error, and a plain fast tool.
+ *
+ * With `CLOSEOUT_RUN_LOG=FILE` in the environment, every handler start appends one JSON line
+ * `{"tool","taskId","attempt","pid","at"}` to FILE before it does anything else: the chaos soak (test/e2e/soak.ts) counts
+ * how often each handler really ran from it, rather than from what the server's store says about itself.
  */
+import { appendFileSync } from 'node:fs';
+
 import { ProtocolError } from '@modelcontextprotocol/server';
 import * as z from 'zod/v4';
 
 import type { TaskServer } from '../server/taskServer.js';
+import type { TaskContext } from '../server/taskTool.js';
 import { abortableSleep } from './abortableSleep.js';
+
+/** One line per handler start in $CLOSEOUT_RUN_LOG, written synchronously so a SIGKILL right after cannot lose it. */
+function recordRun(tool: string, ctx: TaskContext): void {
+  const path = process.env['CLOSEOUT_RUN_LOG'];
+  if (!path) return;
+  const run = { tool, taskId: ctx.taskId ?? null, attempt: ctx.attempt, pid: process.pid, at: Date.now() };
+  appendFileSync(path, `${JSON.stringify(run)}\n`);
+}
 
 export function registerDemoTools(tasks: TaskServer): TaskServer {
   tasks.registerTool(
@@ -21,6 +36,7 @@ export function registerDemoTools(tasks: TaskServer): TaskServer {
       task: { support: 'optional', resumable: true },
     },
     async ({ items, stepMs }, ctx) => {
+      recordRun('batch_job', ctx);
       for (let i = 1; i <= items; i++) {
         await abortableSleep(stepMs, ctx.signal);
         await ctx.status(`Processed ${i} of ${items} items`);
@@ -45,6 +61,7 @@ export function registerDemoTools(tasks: TaskServer): TaskServer {
       task: { support: 'optional', resumable: false },
     },
     async ({ pages, pageMs }, ctx) => {
+      recordRun('export_report', ctx);
       for (let page = 1; page <= pages; page++) {
         await abortableSleep(pageMs, ctx.signal);
         await ctx.status(`Rendered page ${page} of ${pages}`);
@@ -65,6 +82,7 @@ export function registerDemoTools(tasks: TaskServer): TaskServer {
       task: { support: 'required', resumable: true },
     },
     async ({ env, deployMs }, ctx) => {
+      recordRun('approve_deploy', ctx);
       await ctx.status(`Waiting for approval to deploy to ${env}`);
       const answer = await ctx.input('approval', {
         method: 'elicitation/create',
@@ -100,6 +118,7 @@ export function registerDemoTools(tasks: TaskServer): TaskServer {
       task: { support: 'optional' },
     },
     async (_args, ctx) => {
+      recordRun('flaky_upstream', ctx);
       await abortableSleep(200, ctx.signal);
       throw new ProtocolError(-32603, 'Upstream API rate limit exceeded', { retryAfterMs: 60_000 });
     },
@@ -113,7 +132,10 @@ export function registerDemoTools(tasks: TaskServer): TaskServer {
       inputSchema: z.object({ text: z.string().max(10_000) }),
       task: { support: 'never' },
     },
-    ({ text }) => ({ content: [{ type: 'text', text }] }),
+    ({ text }, ctx) => {
+      recordRun('echo', ctx);
+      return { content: [{ type: 'text', text }] };
+    },
   );
 
   return tasks;

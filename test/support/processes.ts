@@ -15,9 +15,16 @@ export interface ServeProcess {
   stop(): Promise<void>;
 }
 
-/** Starts `closeout serve ARGS` and resolves with the URL it prints on its first line. */
-export async function startServe(args: string[], timeoutMs = 15_000): Promise<ServeProcess> {
-  const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+/** Starts `closeout serve ARGS` (with `env` added to this process's environment) and resolves with its URL. */
+export async function startServe(
+  args: string[],
+  timeoutMs = 15_000,
+  env: Record<string, string> = {},
+): Promise<ServeProcess> {
+  const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', ...args], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ...env },
+  });
   let err = '';
   child.stderr!.on('data', (chunk: Buffer) => (err += chunk.toString()));
   const url = await new Promise<string>((resolve, reject) => {

@@ -1,0 +1,35 @@
+// The chaos soak (test/e2e/soak.ts): every submission closes out with the ledger and the store agreeing, no handler
+// runs more often than its policy allows, no input is asked twice, nothing is left open, two reads agree, and each
+// kind of fault was actually injected and recovered from. SHORT here; `npm run soak` (SOAK_MODE=long) runs LONG.
+import { describe, expect, it } from 'vitest';
+
+import { formatReport, LONG, runSoak, SHORT } from './soak.js';
+
+const config = process.env['SOAK_MODE'] === 'long' ? LONG : SHORT;
+const seed = process.env['SOAK_SEED'] ? Number(process.env['SOAK_SEED']) : config.seed;
+const budgetMs = config.faultsForMs + config.settleTimeoutMs + 60_000;
+
+describe(`chaos soak (${config.name})`, () => {
+  it(
+    'loses nothing while servers and clients are killed and connections dropped and delayed',
+    async () => {
+      const report = await runSoak({ ...config, seed });
+      console.log(formatReport(report).join('\n'));
+      expect(report.violations).toEqual([]);
+      expect(report.lost).toEqual([]);
+      expect(report.submitted).toBe(config.backends.length * config.clientsPerBackend * config.jobsPerClient);
+      // a soak in which a fault never happened proves nothing about it
+      expect(report.faults.serverKills).toBeGreaterThan(0);
+      expect(report.faults.clientKills).toBeGreaterThan(0);
+      expect(report.faults.droppedBefore + report.faults.droppedAfter).toBeGreaterThan(0);
+      expect(report.faults.delayed).toBeGreaterThan(0);
+      expect(report.recovered.total).toBeGreaterThan(0);
+      expect(report.outcomes).toMatchObject({
+        completed: expect.any(Number),
+        failed: expect.any(Number),
+        cancelled: expect.any(Number),
+      });
+    },
+    budgetMs,
+  );
+});

@@ -1,0 +1,895 @@
+/**
+ * The chaos soak (issue 7, "Chaos soak"). Client processes (fixtures/soakClient.mjs, each with its own ledger and
+ * principal) submit a steady stream of tasks of every kind — fast, slow, input-requiring, failing, cancelled — to
+ * several `closeout serve` processes, on SQLite (one store file shared by every instance) and on PostgreSQL, each
+ * backend behind a ChaosProxy that drops connections and delays answers, while a fault injector SIGKILLs random
+ * server and client processes and starts them again. Everything runs on loopback and is bounded in count and time.
+ *
+ * Then, for every submission: the client's ledger and the server's store agree on the final state and result; no
+ * handler ran more often than its policy allows (counted from the demo tools' CLOSEOUT_RUN_LOG, not from the store:
+ * a non-resumable tool at most once, a resumable one once per attempt, and again only after the process running it
+ * was killed); no input was asked twice; no task is left open; two reads on two instances give the same answer.
+ *
+ * `soak.test.ts` runs SHORT inside `npm test`; `npm run soak` runs LONG (RELIABILITY.md has its figures).
+ */
+import { type ChildProcess, spawn } from 'node:child_process';
+import { appendFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { isDeepStrictEqual } from 'node:util';
+
+import Database from 'better-sqlite3';
+import pg from 'pg';
+
+import type { TaskRecord } from '../../src/client/index.js';
+import { SqliteLedger } from '../../src/client/index.js';
+import { INTERRUPTED_MESSAGE } from '../../src/server/taskServer.js';
+import { ChaosProxy, type ChaosRates } from '../support/chaosProxy.js';
+import { type StartedPostgres, startPostgres } from '../support/postgres.js';
+import { type ServeProcess, startServe } from '../support/processes.js';
+import { rpc } from '../support/rpc.js';
+
+const SOAK_CLIENT = fileURLToPath(new URL('./fixtures/soakClient.mjs', import.meta.url));
+
+export type BackendKind = 'sqlite' | 'postgres';
+
+export interface SoakConfig {
+  name: string;
+  /** Seeds the plans, the fault injector and the proxies (the timing of processes is not reproducible). */
+  seed: number;
+  backends: BackendKind[];
+  serversPerBackend: number;
+  clientsPerBackend: number;
+  jobsPerClient: number;
+  /** Each client's submissions are spread over this long. */
+  submitForMs: number;
+  /** Processes are killed until this long after the first submission; the proxy misbehaves until then too. */
+  faultsForMs: number;
+  /** Mean pause between two process kills (over all backends). */
+  killEveryMs: number;
+  /** After the faults stop, how long the clients have to close out everything. */
+  settleTimeoutMs: number;
+  serverLeaseMs: number;
+  clientLeaseMs: number;
+  clientRequestTimeoutMs: number;
+  chaos: ChaosRates;
+}
+
+const CHAOS: ChaosRates = {
+  dropBefore: 0.03,
+  dropAfter: 0.03,
+  delay: 0.08,
+  delayMaxMs: 1_500,
+  stall: 0.005,
+  stallMs: 5_000,
+};
+
+/** The mode `npm test` runs: a couple of dozen seconds of faults, about a minute in all. */
+export const SHORT: SoakConfig = {
+  name: 'short',
+  seed: 7,
+  backends: ['sqlite', 'postgres'],
+  serversPerBackend: 2,
+  clientsPerBackend: 2,
+  jobsPerClient: 18,
+  submitForMs: 15_000,
+  faultsForMs: 20_000,
+  killEveryMs: 1_500,
+  settleTimeoutMs: 45_000,
+  serverLeaseMs: 3_000,
+  clientLeaseMs: 2_000,
+  clientRequestTimeoutMs: 4_000,
+  chaos: CHAOS,
+};
+
+/** `npm run soak`: eight minutes of faults on three instances and three clients per backend. */
+export const LONG: SoakConfig = {
+  ...SHORT,
+  name: 'long',
+  serversPerBackend: 3,
+  clientsPerBackend: 3,
+  jobsPerClient: 240,
+  submitForMs: 450_000,
+  faultsForMs: 480_000,
+  killEveryMs: 2_500,
+  settleTimeoutMs: 120_000,
+};
+
+type JobKind = 'fast' | 'slow' | 'stream' | 'input' | 'failing' | 'cancelled';
+
+interface Job {
+  jobId: string;
+  kind: JobKind;
+  tool: string;
+  args: Record<string, unknown>;
+  /** When to submit, in ms after the soak's start. */
+  at: number;
+  cancelAfterMs?: number;
+}
+
+const KIND_WEIGHTS: Array<[JobKind, number]> = [
+  ['fast', 25],
+  ['slow', 20],
+  ['stream', 15],
+  ['input', 15],
+  ['failing', 10],
+  ['cancelled', 15],
+];
+
+/** Handlers the server re-runs after a crash (the others fail as interrupted). */
+const RESUMABLE_TOOLS = new Set(['batch_job', 'approve_deploy']);
+
+export interface SoakReport {
+  config: string;
+  seed: number;
+  durationMs: number;
+  /** Jobs submitted (each once, by the application). */
+  submitted: number;
+  /** tools/call sent, resubmissions of unknown outcomes included. */
+  toolCalls: number;
+  outcomes: Record<string, number>;
+  faults: {
+    serverKills: number;
+    clientKills: number;
+    droppedBefore: number;
+    droppedAfter: number;
+    delayed: number;
+    stalled: number;
+    total: number;
+  };
+  recovered: {
+    total: number;
+    resubmitted: number;
+    resumedByAnotherClient: number;
+    takenOverAfterServerKill: number;
+  };
+  /** Input requests asked again because the client died between asking and storing the answer. */
+  reaskedAfterCrash: number;
+  /** What the server instances logged (not a failure by itself: a killed database connection is logged). */
+  serverLog: string[];
+  /** Jobs without a closed-out record that agrees with the server's store, with why. */
+  lost: string[];
+  /** Any other broken promise (a second run, a second ask, two reads that differ, a crash). */
+  violations: string[];
+  backends: Array<{
+    kind: BackendKind;
+    submitted: number;
+    faults: number;
+    recovered: number;
+    lost: number;
+    /** Requests the proxy answered 502, by cause (no instance up while all were restarting, or one died mid-request). */
+    badGateway: Record<string, number>;
+  }>;
+  /** Where the soak's files are while it runs (kept when SOAK_KEEP=1). */
+  dir: string;
+}
+
+export async function runSoak(config: SoakConfig, log: (line: string) => void = console.log): Promise<SoakReport> {
+  const started = Date.now();
+  const random = mulberry32(config.seed);
+  const dir = mkdtempSync(join(tmpdir(), 'closeout-soak-'));
+  const backends: BackendRun[] = [];
+  let postgres: StartedPostgres | undefined;
+  try {
+    for (const [index, kind] of config.backends.entries()) {
+      let store: string;
+      if (kind === 'postgres') {
+        postgres ??= await startPostgres();
+        store = (await postgres.createDatabase()).connectionString;
+      } else {
+        mkdirSync(join(dir, kind));
+        store = join(dir, kind, 'server.db');
+      }
+      const backend = new BackendRun(kind, join(dir, kind), store, config, mulberry32(config.seed * 31 + index));
+      backends.push(backend);
+      await backend.startServers();
+    }
+    const startAt = Date.now() + 1_000;
+    for (const backend of backends) backend.startClients(startAt, random);
+    log(
+      `soak ${config.name} (seed ${config.seed}): ${config.backends.join(' + ')}, ${config.serversPerBackend} servers and ` +
+        `${config.clientsPerBackend} clients each, ${config.jobsPerClient} jobs per client over ${config.submitForMs / 1000} s, ` +
+        `faults for ${config.faultsForMs / 1000} s`,
+    );
+
+    // the fault injector: a random process of a random backend, killed and started again a moment later
+    const faultsUntil = startAt + config.faultsForMs;
+    while (Date.now() < faultsUntil) {
+      await sleep(config.killEveryMs * (0.5 + random()));
+      const backend = backends[Math.floor(random() * backends.length)]!;
+      if (random() < 0.5) backend.killServer(random);
+      else backend.killClient(random);
+    }
+    for (const backend of backends) await backend.quiesce();
+    log(`soak ${config.name}: faults stopped after ${Math.round((Date.now() - started) / 1000)} s, settling`);
+
+    const settleBy = Date.now() + config.settleTimeoutMs;
+    while (Date.now() < settleBy && !backends.every((backend) => backend.allClientsDone())) await sleep(200);
+    const results: BackendResult[] = [];
+    for (const backend of backends) results.push(await backend.verify());
+
+    const sum = (pick: (result: BackendResult) => number) => results.reduce((total, r) => total + pick(r), 0);
+    const outcomes: Record<string, number> = {};
+    for (const result of results) {
+      for (const [status, n] of Object.entries(result.outcomes)) outcomes[status] = (outcomes[status] ?? 0) + n;
+    }
+    const faults = {
+      serverKills: sum((r) => r.serverKills),
+      clientKills: sum((r) => r.clientKills),
+      droppedBefore: sum((r) => r.proxy.droppedBefore),
+      droppedAfter: sum((r) => r.proxy.droppedAfter),
+      delayed: sum((r) => r.proxy.delayed),
+      stalled: sum((r) => r.proxy.stalled),
+      total: 0,
+    };
+    faults.total =
+      faults.serverKills +
+      faults.clientKills +
+      faults.droppedBefore +
+      faults.droppedAfter +
+      faults.delayed +
+      faults.stalled;
+    const report: SoakReport = {
+      config: config.name,
+      seed: config.seed,
+      durationMs: Date.now() - started,
+      submitted: sum((r) => r.submitted),
+      toolCalls: sum((r) => r.toolCalls),
+      outcomes,
+      faults,
+      recovered: {
+        total: sum((r) => r.recovered.size),
+        resubmitted: sum((r) => r.resubmitted),
+        resumedByAnotherClient: sum((r) => r.resumedByAnotherClient),
+        takenOverAfterServerKill: sum((r) => r.takenOver),
+      },
+      reaskedAfterCrash: sum((r) => r.reaskedAfterCrash),
+      serverLog: results.flatMap((r) =>
+        [...r.serverLog].sort((a, b) => b[1] - a[1]).map(([line, n]) => `${r.kind}: ${n}x ${line.slice(0, 300)}`),
+      ),
+      lost: results.flatMap((r) => r.lost.map((line) => `${r.kind}: ${line}`)),
+      violations: results.flatMap((r) => r.violations.map((line) => `${r.kind}: ${line}`)),
+      backends: results.map((r) => ({
+        kind: r.kind,
+        submitted: r.submitted,
+        faults: r.serverKills + r.clientKills + r.proxyFaults,
+        recovered: r.recovered.size,
+        lost: r.lost.length,
+        badGateway: r.badGateway,
+      })),
+      dir,
+    };
+    return report;
+  } finally {
+    await Promise.allSettled(backends.map((backend) => backend.stop()));
+    await postgres?.stop();
+    if (process.env['SOAK_KEEP'] === '1') log(`soak ${config.name}: files kept in ${dir}`);
+    else rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** The report as printed: details first, the four counts the issue asks for as the last lines. */
+export function formatReport(report: SoakReport): string[] {
+  const { faults, recovered } = report;
+  const lines = [
+    `soak ${report.config} (seed ${report.seed}) took ${(report.durationMs / 1000).toFixed(1)} s`,
+    ...report.backends.map(
+      (b) =>
+        `  ${b.kind}: submitted ${b.submitted}, faults ${b.faults}, recovered ${b.recovered}, lost ${b.lost}; ` +
+        `502 from the proxy: ${JSON.stringify(b.badGateway)}`,
+    ),
+    `  outcomes: ${Object.entries(report.outcomes)
+      .sort()
+      .map(([status, n]) => `${status} ${n}`)
+      .join(
+        ', ',
+      )}; tools/call sent ${report.toolCalls}; inputs re-asked after a client died mid-answer ${report.reaskedAfterCrash}`,
+    ...report.serverLog.slice(0, 10).map((line) => `  server log ${line}`),
+    ...report.violations.map((line) => `  VIOLATION ${line}`),
+    ...report.lost.map((line) => `  LOST ${line}`),
+    `submitted: ${report.submitted}`,
+    `faults injected: ${faults.total} (server processes killed ${faults.serverKills}, client processes killed ${faults.clientKills}, ` +
+      `connections dropped before the server ${faults.droppedBefore}, answers dropped after it ${faults.droppedAfter}, ` +
+      `answers delayed ${faults.delayed}, answers stalled past the client's timeout ${faults.stalled})`,
+    `recovered: ${recovered.total} (resubmitted after a lost answer ${recovered.resubmitted}, resumed by a restarted client ` +
+      `${recovered.resumedByAnotherClient}, re-run or failed as interrupted after a server kill ${recovered.takenOverAfterServerKill})`,
+    `lost: ${report.lost.length}`,
+  ];
+  return lines;
+}
+
+// ---- one backend: its servers, its proxy, its clients ----------------------------------------------------------
+
+interface ClientSlot {
+  index: number;
+  principal: string;
+  /** The task owner the server records for this principal's bearer token. */
+  owner: string;
+  token: string;
+  ledger: string;
+  plan: Job[];
+  planFile: string;
+  eventLog: string;
+  askedLog: string;
+  child: ChildProcess | undefined;
+  done: boolean;
+  stderr: string;
+}
+
+interface StoreRow {
+  taskId: string;
+  owner: string;
+  toolName: string;
+  status: string;
+  result: Record<string, unknown> | undefined;
+  error: Record<string, unknown> | undefined;
+  attempt: number;
+  idempotencyKey: string | undefined;
+}
+
+interface BackendResult {
+  kind: BackendKind;
+  submitted: number;
+  toolCalls: number;
+  outcomes: Record<string, number>;
+  serverKills: number;
+  clientKills: number;
+  proxy: ChaosProxy['counts'];
+  proxyFaults: number;
+  badGateway: Record<string, number>;
+  recovered: Set<string>;
+  resubmitted: number;
+  resumedByAnotherClient: number;
+  takenOver: number;
+  reaskedAfterCrash: number;
+  lost: string[];
+  violations: string[];
+  /** What the instances wrote to stderr besides their start line, ids masked, with how often. */
+  serverLog: Map<string, number>;
+}
+
+class BackendRun {
+  private readonly proxy: ChaosProxy;
+  private proxyUrl = '';
+  private readonly servers: Array<ServeProcess | undefined> = [];
+  /** Every instance ever started, for its stderr. */
+  private readonly started: ServeProcess[] = [];
+  private readonly clients: ClientSlot[] = [];
+  private readonly killedServerPids = new Set<number>();
+  private readonly killedClientPids = new Set<number>();
+  private readonly restarts = new Set<Promise<void>>();
+  private readonly violations: string[] = [];
+  private readonly runLog: string;
+  /** When each process was killed and started: the timeline to read a violation against. */
+  private readonly faultLog: string;
+  private startAt = 0;
+  private stopping = false;
+
+  constructor(
+    readonly kind: BackendKind,
+    private readonly dir: string,
+    private readonly store: string,
+    private readonly config: SoakConfig,
+    random: () => number,
+  ) {
+    mkdirSync(dir, { recursive: true });
+    this.runLog = join(dir, 'runs.log');
+    this.faultLog = join(dir, 'faults.log');
+    this.proxy = new ChaosProxy(config.chaos, random);
+    for (let index = 0; index < config.clientsPerBackend; index++) {
+      this.clients.push({
+        index,
+        principal: `${kind}-client-${index}`,
+        owner: `client:${kind}-client-${index}`,
+        token: `soak-token-${kind}-${index}`,
+        ledger: join(dir, `ledger-${index}.db`),
+        plan: [],
+        planFile: join(dir, `plan-${index}.json`),
+        eventLog: join(dir, `events-${index}.log`),
+        askedLog: join(dir, `asked-${index}.log`),
+        child: undefined,
+        done: false,
+        stderr: '',
+      });
+    }
+  }
+
+  async startServers(): Promise<void> {
+    this.proxyUrl = await this.proxy.listen();
+    // the first instance creates the store; the others start together, as a deployment would
+    this.servers.push(await this.serve());
+    const others = await Promise.all(Array.from({ length: this.config.serversPerBackend - 1 }, () => this.serve()));
+    this.servers.push(...others);
+    this.route();
+  }
+
+  startClients(startAt: number, random: () => number): void {
+    this.startAt = startAt;
+    for (const slot of this.clients) {
+      slot.plan = planJobs(`${this.kind}-${slot.index}`, this.config, random);
+      writeFileSync(slot.planFile, JSON.stringify(slot.plan));
+      this.spawnClient(slot);
+    }
+  }
+
+  killServer(random: () => number): void {
+    const live = this.servers.flatMap((server, index) => (server ? [index] : []));
+    if (live.length === 0) return;
+    const index = live[Math.floor(random() * live.length)]!;
+    const server = this.servers[index]!;
+    this.servers[index] = undefined;
+    this.killedServerPids.add(server.child.pid!);
+    this.note('kill server', server.child.pid!);
+    const restartAfter = 200 + random() * 1_300;
+    this.track(
+      (async () => {
+        await server.kill();
+        this.route();
+        await sleep(restartAfter);
+        this.servers[index] = await this.serve();
+        this.route();
+      })(),
+    );
+  }
+
+  killClient(random: () => number): void {
+    const live = this.clients.filter((slot) => slot.child && !slot.done && slot.child.exitCode === null);
+    if (live.length === 0) return;
+    const slot = live[Math.floor(random() * live.length)]!;
+    const child = slot.child!;
+    slot.child = undefined;
+    this.killedClientPids.add(child.pid!);
+    this.note('kill client', child.pid!);
+    const restartAfter = 200 + random() * 1_300;
+    this.track(
+      (async () => {
+        const exited = new Promise((resolve) => child.once('exit', resolve));
+        child.kill('SIGKILL');
+        await exited;
+        await sleep(restartAfter);
+        if (!slot.done) this.spawnClient(slot);
+      })(),
+    );
+  }
+
+  /** No more faults: the proxy forwards faithfully, and every killed process is back. */
+  async quiesce(): Promise<void> {
+    this.proxy.chaos = false;
+    while (this.restarts.size > 0) await Promise.allSettled([...this.restarts]);
+  }
+
+  allClientsDone(): boolean {
+    return this.clients.every((slot) => slot.done);
+  }
+
+  async stop(): Promise<void> {
+    this.stopping = true;
+    await Promise.allSettled([...this.restarts]);
+    for (const slot of this.clients) slot.child?.kill('SIGKILL');
+    await Promise.allSettled(this.servers.map((server) => server?.stop()));
+    await this.proxy.close();
+  }
+
+  private async serve(): Promise<ServeProcess> {
+    const tokens = this.clients.flatMap((slot) => ['--token', `${slot.token}=${slot.principal}`]);
+    const args = ['--store', this.store, '--lease-ms', String(this.config.serverLeaseMs), ...tokens];
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const server = await startServe(args, 30_000, { CLOSEOUT_RUN_LOG: this.runLog });
+        this.started.push(server);
+        this.note('server up', server.child.pid!);
+        return server;
+      } catch (error) {
+        this.violations.push(`closeout serve did not start (attempt ${attempt}): ${String(error).slice(0, 500)}`);
+        if (attempt >= 3) throw error;
+      }
+    }
+  }
+
+  private note(what: string, pid: number): void {
+    appendFileSync(this.faultLog, `${JSON.stringify({ what, pid, at: Date.now() })}\n`);
+  }
+
+  private route(): void {
+    this.proxy.backends = this.servers.flatMap((server) => (server ? [server.url] : []));
+  }
+
+  private track(work: Promise<void>): void {
+    const tracked = work.catch((error: unknown) => {
+      this.violations.push(`restarting a process failed: ${String(error)}`);
+    });
+    this.restarts.add(tracked);
+    void tracked.finally(() => this.restarts.delete(tracked));
+  }
+
+  private spawnClient(slot: ClientSlot): void {
+    if (this.stopping) return;
+    const args = {
+      url: this.proxyUrl,
+      token: slot.token,
+      ledger: slot.ledger,
+      plan: slot.planFile,
+      eventLog: slot.eventLog,
+      askedLog: slot.askedLog,
+      startAt: this.startAt,
+      leaseMs: this.config.clientLeaseMs,
+      requestTimeoutMs: this.config.clientRequestTimeoutMs,
+    };
+    const child = spawn(process.execPath, [SOAK_CLIENT, JSON.stringify(args)], { stdio: ['ignore', 'ignore', 'pipe'] });
+    slot.child = child;
+    this.note(`client ${slot.index} spawned`, child.pid!);
+    child.stderr!.on('data', (chunk: Buffer) => (slot.stderr = (slot.stderr + chunk.toString()).slice(-4_000)));
+    child.once('exit', (code, signal) => {
+      if (code === 0) {
+        slot.done = true;
+        return;
+      }
+      if (this.killedClientPids.has(child.pid!) || this.stopping) return;
+      // never crashes: anything but exit 0 or our SIGKILL is a broken promise; start it again to carry on
+      this.violations.push(`client ${slot.index} (pid ${child.pid}) exited with ${code ?? signal}: ${slot.stderr}`);
+      if (slot.child === child) this.spawnClient(slot);
+    });
+  }
+
+  // ---- the checks --------------------------------------------------------------------------------------------
+
+  async verify(): Promise<BackendResult> {
+    const lost: string[] = [];
+    const violations = [...this.violations];
+    const recovered = new Set<string>();
+    const resubmittedJobs = new Set<string>();
+    const resumedJobs = new Set<string>();
+    const takenOverJobs = new Set<string>();
+    const outcomes: Record<string, number> = {};
+    let toolCalls = 0;
+    let reaskedAfterCrash = 0;
+
+    const rows = await this.readStore();
+    const byKey = new Map(rows.map((row) => [`${row.owner}\0${row.idempotencyKey}`, row]));
+    const runs = readJsonLines<{ tool: string; taskId: string | null; attempt: number; pid: number }>(this.runLog);
+    const runsByTask = groupBy(runs, (run) => String(run.taskId));
+    const readUrls = this.servers.flatMap((server) => (server ? [server.url] : []));
+    const jobIds = new Set<string>();
+
+    for (const slot of this.clients) {
+      if (!slot.done) violations.push(`client ${slot.index} did not close out its plan in time: ${slot.stderr}`);
+      const records = existsSync(slot.ledger) ? await readLedger(slot.ledger) : [];
+      toolCalls += records.filter((record) => record.sentAt !== undefined).length;
+      const events = readJsonLines<{ event: string; pid: number; jobId?: string }>(slot.eventLog);
+      const asked = readJsonLines<{ taskId: string; key: string; pid: number; previouslyAsked: boolean }>(
+        slot.askedLog,
+      );
+
+      // no input asked twice, unless the process asked died before the answer was stored (then the handler is
+      // told previouslyAsked, and a person would see that)
+      for (const asks of groupBy(asked, (ask) => `${ask.taskId} ${ask.key}`).values()) {
+        for (const [i, ask] of asks.entries()) {
+          if (i === 0) continue;
+          const before = asks[i - 1]!;
+          if (ask.previouslyAsked && this.killedClientPids.has(before.pid)) reaskedAfterCrash++;
+          else violations.push(`input ${ask.taskId} ${ask.key} asked again by pid ${ask.pid} after pid ${before.pid}`);
+        }
+      }
+      const askersOf = (taskId: string) => new Set(asked.filter((ask) => ask.taskId === taskId).map((a) => a.pid));
+
+      for (const job of slot.plan) {
+        jobIds.add(`${slot.owner}\0${job.jobId}`);
+        const chain = records.filter((record) => record.idempotencyKey === job.jobId);
+        const current = chain.find((record) => record.supersededBy === undefined);
+        const row = byKey.get(`${slot.owner}\0${job.jobId}`);
+        const problem = agreement(job, current, row);
+        if (problem) {
+          lost.push(`${job.jobId} (${job.kind}): ${problem}`);
+          continue;
+        }
+        const task = row!;
+        outcomes[task.status] = (outcomes[task.status] ?? 0) + 1;
+        const wrong = unexpectedOutcome(job, task, askersOf(task.taskId));
+        if (wrong) violations.push(`${job.jobId} (${job.kind}, task ${task.taskId}): ${wrong}`);
+        violations.push(...this.checkRuns(job, task, runsByTask.get(task.taskId) ?? []));
+
+        // two reads, on two instances, agree with each other and with the store
+        const reads = await Promise.all(
+          [0, 1].map((i) =>
+            rpc(readUrls[i % readUrls.length]!, 'tasks/get', { taskId: task.taskId }, { token: slot.token }),
+          ),
+        );
+        const [first, second] = reads.map((read) => comparable(read.result)) as [unknown, unknown];
+        if (!isDeepStrictEqual(first, second)) {
+          violations.push(`${job.jobId}: two reads differ: ${JSON.stringify(first)} vs ${JSON.stringify(second)}`);
+        } else if (!isDeepStrictEqual(pick(first, ['status', 'result', 'error']), storeView(task))) {
+          violations.push(`${job.jobId}: tasks/get says ${JSON.stringify(first)}, the store ${JSON.stringify(task)}`);
+        }
+
+        // what broke this job's flow and was recovered from
+        const jobEvents = events.filter((event) => event.jobId === job.jobId);
+        const firstSubmit = jobEvents.find((e) => e.event === 'submitted' || e.event === 'resubmitting');
+        const firstOutcome = jobEvents.find((e) => e.event === 'outcome');
+        if (chain.length > 1) resubmittedJobs.add(job.jobId);
+        if (
+          jobEvents.some((e) => e.event === 'resumed') ||
+          (firstSubmit && firstOutcome && firstSubmit.pid !== firstOutcome.pid)
+        ) {
+          resumedJobs.add(job.jobId);
+        }
+        const interrupted = (task.error?.['message'] as string | undefined)?.startsWith(INTERRUPTED_MESSAGE);
+        if (task.attempt > 1 || interrupted) takenOverJobs.add(job.jobId);
+      }
+    }
+    for (const set of [resubmittedJobs, resumedJobs, takenOverJobs]) for (const jobId of set) recovered.add(jobId);
+
+    // nothing on the server that nobody submitted, and nothing left open
+    for (const row of rows) {
+      if (!jobIds.has(`${row.owner}\0${row.idempotencyKey}`)) {
+        violations.push(`task ${row.taskId} (${row.toolName}, key ${row.idempotencyKey}) matches no submission`);
+      }
+      if (row.status === 'working' || row.status === 'input_required') {
+        violations.push(`task ${row.taskId} (${row.toolName}) is still ${row.status}`);
+      }
+    }
+    for (const run of runs) {
+      if (run.taskId === null || !rows.some((row) => row.taskId === run.taskId)) {
+        violations.push(`a ${run.tool} handler ran for task ${run.taskId}, which the store does not hold`);
+      }
+    }
+
+    return {
+      kind: this.kind,
+      submitted: this.clients.reduce((n, slot) => n + slot.plan.length, 0),
+      toolCalls,
+      outcomes,
+      serverKills: this.killedServerPids.size,
+      clientKills: this.killedClientPids.size,
+      proxy: { ...this.proxy.counts },
+      proxyFaults: this.proxy.faults,
+      badGateway: Object.fromEntries(this.proxy.badGatewayCauses),
+      recovered,
+      resubmitted: resubmittedJobs.size,
+      resumedByAnotherClient: resumedJobs.size,
+      takenOver: takenOverJobs.size,
+      reaskedAfterCrash,
+      lost,
+      violations,
+      serverLog: this.serverLog(),
+    };
+  }
+
+  private serverLog(): Map<string, number> {
+    const counts = new Map<string, number>();
+    for (const server of this.started) {
+      for (const line of server.stderr().split('\n')) {
+        if (line.length === 0 || line.startsWith('closeout serve: ')) continue;
+        const masked = line.replace(/[A-Za-z0-9_-]{32}/g, '<taskId>').replace(/\d{4,}/g, '<n>');
+        counts.set(masked, (counts.get(masked) ?? 0) + 1);
+      }
+    }
+    return counts;
+  }
+
+  /**
+   * Runs a handler may have: a non-resumable tool once; a resumable one once per attempt, the store's attempt the
+   * last, and every earlier attempt in a server process that was SIGKILLed (never two live instances at once).
+   */
+  private checkRuns(job: Job, task: StoreRow, runs: Array<{ attempt: number; pid: number }>): string[] {
+    const problems: string[] = [];
+    const where = `${job.jobId} (${task.toolName}, task ${task.taskId})`;
+    if (runs.length === 0 && task.status === 'completed') problems.push(`${where} completed without a handler run`);
+    if (!RESUMABLE_TOOLS.has(task.toolName)) {
+      if (runs.length > 1) problems.push(`${where} is not resumable but its handler ran ${runs.length} times`);
+      return problems;
+    }
+    const sorted = [...runs].sort((a, b) => a.attempt - b.attempt);
+    for (const [i, run] of sorted.entries()) {
+      if (i > 0 && sorted[i - 1]!.attempt === run.attempt) problems.push(`${where} ran attempt ${run.attempt} twice`);
+      if (run.attempt > task.attempt)
+        problems.push(`${where} ran attempt ${run.attempt}, the store says ${task.attempt}`);
+      if (i < sorted.length - 1 && !this.killedServerPids.has(run.pid)) {
+        problems.push(`${where} re-ran after attempt ${run.attempt}, while its instance (pid ${run.pid}) was alive`);
+      }
+    }
+    return problems;
+  }
+
+  private async readStore(): Promise<StoreRow[]> {
+    const columns = 'task_id, owner, tool_name, status, result, error, attempt, idempotency_key';
+    type Raw = {
+      task_id: string;
+      owner: string;
+      tool_name: string;
+      status: string;
+      result: string | null;
+      error: string | null;
+      attempt: number;
+      idempotency_key: string | null;
+    };
+    let raw: Raw[];
+    if (this.kind === 'sqlite') {
+      const db = new Database(this.store, { readonly: true });
+      try {
+        raw = db.prepare(`SELECT ${columns} FROM tasks`).all() as Raw[];
+      } finally {
+        db.close();
+      }
+    } else {
+      const client = new pg.Client({ connectionString: this.store });
+      await client.connect();
+      try {
+        raw = (await client.query<Raw>(`SELECT ${columns} FROM closeout_tasks`)).rows;
+      } finally {
+        await client.end();
+      }
+    }
+    return raw.map((row) => ({
+      taskId: row.task_id,
+      owner: row.owner,
+      toolName: row.tool_name,
+      status: row.status,
+      result: row.result === null ? undefined : (JSON.parse(row.result) as Record<string, unknown>),
+      error: row.error === null ? undefined : (JSON.parse(row.error) as Record<string, unknown>),
+      attempt: Number(row.attempt),
+      idempotencyKey: row.idempotency_key ?? undefined,
+    }));
+  }
+}
+
+/** Why the client's record and the server's row do not tell the same story, or undefined when they do. */
+function agreement(job: Job, record: TaskRecord | undefined, row: StoreRow | undefined): string | undefined {
+  if (!record) return 'no ledger record';
+  if (record.localState !== 'terminal') {
+    return `the ledger record is ${record.localState} (${record.terminalReason ?? record.lastError?.message ?? ''})`;
+  }
+  if (!record.taskId) return `the ledger record ended without a task: ${record.terminalReason}`;
+  if (!row) return `the store holds no task for key ${job.jobId}`;
+  if (row.taskId !== record.taskId) return `the ledger has task ${record.taskId}, the store ${row.taskId}`;
+  if (record.status !== row.status) return `the ledger says ${record.status}, the store ${row.status}`;
+  if (!isDeepStrictEqual(withoutResultType(record.result), withoutResultType(row.result))) {
+    return `results differ: ledger ${JSON.stringify(record.result)}, store ${JSON.stringify(row.result)}`;
+  }
+  if (!isDeepStrictEqual(record.error, row.error)) {
+    return `errors differ: ledger ${JSON.stringify(record.error)}, store ${JSON.stringify(row.error)}`;
+  }
+  return undefined;
+}
+
+/** What each kind of job must end as. */
+function unexpectedOutcome(job: Job, row: StoreRow, askers: Set<number>): string | undefined {
+  const text = ((row.result?.['content'] as Array<{ text?: string }> | undefined)?.[0]?.text ?? '') as string;
+  const errorMessage = String(row.error?.['message'] ?? '');
+  const interrupted = row.status === 'failed' && errorMessage === INTERRUPTED_MESSAGE;
+  switch (job.kind) {
+    case 'fast':
+    case 'slow': {
+      const structured = row.result?.['structuredContent'];
+      const expected = { processed: job.args['items'], attempt: row.attempt };
+      if (row.status === 'completed' && isDeepStrictEqual(structured, expected)) return undefined;
+      return `expected completed with ${JSON.stringify(expected)}, got ${row.status} ${JSON.stringify(row.result ?? row.error)}`;
+    }
+    case 'stream':
+      if (row.status === 'completed' && text === `Exported a report of ${String(job.args['pages'])} pages`) return;
+      if (interrupted) return undefined;
+      return `expected completed or interrupted, got ${row.status} ${JSON.stringify(row.result ?? row.error)}`;
+    case 'input': {
+      const match = /^Deployed to (\S+) \(answered by (\d+)\)$/.exec(text);
+      if (row.status !== 'completed' || !match || match[1] !== job.args['env']) {
+        return `expected a completed deploy, got ${row.status} ${JSON.stringify(row.result ?? row.error)}`;
+      }
+      // the answer the server used came from a process that was asked
+      return askers.has(Number(match[2])) ? undefined : `answered by pid ${match[2]}, which was never asked`;
+    }
+    case 'failing':
+      if (row.status === 'failed' && (errorMessage === 'Upstream API rate limit exceeded' || interrupted)) return;
+      return `expected failed, got ${row.status} ${JSON.stringify(row.result ?? row.error)}`;
+    case 'cancelled':
+      return row.status === 'cancelled' ? undefined : `expected cancelled, got ${row.status}`;
+  }
+}
+
+// ---- plans -----------------------------------------------------------------------------------------------------
+
+function planJobs(prefix: string, config: SoakConfig, random: () => number): Job[] {
+  const jobs: Job[] = [];
+  const totalWeight = KIND_WEIGHTS.reduce((n, [, w]) => n + w, 0);
+  for (let n = 0; n < config.jobsPerClient; n++) {
+    let roll = random() * totalWeight;
+    const kind = KIND_WEIGHTS.find(([, w]) => (roll -= w) < 0)?.[0] ?? 'fast';
+    const jobId = `job-${prefix}-${n}`;
+    // a steady stream: evenly spread, with a little jitter
+    const at = Math.round(((n + random()) / config.jobsPerClient) * config.submitForMs);
+    const int = (from: number, to: number) => from + Math.floor(random() * (to - from + 1));
+    switch (kind) {
+      case 'fast':
+        jobs.push({ jobId, kind, at, tool: 'batch_job', args: { items: 1, stepMs: 0 } });
+        break;
+      case 'slow':
+        jobs.push({ jobId, kind, at, tool: 'batch_job', args: { items: int(4, 12), stepMs: 200 } });
+        break;
+      case 'stream':
+        jobs.push({ jobId, kind, at, tool: 'export_report', args: { pages: int(3, 10), pageMs: 200 } });
+        break;
+      case 'input':
+        jobs.push({ jobId, kind, at, tool: 'approve_deploy', args: { env: jobId, deployMs: int(50, 500) } });
+        break;
+      case 'failing':
+        jobs.push({ jobId, kind, at, tool: 'flaky_upstream', args: {} });
+        break;
+      case 'cancelled':
+        // long enough that only a cancel ends it: 1000 steps of 100 ms
+        jobs.push({
+          jobId,
+          kind,
+          at,
+          tool: 'batch_job',
+          args: { items: 1000, stepMs: 100 },
+          cancelAfterMs: int(200, 2_000),
+        });
+        break;
+    }
+  }
+  return jobs;
+}
+
+// ---- small pieces ----------------------------------------------------------------------------------------------
+
+async function readLedger(path: string): Promise<TaskRecord[]> {
+  const ledger = new SqliteLedger(path);
+  try {
+    return await ledger.list({});
+  } finally {
+    await ledger.dispose();
+  }
+}
+
+function readJsonLines<T>(path: string): T[] {
+  if (!existsSync(path)) return [];
+  return readFileSync(path, 'utf8')
+    .split('\n')
+    .filter((line) => line.length > 0)
+    .map((line) => JSON.parse(line) as T);
+}
+
+function groupBy<T>(items: T[], key: (item: T) => string): Map<string, T[]> {
+  const groups = new Map<string, T[]>();
+  for (const item of items) groups.set(key(item), [...(groups.get(key(item)) ?? []), item]);
+  return groups;
+}
+
+function withoutResultType(value: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
+  if (value === undefined) return undefined;
+  const { resultType: _resultType, ...rest } = value;
+  return rest;
+}
+
+/** A tasks/get answer without what may rightly change between two reads of a finished task (its poll hint). */
+function comparable(result: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
+  if (!result) return undefined;
+  const { pollIntervalMs: _pollIntervalMs, resultType: _resultType, ...rest } = result;
+  return { ...rest, ...(rest['result'] !== undefined && { result: withoutResultType(rest['result'] as never) }) };
+}
+
+function storeView(row: StoreRow): Record<string, unknown> {
+  return {
+    status: row.status,
+    ...(row.result !== undefined && { result: row.result }),
+    ...(row.error !== undefined && { error: row.error }),
+  };
+}
+
+function pick(value: unknown, keys: string[]): Record<string, unknown> {
+  const source = (value ?? {}) as Record<string, unknown>;
+  return Object.fromEntries(keys.filter((key) => source[key] !== undefined).map((key) => [key, source[key]]));
+}
+
+/** A small seeded PRNG (mulberry32): the same seed gives the same plans and the same fault choices. */
+function mulberry32(seed: number): () => number {
+  let state = seed >>> 0;
+  return () => {
+    state = (state + 0x6d2b79f5) >>> 0;
+    let t = state;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4_294_967_296;
+  };
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
