@@ -27,7 +27,14 @@ export { backoffDelay, DEFAULT_POLL_POLICY, nextPollDelay, PollScheduler, SYSTEM
 export type { TaskResultCarrier } from './sdkGlue.js';
 export { attachTaskResultCarrier, TASK_CARRIER_ERROR_CODE } from './sdkGlue.js';
 export type { KnownTaskState } from './serverOutput.js';
-export { parseCreateTaskResult, parseGetTaskResult, progressionViolation, ServerOutputError } from './serverOutput.js';
+export {
+  MAX_INPUT_REQUESTS,
+  MAX_INPUT_REQUESTS_BYTES,
+  parseCreateTaskResult,
+  parseGetTaskResult,
+  progressionViolation,
+  ServerOutputError,
+} from './serverOutput.js';
 export type {
   CallToolOptions,
   ResubmitOptions,

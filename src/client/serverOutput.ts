@@ -9,6 +9,15 @@ import type * as z from 'zod/v4';
 import { DetailedTaskSchema, isTerminalStatus, TASK_RESULT_TYPE, TaskSchema } from '../protocol/index.js';
 import type { ObservedTask } from './ledger/ledger.js';
 
+/**
+ * The most `inputRequests` one answer may carry. Each key is a question for a person (or a model) and a ledger row:
+ * a server asking thousands at once is refused, not obeyed. Closeout's own server allows 16 outstanding per task.
+ */
+export const MAX_INPUT_REQUESTS = 64;
+
+/** The most bytes (as JSON) the `inputRequests` of one answer may take: a request is shown and stored, not streamed. */
+export const MAX_INPUT_REQUESTS_BYTES = 1_048_576;
+
 export class ServerOutputError extends Error {
   constructor(message: string) {
     super(message);
@@ -95,6 +104,7 @@ function toObservedTask(raw: Record<string, unknown>, what: string): ObservedTas
   if (!parsed.success) throw new ServerOutputError(`${what} is not a valid task: ${describeIssues(parsed.error)}`);
   const data = parsed.data;
   checkCreatedAt(data.createdAt, what);
+  if (data.status === 'input_required') checkInputRequests(data.inputRequests, what);
   return {
     taskId: data.taskId,
     status: data.status,
@@ -107,6 +117,22 @@ function toObservedTask(raw: Record<string, unknown>, what: string): ObservedTas
     error: data.status === 'failed' ? data.error : undefined,
     inputRequests: data.status === 'input_required' ? data.inputRequests : undefined,
   };
+}
+
+/** Enormous `inputRequests` are refused before any of them reaches a handler or the ledger. */
+function checkInputRequests(inputRequests: Record<string, unknown>, what: string): void {
+  const keys = Object.keys(inputRequests).length;
+  if (keys > MAX_INPUT_REQUESTS) {
+    throw new ServerOutputError(
+      `${what} has ${keys} inputRequests, more than this client takes in one answer (${MAX_INPUT_REQUESTS})`,
+    );
+  }
+  const bytes = Buffer.byteLength(JSON.stringify(inputRequests));
+  if (bytes > MAX_INPUT_REQUESTS_BYTES) {
+    throw new ServerOutputError(
+      `${what} has inputRequests of ${bytes} bytes, more than this client takes in one answer (${MAX_INPUT_REQUESTS_BYTES})`,
+    );
+  }
 }
 
 /** createdAt + ttlMs is the client's expiry backstop (S13): it must be a time. */
