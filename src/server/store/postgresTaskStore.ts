@@ -606,6 +606,10 @@ export class PostgresTaskStore implements TaskStore {
     return this.guard(op, async () => {
       const client = await this.pool.connect();
       let broken = false;
+      // the pool stops listening to a client it hands out: a connection cut mid-transaction would then be an unhandled
+      // 'error' event that kills the process; the statement in flight rejects on its own
+      const onError = () => (broken = true);
+      client.on('error', onError);
       try {
         await client.query('BEGIN');
         const result = await fn(client);
@@ -616,6 +620,7 @@ export class PostgresTaskStore implements TaskStore {
         await client.query('ROLLBACK').catch(() => (broken = true));
         throw error;
       } finally {
+        client.off('error', onError);
         client.release(broken);
       }
     });

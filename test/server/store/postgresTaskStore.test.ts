@@ -254,6 +254,51 @@ describe('PostgresTaskStore across instances', () => {
     expect(read).toEqual(task);
   });
 
+  it('survives the database dropping a connection in the middle of a transaction, failing only that write', async () => {
+    // invariant: a connection that dies while a write holds it rejects that write with an Error; it never becomes an
+    // unhandled 'error' event that kills the process (found by test/e2e/serveLogs.test.ts: closeout serve crashed)
+    const uncaught: unknown[] = [];
+    const onUncaught = (error: unknown) => uncaught.push(error);
+    process.on('uncaughtException', onUncaught);
+    try {
+      const store = await openStore({ listen: false });
+      const { task } = await store.create(newTask());
+      await store.requestInput({ taskId: task.taskId, fence: 1 }, 'k', { method: 'roots/list' }, T0 + 1);
+      // the second statement of answerInputs sleeps, so the transaction is open when its connection is cut
+      const slow = T0 + 777;
+      await admin.query(`
+        CREATE FUNCTION closeout_test_stall() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+          IF NEW.last_updated_at = ${slow} THEN PERFORM pg_sleep(30); END IF;
+          RETURN NEW;
+        END $$;
+        CREATE TRIGGER closeout_test_stall BEFORE UPDATE ON closeout_tasks
+          FOR EACH ROW EXECUTE FUNCTION closeout_test_stall();`);
+      const answering = store.answerInputs(task.taskId, { k: { roots: [] } }, slow);
+      answering.catch(() => undefined);
+      await vi.waitFor(
+        async () => {
+          const { rows } = await admin.query(
+            `SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'`,
+          );
+          expect(rows).toHaveLength(1);
+        },
+        { timeout: 5000, interval: 20 },
+      );
+      await admin.query(
+        `SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND wait_event = 'PgSleep'`,
+      );
+      await expect(answering).rejects.toThrow(/^PostgreSQL task store: answerInputs failed: /);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(uncaught).toEqual([]);
+      // the write left nothing behind, and the store carries on with a fresh connection
+      expect((await store.get(task.taskId))?.inputs[0]?.response).toBeUndefined();
+      expect(await store.answerInputs(task.taskId, { k: { roots: [] } }, T0 + 2)).toEqual(['k']);
+    } finally {
+      process.off('uncaughtException', onUncaught);
+    }
+  });
+
   it('rejects with a clear Error when the database cannot be reached', async () => {
     // invariant: storage errors surface as thrown Errors that say what failed (the runtime maps them to -32603)
     const port = await freePort();
