@@ -64,7 +64,9 @@ export function registerServe(program: Command): void {
         throw error;
       }
       process.stdout.write(`${serving.url}\n`);
-      console.error(`closeout serve: ${flags.tools} tools, store ${flags.store}, instance ${tasks.instanceId}`);
+      console.error(
+        `closeout serve: ${flags.tools} tools, store ${withoutPassword(flags.store)}, instance ${tasks.instanceId}`,
+      );
       const stop = async () => {
         await serving.close();
         await store.close();
@@ -73,6 +75,18 @@ export function registerServe(program: Command): void {
       process.once('SIGINT', () => void stop());
       process.once('SIGTERM', () => void stop());
     });
+}
+
+/** The store's location as logged: a postgres:// URL keeps its user and host but never its password. */
+function withoutPassword(location: string): string {
+  if (!/^postgres(ql)?:\/\//.test(location)) return location;
+  try {
+    const url = new URL(location);
+    if (url.password) url.password = '***';
+    return url.href;
+  } catch {
+    return 'a postgres:// URL';
+  }
 }
 
 function parseToolSet(value: string): 'demo' | 'conformance' {
