@@ -479,6 +479,7 @@ class BackendRun {
         const server = await startServe(args, 30_000, { CLOSEOUT_RUN_LOG: this.runLog });
         this.started.push(server);
         this.note('server up', server.child.pid!);
+        server.child.once('exit', (code, signal) => this.exitedOnItsOwn(server, code ?? signal));
         return server;
       } catch (error) {
         this.violations.push(`closeout serve did not start (attempt ${attempt}): ${String(error).slice(0, 500)}`);
@@ -489,6 +490,23 @@ class BackendRun {
 
   private note(what: string, pid: number): void {
     appendFileSync(this.faultLog, `${JSON.stringify({ what, pid, at: Date.now() })}\n`);
+  }
+
+  /** A server must die only when the injector kills it: anything else is a crash, reported, and it comes back. */
+  private exitedOnItsOwn(server: ServeProcess, how: number | string | null): void {
+    const pid = server.child.pid!;
+    if (this.killedServerPids.has(pid) || this.stopping) return;
+    this.violations.push(`closeout serve (pid ${pid}) exited on its own (${how}): ${server.stderr().slice(-2_000)}`);
+    const index = this.servers.indexOf(server);
+    if (index < 0) return;
+    this.servers[index] = undefined;
+    this.route();
+    this.track(
+      (async () => {
+        this.servers[index] = await this.serve();
+        this.route();
+      })(),
+    );
   }
 
   private route(): void {
