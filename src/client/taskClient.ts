@@ -11,11 +11,11 @@
  * - one owner: a lease per record keeps two processes from driving one task.
  */
 import { randomUUID } from 'node:crypto';
-import { hostname } from 'node:os';
 
 import type { CallToolResult, Client, ClientCapabilities } from '@modelcontextprotocol/client';
 import { ProtocolError } from '@modelcontextprotocol/client';
 
+import { isDeadLocalOwner, newLeaseOwner } from '../leaseOwner.js';
 import type { InputResponse, JsonObject, JsonRpcError } from '../protocol/index.js';
 import {
   CLIENT_CAPABILITIES_META_KEY,
@@ -145,7 +145,7 @@ export class TaskClient {
     this.client = options.client;
     this.ledger = options.ledger;
     this.endpoint = options.endpoint;
-    this.owner = options.owner ?? `${hostname()}:${process.pid}:${randomUUID().slice(0, 8)}`;
+    this.owner = options.owner ?? newLeaseOwner();
     this.clock = options.clock ?? SYSTEM_CLOCK;
     this.random = options.random ?? Math.random;
     this.leaseMs = options.leaseMs ?? DEFAULT_LEASE_MS;
@@ -239,6 +239,16 @@ export class TaskClient {
    */
   async resumeAll(): Promise<ResumeReport> {
     this.assertOpen();
+    // a lease held by a dead process of this host cannot be renewed: free it now instead of waiting it out
+    const held = await this.ledger.list({
+      endpoint: this.endpoint,
+      localStates: ['submitting', 'tracking', 'detached'],
+    });
+    for (const record of held) {
+      const holder = record.leaseOwner;
+      if (holder && holder !== this.owner && isDeadLocalOwner(holder))
+        await this.ledger.release(record.recordId, holder);
+    }
     const now = this.clock.now();
     const unknownOutcome = await this.ledger.settleAbandonedSubmissions(this.endpoint, now, 'found on resume');
     const open = await this.ledger.list({ endpoint: this.endpoint, localStates: ['tracking', 'detached'] });

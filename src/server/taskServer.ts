@@ -3,13 +3,12 @@
  * answers reads from the store, takes over orphans after a crash, expires and purges. The store is the only home of
  * task state; this class holds only what a live handler needs (its abort controller and input waiters).
  */
-import { hostname } from 'node:os';
-
 import { CallToolResultSchema } from '@modelcontextprotocol/core';
 import type { CallToolResult } from '@modelcontextprotocol/server';
 import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
 import type * as z from 'zod/v4';
 
+import { isDeadLocalOwner, newLeaseOwner } from '../leaseOwner.js';
 import type {
   CreateTaskResult,
   DetailedTask,
@@ -106,7 +105,7 @@ export class TaskServer {
     this.sweepIntervalMs = options.sweepIntervalMs ?? Math.max(50, Math.floor(this.leaseMs / 3));
     this.retentionMs = options.retentionMs ?? HOUR_MS;
     this.cancelGraceMs = options.cancelGraceMs ?? 5000;
-    this.instanceId = options.instanceId ?? `${hostname()}:${process.pid}:${newTaskId().slice(0, 8)}`;
+    this.instanceId = options.instanceId ?? newLeaseOwner();
     this.onError = options.onError ?? ((error) => console.error(`[closeout] ${error.message}`));
     this.now = options.now ?? Date.now;
   }
@@ -588,17 +587,4 @@ function asJsonRpcError(error: unknown): JsonRpcError | undefined {
   const { code, message, data } = error as { code?: unknown; message?: unknown; data?: unknown };
   if (!Number.isSafeInteger(code) || typeof message !== 'string') return undefined;
   return { code: code as number, message, ...(data !== undefined && { data }) };
-}
-
-/** An owner id `host:pid:nonce` of this host whose process is gone: its leases need not be waited out. */
-function isDeadLocalOwner(owner: string): boolean {
-  const [host, pidText] = owner.split(':');
-  const pid = Number(pidText);
-  if (host !== hostname() || !Number.isInteger(pid) || pid <= 0 || pid === process.pid) return false;
-  try {
-    process.kill(pid, 0);
-    return false;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === 'ESRCH';
-  }
 }

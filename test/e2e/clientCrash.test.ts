@@ -182,6 +182,8 @@ describe('a client process SIGKILLed and restarted on the same ledger', () => {
       args: { items: 3, stepMs: 200 },
       idempotencyKey: 'nightly-2026-07-28',
       killAt: { method: 'tools/call', when: 'after' },
+      // a lease far longer than the test: the restart must see that its holder is dead, not wait it out
+      leaseMs: 600_000,
     });
     expect((await first.exited).signal).toBe('SIGKILL');
     expect(first.events.find((event) => event.event === 'handle')).toBeUndefined();
