@@ -54,6 +54,8 @@ export interface SoakConfig {
   clientLeaseMs: number;
   clientRequestTimeoutMs: number;
   chaos: ChaosRates;
+  /** The whole run, PostgreSQL's start and the checks included, must end within this. */
+  timeoutMs: number;
 }
 
 const CHAOS: ChaosRates = {
@@ -81,6 +83,8 @@ export const SHORT: SoakConfig = {
   clientLeaseMs: 2_000,
   clientRequestTimeoutMs: 4_000,
   chaos: CHAOS,
+  // under two minutes in npm test, whatever the load
+  timeoutMs: 115_000,
 };
 
 /** `npm run soak`: eight minutes of faults on three instances and three clients per backend. */
@@ -94,6 +98,7 @@ export const LONG: SoakConfig = {
   faultsForMs: 480_000,
   killEveryMs: 2_500,
   settleTimeoutMs: 120_000,
+  timeoutMs: 720_000,
 };
 
 type JobKind = 'fast' | 'slow' | 'stream' | 'input' | 'failing' | 'cancelled';
@@ -204,7 +209,8 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
     for (const backend of backends) await backend.quiesce();
     log(`soak ${config.name}: faults stopped after ${Math.round((Date.now() - started) / 1000)} s, settling`);
 
-    const settleBy = Date.now() + config.settleTimeoutMs;
+    // leave the checks and the teardown time to run before the caller's timeout: no process outlives the soak
+    const settleBy = Math.min(Date.now() + config.settleTimeoutMs, started + config.timeoutMs - 20_000);
     while (Date.now() < settleBy && !backends.every((backend) => backend.allClientsDone())) await sleep(200);
     const results: BackendResult[] = [];
     for (const backend of backends) results.push(await backend.verify());
