@@ -2,11 +2,10 @@
  * The default Ledger: one SQLite file (better-sqlite3, WAL), owner-only. Every statement of the ledger is in this
  * file; each write is one transaction, committed before its promise resolves.
  */
-import { chmodSync, closeSync, existsSync, openSync } from 'node:fs';
-
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
 
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import { openSqliteFile } from '../../sqliteFile.js';
 import type {
   Closing,
   HistoryEntry,
@@ -167,16 +166,11 @@ export class SqliteLedger implements Ledger {
 
   constructor(path: string, options: SqliteLedgerOptions = {}) {
     this.path = path;
-    if (path !== ':memory:' && !existsSync(path)) {
-      // owner-only from the first byte: the ledger holds every call's arguments, answers and results
-      closeSync(openSync(path, 'a', 0o600));
-      chmodSync(path, 0o600);
-    }
-    this.db = new Database(path, { timeout: options.busyTimeoutMs ?? 5000 });
-    this.db.pragma('journal_mode = WAL');
-    this.db.pragma('synchronous = NORMAL');
-    this.db.pragma('foreign_keys = ON');
-    this.migrate();
+    this.db = openSqliteFile(path, {
+      migrations: MIGRATIONS,
+      what: 'ledger',
+      busyTimeoutMs: options.busyTimeoutMs ?? 5000,
+    });
     const db = this.db;
     this.stmt = {
       insert: db.prepare(
@@ -305,30 +299,6 @@ export class SqliteLedger implements Ledger {
         `UPDATE input_answers SET sent_at = ? WHERE record_id = ? AND key = ? AND response IS NOT NULL`,
       ),
     };
-  }
-
-  private migrate(): void {
-    const version = () => this.db.pragma('user_version', { simple: true }) as number;
-    if (version() === MIGRATIONS.length) return;
-    // each step reads the version inside its write transaction: processes opening a new ledger at once must not
-    // both run the same migration ("table submissions already exists")
-    for (;;) {
-      const done = this.db
-        .transaction(() => {
-          const current = version();
-          if (current > MIGRATIONS.length) {
-            throw new Error(
-              `ledger ${this.path} has schema version ${current}, newer than this build knows (${MIGRATIONS.length})`,
-            );
-          }
-          if (current === MIGRATIONS.length) return true;
-          this.db.exec(MIGRATIONS[current] as string);
-          this.db.pragma(`user_version = ${current + 1}`);
-          return false;
-        })
-        .immediate();
-      if (done) return;
-    }
   }
 
   async recordIntent(submission: NewSubmission): Promise<IntentOutcome> {

@@ -2,11 +2,10 @@
  * The embedded default TaskStore: one SQLite file (better-sqlite3, WAL). Every statement of the store is in this
  * file; each write is one transaction, committed before its promise resolves.
  */
-import { chmodSync, closeSync, existsSync, openSync } from 'node:fs';
-
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
 
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import { openSqliteFile } from '../../sqliteFile.js';
 import type {
   LeaseRef,
   NewTask,
@@ -109,16 +108,11 @@ export class SqliteTaskStore implements TaskStore {
 
   constructor(path: string, options: SqliteTaskStoreOptions = {}) {
     this.path = path;
-    if (path !== ':memory:' && !existsSync(path)) {
-      // owner-only from the first byte: the store holds every caller's arguments and results
-      closeSync(openSync(path, 'a', 0o600));
-      chmodSync(path, 0o600);
-    }
-    this.db = new Database(path, { timeout: options.busyTimeoutMs ?? 5000 });
-    this.db.pragma('journal_mode = WAL');
-    this.db.pragma('synchronous = NORMAL');
-    this.db.pragma('foreign_keys = ON');
-    this.migrate();
+    this.db = openSqliteFile(path, {
+      migrations: MIGRATIONS,
+      what: 'task store',
+      busyTimeoutMs: options.busyTimeoutMs ?? 5000,
+    });
     const db = this.db;
     this.stmt = {
       insert: db.prepare(
@@ -195,23 +189,6 @@ export class SqliteTaskStore implements TaskStore {
       tombstone: db.prepare(`INSERT OR REPLACE INTO purged_tasks (task_id, owner, purged_at) VALUES (?, ?, ?)`),
       dropTombstones: db.prepare(`DELETE FROM purged_tasks WHERE purged_at < ?`),
     };
-  }
-
-  private migrate(): void {
-    // each step reads the version inside its write transaction: instances opening a new store file at the same moment
-    // must not both run one migration ("table tasks already exists")
-    for (;;) {
-      const done = this.db
-        .transaction(() => {
-          const version = this.db.pragma('user_version', { simple: true }) as number;
-          if (version >= MIGRATIONS.length) return true;
-          this.db.exec(MIGRATIONS[version]!);
-          this.db.pragma(`user_version = ${version + 1}`);
-          return false;
-        })
-        .immediate();
-      if (done) return;
-    }
   }
 
   async create(task: NewTask): Promise<{ task: StoredTask; created: boolean }> {
