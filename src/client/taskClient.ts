@@ -32,7 +32,7 @@ import { TaskClientError } from './errors.js';
 import type { TaskInputHandlers } from './inputRouter.js';
 import { capabilitiesForHandlers, InputRouter } from './inputRouter.js';
 import type { HistoryEntry, Ledger, LedgerFilter, ObservedTask, RecordedError, TaskRecord } from './ledger/ledger.js';
-import { isFollowable } from './ledger/ledger.js';
+import { isFollowable, observationChanges } from './ledger/ledger.js';
 import type { PollOutcome, PollPolicy, SchedulerClock } from './scheduler.js';
 import { nextPollDelay, PollScheduler, SYSTEM_CLOCK } from './scheduler.js';
 import type { TaskResultCarrier } from './sdkGlue.js';
@@ -157,7 +157,7 @@ export class TaskClient {
       clock: this.clock,
       random: this.random,
       onScheduled: (recordId, nextPollAt) => {
-        void this.ledger.recordNextPoll(recordId, this.owner, nextPollAt).catch(() => undefined);
+        this.ledger.noteSchedule(recordId, this.owner, { nextPollAt: nextPollAt ?? null });
       },
       onPollError: (recordId, error) => {
         void this.recordError(recordId, { kind: 'storage', message: describe(error), at: this.clock.now() });
@@ -244,20 +244,43 @@ export class TaskClient {
       endpoint: this.endpoint,
       localStates: ['submitting', 'tracking', 'detached'],
     });
-    for (const record of held) {
-      const holder = record.leaseOwner;
-      if (holder && holder !== this.owner && isDeadLocalOwner(holder))
-        await this.ledger.release(record.recordId, holder);
+    const deadHolders = new Set<string>();
+    for (const { leaseOwner: holder } of held) {
+      if (holder && holder !== this.owner && isDeadLocalOwner(holder)) deadHolders.add(holder);
     }
-    const now = this.clock.now();
-    const unknownOutcome = await this.ledger.settleAbandonedSubmissions(this.endpoint, now, 'found on resume');
+    for (const holder of deadHolders) await this.ledger.releaseAllOf(holder);
+    const unknownOutcome = await this.ledger.settleAbandonedSubmissions(
+      this.endpoint,
+      this.clock.now(),
+      'found on resume',
+    );
     const open = await this.ledger.list({ endpoint: this.endpoint, localStates: ['tracking', 'detached'] });
     const resumed: TaskHandle[] = [];
     const leasedElsewhere: TaskRecord[] = [];
-    for (const record of open) {
-      const handle = await this.follow(record, true);
-      if (handle) resumed.push(handle);
-      else leasedElsewhere.push(record);
+    const unfollowed = open.filter((record) => {
+      const live = this.handles.get(record.recordId);
+      if (live) resumed.push(live);
+      return !live;
+    });
+    // every lease in one transaction: thousands of records are claimed in milliseconds, not one commit each
+    const now = this.clock.now();
+    const leaseExpiresAt = now + this.leaseMs;
+    const claimed = new Set(
+      await this.ledger.claimAll(
+        unfollowed.map((record) => record.recordId),
+        this.owner,
+        leaseExpiresAt,
+        now,
+      ),
+    );
+    for (const record of unfollowed) {
+      if (!claimed.has(record.recordId)) {
+        leasedElsewhere.push(record);
+        continue;
+      }
+      // what the claim changed, without reading 10,000 records back; the first poll (now) refreshes the rest
+      const mine: TaskRecord = { ...record, localState: 'tracking', leaseOwner: this.owner, leaseExpiresAt };
+      resumed.push(this.startFollowing(mine, now));
     }
     return { resumed, unknownOutcome, leasedElsewhere };
   }
@@ -356,7 +379,7 @@ export class TaskClient {
     } else if (record.localState === 'terminal') {
       await this.serialized(record.recordId, () => this.verifyTerminal(record));
     }
-    return this.resolve(record.recordId);
+    return this.reload(record.recordId);
   }
 
   /**
@@ -482,7 +505,7 @@ export class TaskClient {
         record,
       });
     }
-    const committed = await this.resolve(record.recordId);
+    const committed = await this.reload(record.recordId);
     const handle = new TaskHandle(committed as TaskRecord & { taskId: string }, this.driver());
     this.emit({ type: 'status', record: committed });
     if (committed.localState === 'terminal') {
@@ -597,11 +620,16 @@ export class TaskClient {
     if (existing) return existing;
     const now = this.clock.now();
     if (!(await this.ledger.claim(record.recordId, this.owner, now + this.leaseMs, now))) return undefined;
-    const claimed = await this.resolve(record.recordId);
-    const handle = new TaskHandle(claimed as TaskRecord & { taskId: string }, this.driver());
-    this.handles.set(record.recordId, handle);
+    const claimed = await this.reload(record.recordId);
     // on resume the first thing is one query (S7, S12); a live handle waits for the suggested interval
     const at = queryNow ? now : now + nextPollDelay(claimed.pollIntervalMs, this.scheduler.policy, this.random);
+    return this.startFollowing(claimed, at);
+  }
+
+  /** Follow a record this process just claimed: a handle, and its first poll at `at`. */
+  private startFollowing(record: TaskRecord, at: number): TaskHandle {
+    const handle = new TaskHandle(record as TaskRecord & { taskId: string }, this.driver());
+    this.handles.set(record.recordId, handle);
     this.scheduler.schedule(record.recordId, at);
     return handle;
   }
@@ -612,7 +640,12 @@ export class TaskClient {
 
   /** One scheduled poll of one record. Never throws for anything the server does. */
   private async poll(recordId: string): Promise<PollOutcome> {
-    const record = await this.ledger.get(recordId);
+    // While this process holds the lease only its own polls change a record's task fields, so the handle's snapshot
+    // is the record as committed; one indexed read checks the lease. Without a snapshot, or without the lease, the
+    // ledger says what happened.
+    const snapshot = this.handles.get(recordId)?.lastRecord;
+    const record =
+      snapshot && (await this.ledger.isTrackedBy(recordId, this.owner)) ? snapshot : await this.ledger.get(recordId);
     if (!record || record.localState !== 'tracking' || record.leaseOwner !== this.owner || !record.taskId) {
       this.release(recordId, record);
       return { kind: 'done' };
@@ -642,13 +675,16 @@ export class TaskClient {
       // a bad answer is recorded and ignored; the task keeps its last good state and is asked again later
       return this.retryAfter(record, { kind: 'server-output', message: error.message, at: now });
     }
-    if (!(await this.ledger.recordObservation(recordId, this.owner, task, now))) {
-      this.release(recordId, record);
+    // an answer that changes nothing commits nothing: only the poll time is noted (deferred, see noteSchedule)
+    const changed = observationChanges(record, task);
+    if (changed && !(await this.ledger.recordObservation(recordId, this.owner, task, now))) {
+      this.release(recordId, await this.ledger.get(recordId));
       return { kind: 'done' };
     }
-    await this.ledger.recordPoll(recordId, this.owner, now, undefined);
-    const observed = await this.resolve(recordId);
-    this.handles.get(recordId)?.observe(observed);
+    this.ledger.noteSchedule(recordId, this.owner, { polledAt: now });
+    // input routing reads the stored answers, so an input_required record is read afresh even when unchanged
+    const observed = changed || task.status === 'input_required' ? await this.reload(recordId) : record;
+    if (changed) this.handles.get(recordId)?.observe(observed);
     if (record.status !== task.status) this.emit({ type: 'status', record: observed });
     if (isTerminalStatus(task.status)) {
       // close out: result or error stored, no tail polls, waiters resolved (S7, S10)
@@ -764,7 +800,7 @@ export class TaskClient {
     return {
       cancel: (recordId: string) => this.cancel(recordId),
       detach: (recordId: string) => this.detach(recordId),
-      record: (recordId: string) => this.resolve(recordId),
+      record: (recordId: string) => this.reload(recordId),
     };
   }
 
@@ -828,6 +864,13 @@ export class TaskClient {
   private async resolve(ref: string): Promise<TaskRecord> {
     const record = await this.find(ref);
     if (!record) throw new TaskClientError('not-found', `no ledger record for ${ref} at ${this.endpoint}`);
+    return record;
+  }
+
+  /** The record of an id this process holds (no lookup by taskId or key). */
+  private async reload(recordId: string): Promise<TaskRecord> {
+    const record = await this.ledger.get(recordId);
+    if (!record) throw new TaskClientError('not-found', `no ledger record ${recordId} at ${this.endpoint}`);
     return record;
   }
 

@@ -1,6 +1,6 @@
 /**
  * A TaskHandle: the application's view of one task the TaskClient follows (seed S3, S4). Its state is a cache of
- * the ledger record, refreshed on every observation; the ledger stays the truth.
+ * the ledger record, refreshed whenever a poll changed it; the ledger stays the truth.
  */
 import type { CallToolResult } from '@modelcontextprotocol/client';
 
@@ -66,7 +66,7 @@ export class TaskHandle {
     return this.snapshot.localState;
   }
 
-  /** The last ledger record this handle saw (refreshed on every observation). */
+  /** The last ledger record this handle saw (refreshed whenever a poll changed it; `record()` reads the ledger). */
   get lastRecord(): TaskRecord {
     return this.snapshot;
   }

@@ -4,7 +4,8 @@
  * everything it needs back from here.
  *
  * Local times are epoch milliseconds of the client's clock; server times (`createdAt`, `lastUpdatedAt`) are kept as
- * the ISO strings the server sent. Every method resolves only after its write is committed.
+ * the ISO strings the server sent. Every method resolves only after its write is committed, except `noteSchedule`
+ * (deferred bookkeeping, see there).
  */
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
 import { isTerminalStatus } from '../../protocol/index.js';
@@ -171,6 +172,14 @@ export interface LedgerFilter {
   limit?: number | undefined;
 }
 
+/** What `noteSchedule` records; a field left out is left as it is. */
+export interface ScheduleNote {
+  /** A poll got an answer at this local time. */
+  polledAt?: number | undefined;
+  /** The next poll is planned at this local time; `null`: none planned. */
+  nextPollAt?: number | null | undefined;
+}
+
 /** Result of recording an intent: a new record, or the live record that already holds the idempotency key. */
 export type IntentOutcome = { created: true; record: TaskRecord } | { created: false; record: TaskRecord };
 
@@ -194,8 +203,14 @@ export interface Ledger {
   recordObservation(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean>;
   /** A poll happened (or failed): the last poll time and, when something went wrong, the error. */
   recordPoll(recordId: string, owner: string, at: number, lastError: RecordedError | undefined): Promise<boolean>;
-  /** When the scheduler will poll next. */
-  recordNextPoll(recordId: string, owner: string, nextPollAt: number | undefined): Promise<boolean>;
+  /**
+   * Schedule bookkeeping: a successful poll's time and when the next poll is planned. The one deferred write: it may
+   * be committed later, together with others (SqliteLedger: with its next transaction, at most `deferMs` later), and
+   * a crash may lose it, because nothing is decided from it: after a crash every open task is queried before
+   * anything else (S7). Reads of this ledger object see it at once. Applies only while `owner` holds the lease;
+   * `nextPollAt` only while the record is tracked.
+   */
+  noteSchedule(recordId: string, owner: string, note: ScheduleNote): void;
   /** Record an error without a poll (input handlers, server output of cancel/update, storage). Any process. */
   recordError(recordId: string, lastError: RecordedError): Promise<void>;
   /** Leave the open states for good. */
@@ -209,9 +224,15 @@ export interface Ledger {
 
   /** Take the lease when it is free, expired, or already ours. Reattaching a detached record makes it tracked. */
   claim(recordId: string, owner: string, leaseExpiresAt: number, now: number): Promise<boolean>;
+  /** `claim` for many records in one transaction; resolves with the ids claimed, in the order given. */
+  claimAll(recordIds: readonly string[], owner: string, leaseExpiresAt: number, now: number): Promise<string[]>;
+  /** Whether `owner` holds the lease on the record and it is still tracked (the cheap check before a poll). */
+  isTrackedBy(recordId: string, owner: string): Promise<boolean>;
   /** Extend every lease `owner` holds on open records. */
   renewLeases(owner: string, leaseExpiresAt: number): Promise<number>;
   release(recordId: string, owner: string): Promise<void>;
+  /** Free every lease `owner` holds (its process is known to be dead); resolves with how many. */
+  releaseAllOf(owner: string): Promise<number>;
 
   /** Remember an input key before its handler is called (so a crash mid-handler is known). */
   recordInputAsked(recordId: string, owner: string, key: string, request: InputRequest, at: number): Promise<boolean>;
@@ -253,4 +274,19 @@ export function closesOut(task: ObservedTask): boolean {
   if (task.status === 'completed') return task.result !== undefined;
   if (task.status === 'failed') return task.error !== undefined;
   return true;
+}
+
+/** Whether an answer tells anything the record does not hold yet (an unchanged poll commits nothing). */
+export function observationChanges(record: TaskRecord, task: ObservedTask): boolean {
+  return (
+    closesOut(task) ||
+    record.taskId !== task.taskId ||
+    record.status !== task.status ||
+    record.statusMessage !== task.statusMessage ||
+    record.lastUpdatedAt !== task.lastUpdatedAt ||
+    record.createdAt !== task.createdAt ||
+    record.ttlMs !== task.ttlMs ||
+    // an answer without pollIntervalMs keeps the stored one
+    (task.pollIntervalMs !== undefined && record.pollIntervalMs !== task.pollIntervalMs)
+  );
 }

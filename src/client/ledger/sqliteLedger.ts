@@ -1,6 +1,8 @@
 /**
  * The default Ledger: one SQLite file (better-sqlite3, WAL), owner-only. Every statement of the ledger is in this
- * file; each write is one transaction, committed before its promise resolves.
+ * file; each write is one transaction, committed before its promise resolves. Schedule notes (`noteSchedule`) wait in
+ * memory and ride along with the next transaction, or are committed together at most `deferMs` later: a client
+ * polling thousands of tasks then commits once per batch of polls, not twice per poll.
  */
 import type Database from 'better-sqlite3';
 
@@ -17,6 +19,7 @@ import type {
   NewSubmission,
   ObservedTask,
   RecordedError,
+  ScheduleNote,
   TaskRecord,
 } from './ledger.js';
 import { closesOut } from './ledger.js';
@@ -154,6 +157,15 @@ interface HistoryRow {
 export interface SqliteLedgerOptions {
   /** How long to wait for another process's write lock before failing. Default 5000 ms. */
   busyTimeoutMs?: number;
+  /** Longest a schedule note waits in memory before it is committed. Default 1000 ms. */
+  deferMs?: number;
+}
+
+/** A schedule note waiting to be committed; `nextPollAt` undefined: not part of the note. */
+interface PendingNote {
+  owner: string;
+  polledAt: number | undefined;
+  nextPollAt: number | null | undefined;
 }
 
 /** The ledger schema version this build writes. */
@@ -163,6 +175,11 @@ export class SqliteLedger implements Ledger {
   readonly path: string;
   private readonly db: Database.Database;
   private readonly stmt;
+  private readonly deferMs: number;
+  /** Every write runs in this transaction, which first writes the pending schedule notes. */
+  private readonly writeTransaction: Database.Transaction<(work: () => unknown) => unknown>;
+  private readonly pendingNotes = new Map<string, PendingNote>();
+  private noteTimer: NodeJS.Timeout | undefined;
 
   constructor(path: string, options: SqliteLedgerOptions = {}) {
     this.path = path;
@@ -171,6 +188,7 @@ export class SqliteLedger implements Ledger {
       what: 'ledger',
       busyTimeoutMs: options.busyTimeoutMs ?? 5000,
     });
+    this.deferMs = options.deferMs ?? 1000;
     const db = this.db;
     this.stmt = {
       insert: db.prepare(
@@ -223,9 +241,14 @@ export class SqliteLedger implements Ledger {
         `UPDATE submissions SET last_poll_at = @at, last_error = COALESCE(@lastError, last_error), updated_at = @at
          WHERE record_id = @recordId AND lease_owner = @owner`,
       ),
-      recordNextPoll: db.prepare(
-        `UPDATE submissions SET next_poll_at = @nextPollAt
-         WHERE record_id = @recordId AND lease_owner = @owner AND local_state = 'tracking'`,
+      // a late note never moves last_poll_at backwards; next_poll_at only means something while tracked
+      applyNote: db.prepare(
+        `UPDATE submissions SET
+           last_poll_at = CASE WHEN @polledAt IS NULL THEN last_poll_at
+                               ELSE MAX(COALESCE(last_poll_at, @polledAt), @polledAt) END,
+           updated_at = CASE WHEN @polledAt IS NULL THEN updated_at ELSE MAX(updated_at, @polledAt) END,
+           next_poll_at = CASE WHEN @setNext = 1 AND local_state = 'tracking' THEN @nextPollAt ELSE next_poll_at END
+         WHERE record_id = @recordId AND lease_owner = @owner`,
       ),
       recordError: db.prepare(`UPDATE submissions SET last_error = ?, updated_at = ? WHERE record_id = ?`),
       close: db.prepare(
@@ -267,6 +290,12 @@ export class SqliteLedger implements Ledger {
       release: db.prepare(
         `UPDATE submissions SET lease_owner = NULL, lease_expires_at = NULL WHERE record_id = ? AND lease_owner = ?`,
       ),
+      releaseAllOf: db.prepare(
+        `UPDATE submissions SET lease_owner = NULL, lease_expires_at = NULL WHERE lease_owner = ?`,
+      ),
+      trackedBy: db.prepare(
+        `SELECT 1 FROM submissions WHERE record_id = ? AND lease_owner = ? AND local_state = 'tracking'`,
+      ),
       appendHistory: db.prepare(
         `INSERT INTO status_history (record_id, task_id, status, status_message, local_state, server_updated_at,
            observed_at, note)
@@ -299,20 +328,22 @@ export class SqliteLedger implements Ledger {
         `UPDATE input_answers SET sent_at = ? WHERE record_id = ? AND key = ? AND response IS NOT NULL`,
       ),
     };
+    this.writeTransaction = db.transaction((work: () => unknown) => {
+      this.writeNotes();
+      return work();
+    });
   }
 
   async recordIntent(submission: NewSubmission): Promise<IntentOutcome> {
-    return this.db.transaction(() => this.insertIntent(submission)).immediate();
+    return this.write(() => this.insertIntent(submission));
   }
 
   async recordResubmission(previousRecordId: string, submission: NewSubmission): Promise<IntentOutcome> {
-    return this.db
-      .transaction((): IntentOutcome => {
-        // supersede first so the new record may carry the same idempotency key
-        this.stmt.supersede.run(submission.recordId, submission.submittedAt, previousRecordId);
-        return this.insertIntent(submission);
-      })
-      .immediate();
+    return this.write((): IntentOutcome => {
+      // supersede first so the new record may carry the same idempotency key
+      this.stmt.supersede.run(submission.recordId, submission.submittedAt, previousRecordId);
+      return this.insertIntent(submission);
+    });
   }
 
   private insertIntent(submission: NewSubmission): IntentOutcome {
@@ -344,24 +375,54 @@ export class SqliteLedger implements Ledger {
   }
 
   async markSent(recordId: string, owner: string, at: number): Promise<boolean> {
-    return this.stmt.markSent.run({ recordId, owner, at }).changes === 1;
+    return this.write(() => this.stmt.markSent.run({ recordId, owner, at }).changes === 1);
   }
 
   async commitTask(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean> {
-    return this.db
-      .transaction((): boolean => {
-        const terminal = closesOut(task);
-        const localState: LocalState = terminal ? 'terminal' : 'tracking';
-        const changed = this.stmt.commitTask.run({
-          recordId,
-          owner,
-          at,
-          localState,
-          ...this.taskColumns(task),
-          terminalReason: terminal ? terminalReasonOf(task) : null,
-          terminalAt: terminal ? at : null,
-        }).changes;
-        if (changed !== 1) return false;
+    return this.write((): boolean => {
+      const terminal = closesOut(task);
+      const localState: LocalState = terminal ? 'terminal' : 'tracking';
+      const changed = this.stmt.commitTask.run({
+        recordId,
+        owner,
+        at,
+        localState,
+        ...this.taskColumns(task),
+        terminalReason: terminal ? terminalReasonOf(task) : null,
+        terminalAt: terminal ? at : null,
+      }).changes;
+      if (changed !== 1) return false;
+      this.appendHistory({
+        recordId,
+        taskId: task.taskId,
+        status: task.status,
+        statusMessage: task.statusMessage,
+        localState,
+        serverUpdatedAt: task.lastUpdatedAt,
+        observedAt: at,
+        note: 'task created',
+      });
+      return true;
+    });
+  }
+
+  async recordObservation(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean> {
+    return this.write((): boolean => {
+      const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
+      if (!before) return false;
+      const terminal = closesOut(task);
+      const localState: LocalState = terminal ? 'terminal' : 'tracking';
+      const changed = this.stmt.observe.run({
+        recordId,
+        owner,
+        at,
+        localState,
+        ...this.taskColumns(task),
+        terminalReason: terminal ? terminalReasonOf(task) : null,
+        terminalAt: terminal ? at : null,
+      }).changes;
+      if (changed !== 1) return false;
+      if (before.status !== task.status) {
         this.appendHistory({
           recordId,
           taskId: task.taskId,
@@ -370,44 +431,10 @@ export class SqliteLedger implements Ledger {
           localState,
           serverUpdatedAt: task.lastUpdatedAt,
           observedAt: at,
-          note: 'task created',
         });
-        return true;
-      })
-      .immediate();
-  }
-
-  async recordObservation(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean> {
-    return this.db
-      .transaction((): boolean => {
-        const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
-        if (!before) return false;
-        const terminal = closesOut(task);
-        const localState: LocalState = terminal ? 'terminal' : 'tracking';
-        const changed = this.stmt.observe.run({
-          recordId,
-          owner,
-          at,
-          localState,
-          ...this.taskColumns(task),
-          terminalReason: terminal ? terminalReasonOf(task) : null,
-          terminalAt: terminal ? at : null,
-        }).changes;
-        if (changed !== 1) return false;
-        if (before.status !== task.status) {
-          this.appendHistory({
-            recordId,
-            taskId: task.taskId,
-            status: task.status,
-            statusMessage: task.statusMessage,
-            localState,
-            serverUpdatedAt: task.lastUpdatedAt,
-            observedAt: at,
-          });
-        }
-        return true;
-      })
-      .immediate();
+      }
+      return true;
+    });
   }
 
   async recordPoll(
@@ -417,114 +444,113 @@ export class SqliteLedger implements Ledger {
     lastError: RecordedError | undefined,
   ): Promise<boolean> {
     const params = { recordId, owner, at, lastError: lastError ? JSON.stringify(lastError) : null };
-    return this.stmt.recordPoll.run(params).changes === 1;
+    return this.write(() => this.stmt.recordPoll.run(params).changes === 1);
   }
 
-  async recordNextPoll(recordId: string, owner: string, nextPollAt: number | undefined): Promise<boolean> {
-    return this.stmt.recordNextPoll.run({ recordId, owner, nextPollAt: nextPollAt ?? null }).changes === 1;
+  noteSchedule(recordId: string, owner: string, note: ScheduleNote): void {
+    const pending = this.pendingNotes.get(recordId);
+    const merged: PendingNote =
+      pending && pending.owner === owner ? pending : { owner, polledAt: undefined, nextPollAt: undefined };
+    if (note.polledAt !== undefined) merged.polledAt = Math.max(merged.polledAt ?? note.polledAt, note.polledAt);
+    if (note.nextPollAt !== undefined) merged.nextPollAt = note.nextPollAt;
+    this.pendingNotes.set(recordId, merged);
+    if (this.noteTimer === undefined) {
+      this.noteTimer = setTimeout(() => this.flushNotes(), this.deferMs);
+      // pending bookkeeping must not keep a process alive; dispose() writes what is left
+      this.noteTimer.unref();
+    }
   }
 
   async recordError(recordId: string, lastError: RecordedError): Promise<void> {
-    this.stmt.recordError.run(JSON.stringify(lastError), lastError.at, recordId);
+    this.write(() => this.stmt.recordError.run(JSON.stringify(lastError), lastError.at, recordId));
   }
 
   async close(recordId: string, owner: string, closing: Closing, at: number): Promise<boolean> {
-    return this.db
-      .transaction((): boolean => {
-        const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
-        if (!before) return false;
-        const changed = this.stmt.close.run({
-          recordId,
-          owner,
-          at,
-          localState: closing.localState,
-          reason: closing.reason,
-          result: closing.result ? JSON.stringify(closing.result) : null,
-          error: closing.error ? JSON.stringify(closing.error) : null,
-          lastError: closing.lastError ? JSON.stringify(closing.lastError) : null,
-        }).changes;
-        if (changed !== 1) return false;
-        this.appendHistory({
-          recordId,
-          taskId: before.task_id ?? undefined,
-          status: before.status ?? undefined,
-          statusMessage: before.status_message ?? undefined,
-          localState: closing.localState,
-          observedAt: at,
-          note: closing.reason,
-        });
-        return true;
-      })
-      .immediate();
+    return this.write((): boolean => {
+      const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
+      if (!before) return false;
+      const changed = this.stmt.close.run({
+        recordId,
+        owner,
+        at,
+        localState: closing.localState,
+        reason: closing.reason,
+        result: closing.result ? JSON.stringify(closing.result) : null,
+        error: closing.error ? JSON.stringify(closing.error) : null,
+        lastError: closing.lastError ? JSON.stringify(closing.lastError) : null,
+      }).changes;
+      if (changed !== 1) return false;
+      this.appendHistory({
+        recordId,
+        taskId: before.task_id ?? undefined,
+        status: before.status ?? undefined,
+        statusMessage: before.status_message ?? undefined,
+        localState: closing.localState,
+        observedAt: at,
+        note: closing.reason,
+      });
+      return true;
+    });
   }
 
   async settleAbandonedSubmissions(endpoint: string, now: number, reason: string): Promise<TaskRecord[]> {
-    return this.db
-      .transaction((): TaskRecord[] => {
-        const rows = this.stmt.abandonedSubmissions.all(endpoint, now) as SubmissionRow[];
-        for (const row of rows) {
-          const why =
-            row.sent_at === null
-              ? `${reason}: the process ended before tools/call was sent`
-              : `${reason}: tools/call was sent and no answer was recorded`;
-          this.stmt.settleAbandoned.run({ recordId: row.record_id, reason: why, at: now });
-          this.appendHistory({ recordId: row.record_id, localState: 'unknown-outcome', observedAt: now, note: why });
-        }
-        return rows.map((row) => this.mustGet(row.record_id));
-      })
-      .immediate();
+    return this.write((): TaskRecord[] => {
+      const rows = this.stmt.abandonedSubmissions.all(endpoint, now) as SubmissionRow[];
+      for (const row of rows) {
+        const why =
+          row.sent_at === null
+            ? `${reason}: the process ended before tools/call was sent`
+            : `${reason}: tools/call was sent and no answer was recorded`;
+        this.stmt.settleAbandoned.run({ recordId: row.record_id, reason: why, at: now });
+        this.appendHistory({ recordId: row.record_id, localState: 'unknown-outcome', observedAt: now, note: why });
+      }
+      return rows.map((row) => this.mustGet(row.record_id));
+    });
   }
 
   async detach(recordId: string, owner: string, at: number): Promise<boolean> {
-    return this.db
-      .transaction((): boolean => {
-        const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
-        if (!before || this.stmt.detach.run({ recordId, owner, at }).changes !== 1) return false;
-        this.appendHistory({
-          recordId,
-          taskId: before.task_id ?? undefined,
-          status: before.status ?? undefined,
-          statusMessage: before.status_message ?? undefined,
-          localState: 'detached',
-          observedAt: at,
-          note: 'detached by the application',
-        });
-        return true;
-      })
-      .immediate();
+    return this.write((): boolean => {
+      const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
+      if (!before || this.stmt.detach.run({ recordId, owner, at }).changes !== 1) return false;
+      this.appendHistory({
+        recordId,
+        taskId: before.task_id ?? undefined,
+        status: before.status ?? undefined,
+        statusMessage: before.status_message ?? undefined,
+        localState: 'detached',
+        observedAt: at,
+        note: 'detached by the application',
+      });
+      return true;
+    });
   }
 
   async recordCancelRequest(recordId: string, at: number): Promise<void> {
-    this.stmt.cancelRequest.run(at, at, recordId);
+    this.write(() => this.stmt.cancelRequest.run(at, at, recordId));
   }
 
   async claim(recordId: string, owner: string, leaseExpiresAt: number, now: number): Promise<boolean> {
-    return this.db
-      .transaction((): boolean => {
-        const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
-        if (!before || this.stmt.claim.run({ recordId, owner, leaseExpiresAt, now }).changes !== 1) return false;
-        if (before.local_state === 'detached') {
-          this.appendHistory({
-            recordId,
-            taskId: before.task_id ?? undefined,
-            status: before.status ?? undefined,
-            statusMessage: before.status_message ?? undefined,
-            localState: 'tracking',
-            observedAt: now,
-            note: 'attached',
-          });
-        }
-        return true;
-      })
-      .immediate();
+    return this.write(() => this.claimOne(recordId, owner, leaseExpiresAt, now));
+  }
+
+  async claimAll(recordIds: readonly string[], owner: string, leaseExpiresAt: number, now: number): Promise<string[]> {
+    return this.write(() => recordIds.filter((recordId) => this.claimOne(recordId, owner, leaseExpiresAt, now)));
+  }
+
+  async isTrackedBy(recordId: string, owner: string): Promise<boolean> {
+    return this.stmt.trackedBy.get(recordId, owner) !== undefined;
   }
 
   async renewLeases(owner: string, leaseExpiresAt: number): Promise<number> {
-    return this.stmt.renewLeases.run(leaseExpiresAt, owner).changes;
+    return this.write(() => this.stmt.renewLeases.run(leaseExpiresAt, owner).changes);
   }
 
   async release(recordId: string, owner: string): Promise<void> {
-    this.stmt.release.run(recordId, owner);
+    this.write(() => this.stmt.release.run(recordId, owner));
+  }
+
+  async releaseAllOf(owner: string): Promise<number> {
+    return this.write(() => this.stmt.releaseAllOf.run(owner).changes);
   }
 
   async recordInputAsked(
@@ -534,21 +560,19 @@ export class SqliteLedger implements Ledger {
     request: InputRequest,
     at: number,
   ): Promise<boolean> {
-    return this.db
-      .transaction((): boolean => {
-        if (!this.stmt.holdsLease.get(recordId, owner)) return false;
-        this.stmt.insertInput.run({
-          recordId,
-          key,
-          request: JSON.stringify(request),
-          askedAt: at,
-          response: null,
-          answeredAt: null,
-        });
-        this.stmt.markAsked.run(at, recordId, key);
-        return true;
-      })
-      .immediate();
+    return this.write((): boolean => {
+      if (!this.stmt.holdsLease.get(recordId, owner)) return false;
+      this.stmt.insertInput.run({
+        recordId,
+        key,
+        request: JSON.stringify(request),
+        askedAt: at,
+        response: null,
+        answeredAt: null,
+      });
+      this.stmt.markAsked.run(at, recordId, key);
+      return true;
+    });
   }
 
   async recordInputAnswer(
@@ -559,31 +583,27 @@ export class SqliteLedger implements Ledger {
     response: InputResponse,
     at: number,
   ): Promise<InputAnswer | undefined> {
-    return this.db
-      .transaction((): InputAnswer | undefined => {
-        if (!this.stmt.holdsLease.get(recordId, owner)) return undefined;
-        const json = JSON.stringify(response);
-        this.stmt.insertInput.run({
-          recordId,
-          key,
-          request: JSON.stringify(request),
-          askedAt: null,
-          response: json,
-          answeredAt: at,
-        });
-        this.stmt.storeAnswer.run(json, at, recordId, key);
-        const row = this.stmt.input.get(recordId, key) as InputRow | undefined;
-        return row ? toInputAnswer(row) : undefined;
-      })
-      .immediate();
+    return this.write((): InputAnswer | undefined => {
+      if (!this.stmt.holdsLease.get(recordId, owner)) return undefined;
+      const json = JSON.stringify(response);
+      this.stmt.insertInput.run({
+        recordId,
+        key,
+        request: JSON.stringify(request),
+        askedAt: null,
+        response: json,
+        answeredAt: at,
+      });
+      this.stmt.storeAnswer.run(json, at, recordId, key);
+      const row = this.stmt.input.get(recordId, key) as InputRow | undefined;
+      return row ? toInputAnswer(row) : undefined;
+    });
   }
 
   async recordInputsSent(recordId: string, keys: readonly string[], at: number): Promise<void> {
-    this.db
-      .transaction(() => {
-        for (const key of keys) this.stmt.markInputSent.run(at, recordId, key);
-      })
-      .immediate();
+    this.write(() => {
+      for (const key of keys) this.stmt.markInputSent.run(at, recordId, key);
+    });
   }
 
   async get(recordId: string): Promise<TaskRecord | undefined> {
@@ -629,7 +649,60 @@ export class SqliteLedger implements Ledger {
   }
 
   async dispose(): Promise<void> {
-    if (this.db.open) this.db.close();
+    if (!this.db.open) return;
+    this.flushNotes();
+    this.db.close();
+  }
+
+  /** Run `work` in one IMMEDIATE transaction that also commits the pending schedule notes. */
+  private write<T>(work: () => T): T {
+    return this.writeTransaction.immediate(work) as T;
+  }
+
+  /** Commit the pending schedule notes now (a failure drops them: they are bookkeeping, see noteSchedule). */
+  private flushNotes(): void {
+    clearTimeout(this.noteTimer);
+    this.noteTimer = undefined;
+    if (this.pendingNotes.size === 0 || !this.db.open) return;
+    try {
+      this.write(() => undefined);
+    } catch {
+      this.pendingNotes.clear();
+    }
+  }
+
+  /** Inside a write transaction: apply every pending note (a rolled-back transaction loses them). */
+  private writeNotes(): void {
+    if (this.pendingNotes.size === 0) return;
+    for (const [recordId, note] of this.pendingNotes) {
+      this.stmt.applyNote.run({
+        recordId,
+        owner: note.owner,
+        polledAt: note.polledAt ?? null,
+        setNext: note.nextPollAt === undefined ? 0 : 1,
+        nextPollAt: note.nextPollAt ?? null,
+      });
+    }
+    this.pendingNotes.clear();
+    clearTimeout(this.noteTimer);
+    this.noteTimer = undefined;
+  }
+
+  private claimOne(recordId: string, owner: string, leaseExpiresAt: number, now: number): boolean {
+    const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
+    if (!before || this.stmt.claim.run({ recordId, owner, leaseExpiresAt, now }).changes !== 1) return false;
+    if (before.local_state === 'detached') {
+      this.appendHistory({
+        recordId,
+        taskId: before.task_id ?? undefined,
+        status: before.status ?? undefined,
+        statusMessage: before.status_message ?? undefined,
+        localState: 'tracking',
+        observedAt: now,
+        note: 'attached',
+      });
+    }
+    return true;
   }
 
   private taskColumns(task: ObservedTask) {
@@ -676,6 +749,15 @@ export class SqliteLedger implements Ledger {
 
   private toRecord(row: SubmissionRow): TaskRecord {
     const inputs = (this.stmt.inputs.all(row.record_id) as InputRow[]).map(toInputAnswer);
+    // what this object noted but has not committed yet, as the write will apply it
+    const note = this.pendingNotes.get(row.record_id);
+    if (note && note.owner === row.lease_owner) {
+      if (note.polledAt !== undefined) {
+        row.last_poll_at = Math.max(row.last_poll_at ?? note.polledAt, note.polledAt);
+        row.updated_at = Math.max(row.updated_at, note.polledAt);
+      }
+      if (note.nextPollAt !== undefined && row.local_state === 'tracking') row.next_poll_at = note.nextPollAt;
+    }
     return {
       recordId: row.record_id,
       endpoint: row.endpoint,

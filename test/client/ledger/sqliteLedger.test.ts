@@ -98,7 +98,8 @@ describe('SqliteLedger', () => {
     expect(await ledger.recordPoll('r', 'p1', T0 + 3, { kind: 'transport', message: 'refused', at: T0 + 3 })).toBe(
       true,
     );
-    expect(await ledger.recordNextPoll('r', 'p1', T0 + 900)).toBe(true);
+    ledger.noteSchedule('r', 'p1', { nextPollAt: T0 + 900 });
+    expect((await ledger.get('r'))?.nextPollAt).toBe(T0 + 900);
     const result = { content: [{ type: 'text', text: 'sunny' }], isError: false };
     expect(
       await ledger.recordObservation(
@@ -184,6 +185,60 @@ describe('SqliteLedger', () => {
     } finally {
       await other.dispose();
     }
+  });
+
+  it('commits schedule notes with the next write or within deferMs, and shows them in this process at once', async () => {
+    await ledger.dispose();
+    ledger = new SqliteLedger(path, { deferMs: 200 });
+    const other = new SqliteLedger(path);
+    try {
+      for (const recordId of ['n1', 'n2']) {
+        await ledger.recordIntent(submission({ recordId }));
+        await ledger.commitTask(recordId, 'p1', task({ taskId: `task-${recordId}` }), T0);
+      }
+      ledger.noteSchedule('n1', 'p1', { polledAt: T0 + 10, nextPollAt: T0 + 500 });
+      ledger.noteSchedule('n1', 'p1', { polledAt: T0 + 5 }); // a late note never moves the poll time back
+      ledger.noteSchedule('n2', 'p2', { polledAt: T0 + 10, nextPollAt: T0 + 500 }); // p2 holds no lease on n2
+      expect(await ledger.get('n1')).toMatchObject({ lastPollAt: T0 + 10, nextPollAt: T0 + 500 });
+      expect(await ledger.get('n2')).toMatchObject({ lastPollAt: undefined, nextPollAt: undefined });
+      // another process sees the committed state only
+      expect(await other.get('n1')).toMatchObject({ lastPollAt: undefined, nextPollAt: undefined });
+      // the next write of any record carries the notes along
+      await ledger.recordCancelRequest('n2', T0 + 20);
+      expect(await other.get('n1')).toMatchObject({ lastPollAt: T0 + 10, nextPollAt: T0 + 500 });
+      expect(await other.get('n2')).toMatchObject({ lastPollAt: undefined, cancelRequestedAt: T0 + 20 });
+      // with no write, the timer commits them
+      ledger.noteSchedule('n2', 'p1', { nextPollAt: null, polledAt: T0 + 30 });
+      expect((await other.get('n2'))?.lastPollAt).toBeUndefined();
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      expect(await other.get('n2')).toMatchObject({ lastPollAt: T0 + 30, nextPollAt: undefined });
+      // and dispose commits what is left
+      ledger.noteSchedule('n1', 'p1', { polledAt: T0 + 40 });
+      await ledger.dispose();
+      expect((await other.get('n1'))?.lastPollAt).toBe(T0 + 40);
+    } finally {
+      await other.dispose();
+    }
+  });
+
+  it('claims many records in one call, skipping those another live owner holds', async () => {
+    for (const recordId of ['c1', 'c2', 'c3']) {
+      await ledger.recordIntent(submission({ recordId }));
+      await ledger.commitTask(recordId, 'p1', task({ taskId: `task-${recordId}` }), T0);
+    }
+    await ledger.detach('c1', 'p1', T0 + 1);
+    await ledger.release('c3', 'p1');
+    // c2 is still p1's (lease until T0 + 30 s); c1 is detached, c3 free
+    expect(await ledger.claimAll(['c3', 'c2', 'c1', 'missing'], 'p2', T0 + 60_000, T0 + 2)).toEqual(['c3', 'c1']);
+    expect(await ledger.get('c1')).toMatchObject({ localState: 'tracking', leaseOwner: 'p2' });
+    expect((await ledger.history('c1')).at(-1)).toMatchObject({ localState: 'tracking', note: 'attached' });
+    expect(await ledger.isTrackedBy('c1', 'p2')).toBe(true);
+    expect(await ledger.isTrackedBy('c1', 'p1')).toBe(false);
+    expect(await ledger.isTrackedBy('c2', 'p1')).toBe(true);
+    // p1 died: everything it held is free at once
+    expect(await ledger.releaseAllOf('p1')).toBe(1);
+    expect(await ledger.isTrackedBy('c2', 'p1')).toBe(false);
+    expect(await ledger.claimAll(['c2'], 'p2', T0 + 60_000, T0 + 3)).toEqual(['c2']);
   });
 
   it('settles abandoned submissions as unknown-outcome and says whether tools/call had left', async () => {
