@@ -2,11 +2,13 @@
  * Connecting a TaskClient in one call: an SDK Client negotiating the protocol version (`'auto'`: 2026-07-28 when the
  * server offers it), its transport instrumented for task handles before the first request, and a ledger.
  */
-import type { Implementation } from '@modelcontextprotocol/client';
+import type { Implementation, StreamableHTTPClientTransportOptions } from '@modelcontextprotocol/client';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import type { StdioServerParameters } from '@modelcontextprotocol/client/stdio';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 
+import type { HttpFetch } from './httpFetch.js';
+import { createHttpFetch } from './httpFetch.js';
 import type { Ledger } from './ledger/ledger.js';
 import { SqliteLedger } from './ledger/sqliteLedger.js';
 import { attachTaskResultCarrier } from './sdkGlue.js';
@@ -31,7 +33,10 @@ export interface ConnectTaskClientOptions extends Omit<
 }
 
 export interface ConnectHttpOptions extends ConnectTaskClientOptions {
-  /** The fetch the transport uses; it is wrapped so 429/503 keep their Retry-After. */
+  /**
+   * The fetch the transport uses (default: an undici-based fetch on a pool of its own, closed with the client); it is
+   * wrapped so 429/503 keep their Retry-After.
+   */
   fetch?: typeof fetch | undefined;
   requestInit?: RequestInit | undefined;
 }
@@ -39,11 +44,43 @@ export interface ConnectHttpOptions extends ConnectTaskClientOptions {
 /** Connect to a Streamable HTTP server. */
 export async function connectHttpTaskClient(url: string | URL, options: ConnectHttpOptions): Promise<TaskClient> {
   const target = new URL(url);
-  const transport = new StreamableHTTPClientTransport(target, {
-    fetch: retryAfterFetch(options.fetch ?? fetch),
+  // without a fetch of the caller's, the transport gets an undici pool of its own, closed when it closes
+  const pool = options.fetch ? undefined : createHttpFetch();
+  const transportOptions: StreamableHTTPClientTransportOptions = {
+    fetch: retryAfterFetch(options.fetch ?? pool!.fetch),
     ...(options.requestInit ? { requestInit: options.requestInit } : {}),
-  });
-  return connectWith(transport, options.endpoint ?? target.href, options);
+  };
+  const transport = pool
+    ? new PooledHttpClientTransport(target, transportOptions, pool)
+    : new StreamableHTTPClientTransport(target, transportOptions);
+  try {
+    return await connectWith(transport, options.endpoint ?? target.href, options);
+  } catch (error) {
+    await pool?.close();
+    throw error;
+  }
+}
+
+/**
+ * A Streamable HTTP transport that closes its fetch's connection pool when it closes: the SDK client closes its
+ * transport on `close()` (the TaskClient's, when it owns the client) and when connecting fails, and aborts every
+ * request in flight first, so the pool is free to close.
+ */
+class PooledHttpClientTransport extends StreamableHTTPClientTransport {
+  private readonly pool: HttpFetch;
+
+  constructor(url: URL, options: StreamableHTTPClientTransportOptions, pool: HttpFetch) {
+    super(url, options);
+    this.pool = pool;
+  }
+
+  override async close(): Promise<void> {
+    try {
+      await super.close();
+    } finally {
+      await this.pool.close();
+    }
+  }
 }
 
 /** Spawn a stdio server and connect to it. */

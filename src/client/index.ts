@@ -4,6 +4,8 @@ export type { ConnectHttpOptions, ConnectTaskClientOptions } from './connect.js'
 export { connectHttpTaskClient, connectStdioTaskClient, DEFAULT_CLIENT_INFO } from './connect.js';
 export type { TaskClientErrorCode } from './errors.js';
 export { TaskClientError } from './errors.js';
+export type { HttpFetch } from './httpFetch.js';
+export { createHttpFetch } from './httpFetch.js';
 export type { InputRouterOptions, TaskInputContext, TaskInputHandlers } from './inputRouter.js';
 export { capabilitiesForHandlers, InputRouter } from './inputRouter.js';
 export type {
