@@ -139,6 +139,7 @@ export class TaskClient {
   private readonly requestTimeoutMs: number;
   private readonly ttlGraceMs: number;
   private leaseTimer: unknown;
+  private capabilitiesMeta: ClientCapabilities | undefined;
   private closed = false;
 
   constructor(private readonly options: TaskClientOptions) {
@@ -254,7 +255,8 @@ export class TaskClient {
       this.clock.now(),
       'found on resume',
     );
-    const open = await this.ledger.list({ endpoint: this.endpoint, localStates: ['tracking', 'detached'] });
+    // settling touched only `submitting` records and freeing only leases, which the claim below decides on afresh
+    const open = held.filter((record) => isFollowable(record.localState));
     const resumed: TaskHandle[] = [];
     const leasedElsewhere: TaskRecord[] = [];
     const unfollowed = open.filter((record) => {
@@ -275,7 +277,7 @@ export class TaskClient {
     );
     for (const record of unfollowed) {
       if (!claimed.has(record.recordId)) {
-        leasedElsewhere.push(record);
+        leasedElsewhere.push((await this.ledger.get(record.recordId)) ?? record);
         continue;
       }
       // what the claim changed, without reading 10,000 records back; the first poll (now) refreshes the rest
@@ -817,14 +819,16 @@ export class TaskClient {
 
   /** `_meta` of every task request: the extension declared on this request only (S1), with the handlers' caps. */
   private tasksMeta(): Record<string, unknown> {
-    const extra = this.options.capabilities ?? {};
-    return {
-      [CLIENT_CAPABILITIES_META_KEY]: {
+    // built once (the options do not change); each request gets its own outer object, the SDK may add to it
+    this.capabilitiesMeta ??= (() => {
+      const extra = this.options.capabilities ?? {};
+      return {
         ...capabilitiesForHandlers(this.options.inputHandlers ?? {}),
         ...extra,
         extensions: { ...extra.extensions, [TASKS_EXTENSION_ID]: {} },
-      },
-    };
+      };
+    })();
+    return { [CLIENT_CAPABILITIES_META_KEY]: this.capabilitiesMeta };
   }
 
   /** tasks/update and tasks/cancel: the SDK sets `Mcp-Name: <taskId>` for them (pinned in sdkGlue.test.ts). */

@@ -306,6 +306,11 @@ export class SqliteLedger implements Ledger {
         `SELECT key, request, asked_at, response, answered_at, sent_at FROM input_answers
          WHERE record_id = ? ORDER BY seq`,
       ),
+      // the inputs of many records at once, for list()
+      inputsOf: db.prepare(
+        `SELECT record_id, key, request, asked_at, response, answered_at, sent_at FROM input_answers
+         WHERE record_id IN (SELECT value FROM json_each(?)) ORDER BY record_id, seq`,
+      ),
       input: db.prepare(
         `SELECT key, request, asked_at, response, answered_at, sent_at FROM input_answers
          WHERE record_id = ? AND key = ?`,
@@ -631,7 +636,17 @@ export class SqliteLedger implements Ledger {
       since: filter.submittedSince ?? null,
       limit: filter.limit ?? -1,
     }) as SubmissionRow[];
-    return rows.map((row) => this.toRecord(row));
+    // one query for the inputs of every row, not one per row: a resume lists thousands
+    const inputs = new Map<string, InputAnswer[]>();
+    if (rows.length > 0) {
+      const ids = JSON.stringify(rows.map((row) => row.record_id));
+      for (const input of this.stmt.inputsOf.all(ids) as (InputRow & { record_id: string })[]) {
+        const list = inputs.get(input.record_id) ?? [];
+        list.push(toInputAnswer(input));
+        inputs.set(input.record_id, list);
+      }
+    }
+    return rows.map((row) => this.toRecord(row, inputs.get(row.record_id) ?? []));
   }
 
   async history(recordId: string): Promise<HistoryEntry[]> {
@@ -747,8 +762,10 @@ export class SqliteLedger implements Ledger {
     return this.toRecord(row);
   }
 
-  private toRecord(row: SubmissionRow): TaskRecord {
-    const inputs = (this.stmt.inputs.all(row.record_id) as InputRow[]).map(toInputAnswer);
+  private toRecord(
+    row: SubmissionRow,
+    inputs: InputAnswer[] = (this.stmt.inputs.all(row.record_id) as InputRow[]).map(toInputAnswer),
+  ): TaskRecord {
     // what this object noted but has not committed yet, as the write will apply it
     const note = this.pendingNotes.get(row.record_id);
     if (note && note.owner === row.lease_owner) {
