@@ -17,6 +17,7 @@ const POLICY: PollPolicy = {
   backoffCapMs: 8_000,
   maxRetryAfterMs: 60_000,
   maxConcurrentPolls: 4,
+  tickMs: 0, // exact times, so the policy's arithmetic shows; the tick has a test of its own
 };
 
 /** A scheduler whose poll answers come from a script per key, recording when each poll started. */
@@ -286,6 +287,29 @@ describe('PollScheduler', () => {
     await clock.advance(POLICY.floorMs);
     expect(at).toHaveLength(2);
     expect((at[1] as number) - (at[0] as number)).toBe(POLICY.floorMs);
+  });
+
+  it('rounds due times up to the tick: polls due close together share one wake-up, none is early', async () => {
+    const { clock, scheduler, polls } = harness(() => ({ kind: 'continue', pollIntervalMs: 60_000 }), {
+      policy: { tickMs: 100, maxConcurrentPolls: 100 },
+    });
+    const asked = new Map<string, number>();
+    for (let i = 0; i < 50; i++) {
+      const at = clock.now() + 7 + i * 19;
+      asked.set(`k${i}`, at);
+      scheduler.schedule(`k${i}`, at);
+    }
+    await clock.advance(1_200);
+    expect(polls).toHaveLength(50);
+    for (const { key, at } of polls) {
+      const due = asked.get(key) as number;
+      expect(at).toBeGreaterThanOrEqual(due);
+      expect(at - due).toBeLessThan(100);
+      expect(at % 100).toBe(0);
+    }
+    // 50 due times over ~1 s: at most 11 distinct wake-ups
+    expect(new Set(polls.map((poll) => poll.at)).size).toBeLessThanOrEqual(11);
+    scheduler.stop();
   });
 
   it('ships a default policy with a sane floor and cap', () => {
