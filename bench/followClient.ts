@@ -1,9 +1,12 @@
 /**
  * One client process of the client benchmarks, told what to do by its parent (argv JSON, IPC messages back):
  * - `follow`: submit one `sleep` task per offset, report `submitted`, then follow every task to its outcome and report
- *   the CPU, memory and the moment each task was closed out;
+ *   the CPU, memory and the moment each task was closed out; a `sample` message from the parent at any time is
+ *   answered with the CPU and memory used so far (the parent measures the wait before it releases the tasks);
  * - `submit`: submit and report, then idle until killed (the crash before a resume);
- * - `resume`: open the ledger a killed `submit` process left and `resumeAll()`, then idle until killed.
+ * - `resume`: open the ledger a killed `submit` process left and `resumeAll()`, then idle until killed;
+ * - `floor`: what one tasks/get costs the client alone, with no ledger and no scheduler: through the SDK Client on the
+ *   fetch the TaskClient uses, and as raw HTTP with prebuilt bytes (undici), reported as CPU µs per request.
  * `kind` picks the client: Closeout's TaskClient on a SQLite ledger, or the official @modelcontextprotocol/ext-tasks.
  */
 import { type ChildProcess, fork } from 'node:child_process';
@@ -13,14 +16,17 @@ import { fileURLToPath } from 'node:url';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import type { RawClientDispatch } from '@modelcontextprotocol/ext-tasks/client';
 import { createTaskSessionFromClient } from '@modelcontextprotocol/ext-tasks/client';
-import { connectHttpTaskClient, isTaskHandle, type TaskClient } from 'closeout/client';
+import { connectHttpTaskClient, createHttpFetch, isTaskHandle, type TaskClient } from 'closeout/client';
+import { Agent } from 'undici';
+import * as z from 'zod/v4';
 
 import { SLEEP_TOOL } from './clockworkServer.js';
-import { PROTOCOL_VERSION } from './wire.js';
+import { median } from './figures.js';
+import { PROTOCOL_VERSION, wireRequest } from './wire.js';
 
 export interface FollowClientConfig {
   kind: 'closeout' | 'ext-tasks';
-  mode: 'follow' | 'submit' | 'resume';
+  mode: 'follow' | 'submit' | 'resume' | 'floor';
   url: string;
   group: string;
   offsetsMs: number[];
@@ -29,21 +35,29 @@ export interface FollowClientConfig {
   leaseMs?: number;
   /** Calls in flight while submitting. */
   submitConcurrency: number;
+  /** Node flags of the client process (e.g. a heap cap). */
+  execArgv?: string[];
+  /** `floor` only: requests per variant and round. */
+  floorRequests?: number;
 }
 
 export type FollowClientMessage =
   | { type: 'ready'; rssBytes: number }
-  | { type: 'submitted'; submitMs: number; cpuUs: number }
+  /** `cpuUs`: spent submitting; `*TotalUs`: the process's CPU time so far. */
+  | { type: 'submitted'; submitMs: number; cpuUs: number; cpuTotalUs: number }
   | {
       type: 'done';
       followMs: number;
-      cpuUs: number;
+      cpuTotalUs: number;
       maxRssBytes: number;
       /** taskId -> epoch ms at which the client had the outcome. */
       closedAt: Record<string, number>;
       notCompleted: number;
     }
-  | { type: 'resumed'; sinceStartMs: number; resumed: number };
+  | { type: 'resumed'; sinceStartMs: number; resumed: number }
+  | { type: 'sample'; cpuTotalUs: number; rssBytes: number }
+  /** `rawPerSecond`: raw requests answered per second, 16 in flight: the server's rate for a cheap client. */
+  | { type: 'floor'; sdkCpuUsPerRequest: number; rawCpuUsPerRequest: number; rawPerSecond: number };
 
 const CLIENT_INFO = { name: 'closeout-bench', version: '0.0.0' };
 const SELF = fileURLToPath(import.meta.url);
@@ -52,13 +66,18 @@ const SELF = fileURLToPath(import.meta.url);
 
 export interface FollowClientProcess {
   child: ChildProcess;
+  /** The process's CPU time and RSS now. */
+  sample(): Promise<Extract<FollowClientMessage, { type: 'sample' }>>;
   /** Resolves with the next message of this type (rejects if the process exits first). */
   next<T extends FollowClientMessage['type']>(type: T): Promise<Extract<FollowClientMessage, { type: T }>>;
   kill(): Promise<void>;
 }
 
 export function startFollowClient(config: FollowClientConfig): FollowClientProcess {
-  const child = fork(SELF, [JSON.stringify(config)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child = fork(SELF, [JSON.stringify(config)], {
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+    execArgv: config.execArgv ?? [],
+  });
   const received: FollowClientMessage[] = [];
   const waiting: { type: string; resolve: (message: FollowClientMessage) => void; reject: (e: Error) => void }[] = [];
   child.on('message', (message: FollowClientMessage) => {
@@ -70,17 +89,23 @@ export function startFollowClient(config: FollowClientConfig): FollowClientProce
     for (const w of waiting.splice(0))
       w.reject(new Error(`${config.kind} client exited (${signal ?? code}) before ${w.type}`));
   });
+  const next: FollowClientProcess['next'] = (type) =>
+    new Promise((resolve, reject) => {
+      const at = received.findIndex((m) => m.type === type);
+      if (at >= 0) return resolve(received.splice(at, 1)[0] as never);
+      if (child.exitCode !== null || child.signalCode !== null) {
+        return reject(new Error(`${config.kind} client exited before ${type}`));
+      }
+      waiting.push({ type, resolve: resolve as never, reject });
+    });
   return {
     child,
-    next: (type) =>
-      new Promise((resolve, reject) => {
-        const at = received.findIndex((m) => m.type === type);
-        if (at >= 0) return resolve(received.splice(at, 1)[0] as never);
-        if (child.exitCode !== null || child.signalCode !== null) {
-          return reject(new Error(`${config.kind} client exited before ${type}`));
-        }
-        waiting.push({ type, resolve: resolve as never, reject });
-      }),
+    next,
+    sample: () => {
+      const answer = next('sample');
+      child.send({ type: 'sample' });
+      return answer;
+    },
     kill: async () => {
       if (child.exitCode !== null || child.signalCode !== null) return;
       const exited = new Promise((resolve) => child.once('exit', resolve));
@@ -169,7 +194,87 @@ async function extTasksClient(): Promise<{ submit: Submitter }> {
   return { submit };
 }
 
+/** How many floor requests are in flight at once. */
+const FLOOR_CONCURRENCY = 16;
+
+/** Client CPU µs per request, and requests per second. */
+async function cpuPerRequest(request: () => Promise<unknown>): Promise<{ cpuUs: number; perSecond: number }> {
+  const runAll = async (count: number) => {
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: FLOOR_CONCURRENCY }, async () => {
+        while (next++ < count) await request();
+      }),
+    );
+  };
+  const requests = config.floorRequests ?? 3000;
+  await runAll(requests / 3); // warm-up
+  const before = cpuNow();
+  const start = performance.now();
+  await runAll(requests);
+  return { cpuUs: (cpuNow() - before) / requests, perSecond: (requests / (performance.now() - start)) * 1000 };
+}
+
+async function floor(): Promise<void> {
+  // one task of our own to ask about (its group keeps it out of the clients' counts)
+  const created = (await (
+    await fetch(config.url, {
+      method: 'POST',
+      ...wireRequest(
+        'tools/call',
+        { name: SLEEP_TOOL, arguments: { group: config.group, offsetMs: 0 } },
+        { declareTasks: true },
+      ),
+    })
+  ).json()) as { result: { taskId: string } };
+  const taskId = created.result.taskId;
+  const meta = {
+    'io.modelcontextprotocol/clientCapabilities': { extensions: { 'io.modelcontextprotocol/tasks': {} } },
+  };
+
+  const http = createHttpFetch();
+  const client = new Client(CLIENT_INFO, { versionNegotiation: { mode: 'auto' } });
+  await client.connect(new StreamableHTTPClientTransport(new URL(config.url), { fetch: http.fetch }));
+  const AnyResult = z.looseObject({});
+  const sdk = () => client.request({ method: 'tasks/get', params: { taskId, _meta: meta } }, AnyResult);
+
+  const agent = new Agent({ keepAliveTimeout: 60_000 });
+  const wire = wireRequest('tasks/get', { taskId }, { declareTasks: true });
+  const raw = async () => {
+    const response = await agent.request({
+      origin: new URL(config.url).origin,
+      path: new URL(config.url).pathname,
+      method: 'POST',
+      headers: wire.headers,
+      body: wire.body,
+    });
+    JSON.parse(await response.body.text());
+  };
+
+  const sdkRounds: { cpuUs: number; perSecond: number }[] = [];
+  const rawRounds: { cpuUs: number; perSecond: number }[] = [];
+  for (let round = 0; round < 3; round++) {
+    sdkRounds.push(await cpuPerRequest(sdk));
+    rawRounds.push(await cpuPerRequest(raw));
+  }
+  await send({
+    type: 'floor',
+    sdkCpuUsPerRequest: median(sdkRounds.map((r) => r.cpuUs)),
+    rawCpuUsPerRequest: median(rawRounds.map((r) => r.cpuUs)),
+    rawPerSecond: median(rawRounds.map((r) => r.perSecond)),
+  });
+  await client.close();
+  await agent.close();
+  process.exit(0);
+}
+
 async function main(): Promise<void> {
+  process.on('message', (message: { type?: string }) => {
+    if (message.type === 'sample') {
+      void send({ type: 'sample', cpuTotalUs: cpuNow(), rssBytes: process.memoryUsage().rss });
+    }
+  });
+  if (config.mode === 'floor') return floor();
   if (config.mode === 'resume') {
     const { client } = await closeoutClient();
     const report = await client.resumeAll();
@@ -188,7 +293,12 @@ async function main(): Promise<void> {
   });
   const cpuSubmitted = cpuNow();
   const followStart = performance.now();
-  await send({ type: 'submitted', submitMs: followStart - submitStart, cpuUs: cpuSubmitted - cpuBefore });
+  await send({
+    type: 'submitted',
+    submitMs: followStart - submitStart,
+    cpuUs: cpuSubmitted - cpuBefore,
+    cpuTotalUs: cpuSubmitted,
+  });
   if (config.mode === 'submit') return;
 
   const closedAt: Record<string, number> = {};
@@ -202,7 +312,7 @@ async function main(): Promise<void> {
   await send({
     type: 'done',
     followMs: performance.now() - followStart,
-    cpuUs: cpuNow() - cpuSubmitted,
+    cpuTotalUs: cpuNow(),
     maxRssBytes: process.resourceUsage().maxRSS * 1024,
     closedAt,
     notCompleted,

@@ -54,14 +54,24 @@ describe.concurrent('benchmark smoke runs', () => {
 
   it('clientFollow prints every figure for the TaskClient and the ext-tasks client', async () => {
     const output = await smoke('clientFollow');
-    for (const label of ['follow, client CPU µs/task', 'peak RSS over baseline, MB', 'tasks/get per task']) {
+    const labels = [
+      'waiting, % of one core',
+      'waiting, client CPU µs/poll',
+      'follow, client CPU µs/task',
+      'peak RSS over baseline, MB',
+      'tasks/get per task',
+    ];
+    for (const label of labels) {
       const cells = row(output, label);
-      // one column per client run: TaskClient small, ext-tasks small, TaskClient large
-      expect(cells.slice(1), `${label} in:\n${output}`).toHaveLength(3);
+      // one column per client run: TaskClient small, ext-tasks small, TaskClient large, the same with a heap cap
+      expect(cells.slice(1), `${label} in:\n${output}`).toHaveLength(4);
       for (const cell of cells.slice(1)) expect(cell, `${label} in:\n${output}`).toMatch(NUMBER);
     }
-    expect(row(output, 'tasks/get after terminal').slice(1)).toEqual(['0', '0', '0']);
-    expect(row(output, 'tasks not closed out completed').slice(1)).toEqual(['0', '0', '0']);
+    expect(row(output, 'tasks/get after terminal').slice(1)).toEqual(['0', '0', '0', '0']);
+    expect(row(output, 'tasks not closed out completed').slice(1)).toEqual(['0', '0', '0', '0']);
+    // the floor: a tasks/get through the SDK alone and as raw HTTP, each a number of µs
+    for (const label of ['SDK Client.request, same fetch', 'raw HTTP, prebuilt bytes'])
+      expect(row(output, label)[1], `${label} in:\n${output}`).toMatch(NUMBER);
   }, 90_000);
 
   it('clientResume re-queries every open record once and prints the times', async () => {
@@ -69,5 +79,7 @@ describe.concurrent('benchmark smoke runs', () => {
     expect(row(output, 'process start to resumeAll() returned, ms').at(-1)).toMatch(NUMBER);
     expect(output).toMatch(/^process spawn to all \d+ re-queried, ms\s+\d+$/m);
     expect(row(output, 'tasks/get beyond one per task (must be 0)').at(-1)).toBe('0');
+    expect(output).toMatch(/^server rate: \d+ tasks\/get per second/m);
+    expect(output).toMatch(/^all \d+ re-queried within 2 s \+ N \/ server rate +\d+ ms +\d+ ms +(met|NOT MET)$/m);
   }, 90_000);
 });
