@@ -5,6 +5,8 @@
 import type Database from 'better-sqlite3';
 
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import type { Checkpointer } from '../../sqliteCheckpointer.js';
+import { startCheckpointer } from '../../sqliteCheckpointer.js';
 import { openSqliteFile } from '../../sqliteFile.js';
 import type {
   LeaseRef,
@@ -98,6 +100,11 @@ interface InputRow {
 export interface SqliteTaskStoreOptions {
   /** How long the busy handler waits for another process's write lock before failing. Default 5000 ms. */
   busyTimeoutMs?: number;
+  /**
+   * Run WAL checkpoints in a worker thread instead of inside the commit that crosses SQLite's threshold (see
+   * sqliteCheckpointer.ts). Default true; false leaves SQLite's automatic checkpoint on the serving thread.
+   */
+  backgroundCheckpoints?: boolean;
 }
 
 export class SqliteTaskStore implements TaskStore {
@@ -105,6 +112,7 @@ export class SqliteTaskStore implements TaskStore {
   private readonly db: Database.Database;
   private readonly listeners = new Set<(signal: TaskSignal) => void>();
   private readonly stmt;
+  private readonly checkpointer: Checkpointer | undefined;
 
   constructor(path: string, options: SqliteTaskStoreOptions = {}) {
     this.path = path;
@@ -189,6 +197,9 @@ export class SqliteTaskStore implements TaskStore {
       tombstone: db.prepare(`INSERT OR REPLACE INTO purged_tasks (task_id, owner, purged_at) VALUES (?, ?, ?)`),
       dropTombstones: db.prepare(`DELETE FROM purged_tasks WHERE purged_at < ?`),
     };
+    if (path !== ':memory:' && options.backgroundCheckpoints !== false) {
+      this.checkpointer = startCheckpointer(this.db, path);
+    }
   }
 
   async create(task: NewTask): Promise<{ task: StoredTask; created: boolean }> {
@@ -360,6 +371,7 @@ export class SqliteTaskStore implements TaskStore {
   }
 
   async close(): Promise<void> {
+    await this.checkpointer?.stop();
     if (this.db.open) this.db.close();
   }
 

@@ -1,0 +1,94 @@
+// Invariants: with the checkpointer, the serving connection never checkpoints by itself (wal_autocheckpoint 0) and
+// the WAL still reaches the database file, copied by the worker; stopping hands the automatic checkpoint back; the
+// worker never keeps a process alive.
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+
+import Database from 'better-sqlite3';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+
+import { startCheckpointer } from '../src/sqliteCheckpointer.js';
+
+const run = promisify(execFile);
+const DIST_CHECKPOINTER = fileURLToPath(new URL('../dist/sqliteCheckpointer.js', import.meta.url));
+
+let dir: string;
+
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'closeout-checkpointer-'));
+});
+
+afterEach(() => {
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** A WAL database with `rows` rows of 1 KB, each in its own commit. */
+function fill(db: Database.Database, rows: number): void {
+  db.exec('CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, v TEXT)');
+  const insert = db.prepare('INSERT INTO t (v) VALUES (?)');
+  for (let i = 0; i < rows; i++) insert.run('x'.repeat(1024));
+}
+
+function open(name: string): { db: Database.Database; path: string } {
+  const path = join(dir, name);
+  const db = new Database(path);
+  db.pragma('journal_mode = WAL');
+  db.pragma('synchronous = NORMAL');
+  return { db, path };
+}
+
+const settle = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+describe('startCheckpointer', () => {
+  it('copies the WAL into the database file from its worker while the serving connection never checkpoints', async () => {
+    // without it, and with the automatic checkpoint off, the rows stay in the WAL: the database file does not grow
+    const control = open('control.db');
+    control.db.pragma('wal_autocheckpoint = 0');
+    fill(control.db, 2000);
+    await settle(600);
+    const controlSize = statSync(control.path).size;
+    expect(controlSize).toBeLessThan(64 * 1024);
+
+    const served = open('served.db');
+    const checkpointer = startCheckpointer(served.db, served.path, 50);
+    try {
+      expect(served.db.pragma('wal_autocheckpoint', { simple: true })).toBe(0);
+      fill(served.db, 2000);
+      const deadline = Date.now() + 10_000;
+      while (statSync(served.path).size < 1024 * 1024 && Date.now() < deadline) await settle(50);
+      // 2,000 rows of 1 KB reached the database file
+      expect(statSync(served.path).size).toBeGreaterThan(1024 * 1024);
+      expect(served.db.prepare('SELECT COUNT(*) AS n FROM t').get()).toEqual({ n: 2000 });
+    } finally {
+      await checkpointer.stop();
+      await checkpointer.stop(); // twice is harmless
+    }
+    expect(served.db.pragma('wal_autocheckpoint', { simple: true })).toBe(1000);
+    served.db.close();
+    control.db.close();
+  });
+
+  it('does not keep a process alive that is otherwise done', async () => {
+    const path = join(dir, 'alive.db');
+    const script = `
+      import Database from 'better-sqlite3';
+      import { startCheckpointer } from ${JSON.stringify(DIST_CHECKPOINTER)};
+      const db = new Database(${JSON.stringify(path)});
+      db.pragma('journal_mode = WAL');
+      startCheckpointer(db, ${JSON.stringify(path)}, 50);
+      db.exec('CREATE TABLE t (v TEXT)');
+      console.log('opened');
+    `;
+    const started = Date.now();
+    const { stdout } = await run(process.execPath, ['--input-type=module', '-e', script], {
+      cwd: fileURLToPath(new URL('..', import.meta.url)),
+      timeout: 20_000,
+    });
+    expect(stdout.trim()).toBe('opened');
+    expect(Date.now() - started).toBeLessThan(15_000);
+  });
+});
