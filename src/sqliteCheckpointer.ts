@@ -63,6 +63,8 @@ export function startCheckpointer(db: Database.Database, path: string, everyMs =
     stop: async () => {
       if (stopping) return exited;
       stopping = true;
+      // waiting for the worker must keep the process alive (unref'd, an awaited stop would end it with exit code 13)
+      worker.ref();
       worker.postMessage('stop');
       await exited;
       if (db.open) db.pragma(`wal_autocheckpoint = ${AUTO_CHECKPOINT_PAGES}`);

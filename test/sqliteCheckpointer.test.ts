@@ -72,6 +72,26 @@ describe('startCheckpointer', () => {
     control.db.close();
   });
 
+  it('lets a process await stop() at top level and then exit by itself', async () => {
+    const path = join(dir, 'stop.db');
+    const script = `
+      import Database from 'better-sqlite3';
+      import { startCheckpointer } from ${JSON.stringify(DIST_CHECKPOINTER)};
+      const db = new Database(${JSON.stringify(path)});
+      db.pragma('journal_mode = WAL');
+      const checkpointer = startCheckpointer(db, ${JSON.stringify(path)}, 50);
+      db.exec('CREATE TABLE t (v TEXT)');
+      await checkpointer.stop();
+      db.close();
+      console.log('stopped');
+    `;
+    const { stdout } = await run(process.execPath, ['--input-type=module', '-e', script], {
+      cwd: fileURLToPath(new URL('..', import.meta.url)),
+      timeout: 20_000,
+    });
+    expect(stdout.trim()).toBe('stopped');
+  });
+
   it('does not keep a process alive that is otherwise done', async () => {
     const path = join(dir, 'alive.db');
     const script = `
