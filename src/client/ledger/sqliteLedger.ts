@@ -385,28 +385,9 @@ export class SqliteLedger implements Ledger {
 
   async commitTask(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean> {
     return this.write((): boolean => {
-      const terminal = closesOut(task);
-      const localState: LocalState = terminal ? 'terminal' : 'tracking';
-      const changed = this.stmt.commitTask.run({
-        recordId,
-        owner,
-        at,
-        localState,
-        ...this.taskColumns(task),
-        terminalReason: terminal ? terminalReasonOf(task) : null,
-        terminalAt: terminal ? at : null,
-      }).changes;
-      if (changed !== 1) return false;
-      this.appendHistory({
-        recordId,
-        taskId: task.taskId,
-        status: task.status,
-        statusMessage: task.statusMessage,
-        localState,
-        serverUpdatedAt: task.lastUpdatedAt,
-        observedAt: at,
-        note: 'task created',
-      });
+      const localState = this.applyTask(this.stmt.commitTask, recordId, owner, task, at);
+      if (localState === undefined) return false;
+      this.appendObserved(recordId, task, localState, at, 'task created');
       return true;
     });
   }
@@ -415,29 +396,9 @@ export class SqliteLedger implements Ledger {
     return this.write((): boolean => {
       const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
       if (!before) return false;
-      const terminal = closesOut(task);
-      const localState: LocalState = terminal ? 'terminal' : 'tracking';
-      const changed = this.stmt.observe.run({
-        recordId,
-        owner,
-        at,
-        localState,
-        ...this.taskColumns(task),
-        terminalReason: terminal ? terminalReasonOf(task) : null,
-        terminalAt: terminal ? at : null,
-      }).changes;
-      if (changed !== 1) return false;
-      if (before.status !== task.status) {
-        this.appendHistory({
-          recordId,
-          taskId: task.taskId,
-          status: task.status,
-          statusMessage: task.statusMessage,
-          localState,
-          serverUpdatedAt: task.lastUpdatedAt,
-          observedAt: at,
-        });
-      }
+      const localState = this.applyTask(this.stmt.observe, recordId, owner, task, at);
+      if (localState === undefined) return false;
+      if (before.status !== task.status) this.appendObserved(recordId, task, localState, at);
       return true;
     });
   }
@@ -485,15 +446,7 @@ export class SqliteLedger implements Ledger {
         lastError: closing.lastError ? JSON.stringify(closing.lastError) : null,
       }).changes;
       if (changed !== 1) return false;
-      this.appendHistory({
-        recordId,
-        taskId: before.task_id ?? undefined,
-        status: before.status ?? undefined,
-        statusMessage: before.status_message ?? undefined,
-        localState: closing.localState,
-        observedAt: at,
-        note: closing.reason,
-      });
+      this.appendLocalChange(before, closing.localState, at, closing.reason);
       return true;
     });
   }
@@ -517,15 +470,7 @@ export class SqliteLedger implements Ledger {
     return this.write((): boolean => {
       const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
       if (!before || this.stmt.detach.run({ recordId, owner, at }).changes !== 1) return false;
-      this.appendHistory({
-        recordId,
-        taskId: before.task_id ?? undefined,
-        status: before.status ?? undefined,
-        statusMessage: before.status_message ?? undefined,
-        localState: 'detached',
-        observedAt: at,
-        note: 'detached by the application',
-      });
+      this.appendLocalChange(before, 'detached', at, 'detached by the application');
       return true;
     });
   }
@@ -707,17 +652,31 @@ export class SqliteLedger implements Ledger {
     const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
     if (!before || this.stmt.claim.run({ recordId, owner, leaseExpiresAt, now }).changes !== 1) return false;
     if (before.local_state === 'detached') {
-      this.appendHistory({
-        recordId,
-        taskId: before.task_id ?? undefined,
-        status: before.status ?? undefined,
-        statusMessage: before.status_message ?? undefined,
-        localState: 'tracking',
-        observedAt: now,
-        note: 'attached',
-      });
+      this.appendLocalChange(before, 'tracking', now, 'attached');
     }
     return true;
+  }
+
+  /** Write a task's state with `statement` (commitTask or observe); the new local state, or undefined if refused. */
+  private applyTask(
+    statement: Database.Statement,
+    recordId: string,
+    owner: string,
+    task: ObservedTask,
+    at: number,
+  ): LocalState | undefined {
+    const terminal = closesOut(task);
+    const localState: LocalState = terminal ? 'terminal' : 'tracking';
+    const changed = statement.run({
+      recordId,
+      owner,
+      at,
+      localState,
+      ...this.taskColumns(task),
+      terminalReason: terminal ? terminalReasonOf(task) : null,
+      terminalAt: terminal ? at : null,
+    }).changes;
+    return changed === 1 ? localState : undefined;
   }
 
   private taskColumns(task: ObservedTask) {
@@ -732,6 +691,39 @@ export class SqliteLedger implements Ledger {
       result: task.status === 'completed' && task.result ? JSON.stringify(task.result) : null,
       error: task.status === 'failed' && task.error ? JSON.stringify(task.error) : null,
     };
+  }
+
+  /** A history line for a task state the server reported. */
+  private appendObserved(
+    recordId: string,
+    task: ObservedTask,
+    localState: LocalState,
+    at: number,
+    note?: string,
+  ): void {
+    this.appendHistory({
+      recordId,
+      taskId: task.taskId,
+      status: task.status,
+      statusMessage: task.statusMessage,
+      localState,
+      serverUpdatedAt: task.lastUpdatedAt,
+      observedAt: at,
+      note,
+    });
+  }
+
+  /** A history line for a change of the local state, with the task state the row last observed. */
+  private appendLocalChange(before: SubmissionRow, localState: LocalState, observedAt: number, note: string): void {
+    this.appendHistory({
+      recordId: before.record_id,
+      taskId: before.task_id ?? undefined,
+      status: before.status ?? undefined,
+      statusMessage: before.status_message ?? undefined,
+      localState,
+      observedAt,
+      note,
+    });
   }
 
   private appendHistory(entry: {
