@@ -58,6 +58,8 @@ interface ClientFigures {
   waitCorePercent: number;
   waitCpuUsPerPoll: number;
   waitRssMb: number;
+  /** Heap kept while waiting (after a full collection) over the same at the connected baseline. */
+  waitLiveHeapMb: number;
   followCpuUsPerTask: number;
   followCorePercent: number;
   cpuUsPerPoll: number;
@@ -95,6 +97,7 @@ interface Waiting {
   ms: number;
   polls: number;
   rssBytes: number;
+  liveHeapBytes: number;
   releasedCpuTotalUs: number;
   releasedAt: number;
   getsAtRelease: number;
@@ -133,13 +136,17 @@ async function run(
       processes.map(async (p, i) => {
         const sample = await p.sample();
         const now = Date.now();
+        const polls = groupGets(server, clients[i]!.group) - submitted[i]!.gets;
+        // then what the process keeps, after a full collection whose CPU counts in neither window
+        const collected = await p.sample(true);
         return {
           cpuUs: sample.cpuTotalUs - submitted[i]!.message.cpuTotalUs,
           ms: now - submitted[i]!.at,
-          polls: groupGets(server, clients[i]!.group) - submitted[i]!.gets,
+          polls,
           rssBytes: sample.rssBytes,
-          releasedCpuTotalUs: sample.cpuTotalUs,
-          releasedAt: now,
+          liveHeapBytes: collected.liveHeapBytes ?? Number.NaN,
+          releasedCpuTotalUs: collected.cpuTotalUs,
+          releasedAt: Date.now(),
           getsAtRelease: groupGets(server, clients[i]!.group),
         };
       }),
@@ -189,6 +196,7 @@ function summarize(
     waitCorePercent: (waiting.cpuUs / 1000 / waiting.ms) * 100,
     waitCpuUsPerPoll: waiting.cpuUs / Math.max(1, waiting.polls),
     waitRssMb: (waiting.rssBytes - ready.rssBytes) / 2 ** 20,
+    waitLiveHeapMb: (waiting.liveHeapBytes - ready.liveHeapBytes) / 2 ** 20,
     followCpuUsPerTask: followCpuUs / count,
     followCorePercent: (followCpuUs / 1000 / followMs) * 100,
     cpuUsPerPoll: followCpuUs / Math.max(1, polls - waiting.getsAtRelease),
@@ -252,6 +260,7 @@ try {
     ['waiting, % of one core', (f) => f.waitCorePercent, 1],
     ['waiting, client CPU µs/poll', (f) => f.waitCpuUsPerPoll, 0],
     ['RSS while waiting over baseline, MB', (f) => f.waitRssMb, 1],
+    ['live heap while waiting over baseline, MB', (f) => f.waitLiveHeapMb, 1],
     ['follow, client CPU µs/task', (f) => f.followCpuUsPerTask, 0],
     ['follow, % of one core', (f) => f.followCorePercent, 1],
     ['follow, client CPU µs/poll', (f) => f.cpuUsPerPoll, 0],

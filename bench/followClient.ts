@@ -42,7 +42,8 @@ export interface FollowClientConfig {
 }
 
 export type FollowClientMessage =
-  | { type: 'ready'; rssBytes: number }
+  /** `liveHeapBytes`: V8's used heap right after a full collection. */
+  | { type: 'ready'; rssBytes: number; liveHeapBytes: number }
   /** `cpuUs`: spent submitting; `*TotalUs`: the process's CPU time so far. */
   | { type: 'submitted'; submitMs: number; cpuUs: number; cpuTotalUs: number }
   | {
@@ -55,7 +56,7 @@ export type FollowClientMessage =
       notCompleted: number;
     }
   | { type: 'resumed'; sinceStartMs: number; resumed: number }
-  | { type: 'sample'; cpuTotalUs: number; rssBytes: number }
+  | { type: 'sample'; cpuTotalUs: number; rssBytes: number; liveHeapBytes: number | undefined }
   /** `rawPerSecond`: raw requests answered per second, 16 in flight: the server's rate for a cheap client. */
   | { type: 'floor'; sdkCpuUsPerRequest: number; rawCpuUsPerRequest: number; rawPerSecond: number };
 
@@ -67,7 +68,8 @@ const SELF = fileURLToPath(import.meta.url);
 export interface FollowClientProcess {
   child: ChildProcess;
   /** The process's CPU time and RSS now. */
-  sample(): Promise<Extract<FollowClientMessage, { type: 'sample' }>>;
+  /** With `collect`, after a full collection, so the sample says what the process keeps. */
+  sample(collect?: boolean): Promise<Extract<FollowClientMessage, { type: 'sample' }>>;
   /** Resolves with the next message of this type (rejects if the process exits first). */
   next<T extends FollowClientMessage['type']>(type: T): Promise<Extract<FollowClientMessage, { type: T }>>;
   kill(): Promise<void>;
@@ -76,7 +78,8 @@ export interface FollowClientProcess {
 export function startFollowClient(config: FollowClientConfig): FollowClientProcess {
   const child = fork(SELF, [JSON.stringify(config)], {
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    execArgv: config.execArgv ?? [],
+    // gc() on request only (live heap samples); the flag changes nothing else about the collector
+    execArgv: ['--expose-gc', ...(config.execArgv ?? [])],
   });
   const received: FollowClientMessage[] = [];
   const waiting: { type: string; resolve: (message: FollowClientMessage) => void; reject: (e: Error) => void }[] = [];
@@ -101,9 +104,9 @@ export function startFollowClient(config: FollowClientConfig): FollowClientProce
   return {
     child,
     next,
-    sample: () => {
+    sample: (collect = false) => {
       const answer = next('sample');
-      child.send({ type: 'sample' });
+      child.send({ type: 'sample', collect });
       return answer;
     },
     kill: async () => {
@@ -123,6 +126,11 @@ const send = (message: FollowClientMessage) =>
   new Promise<void>((resolve, reject) =>
     process.send!(message, undefined, {}, (error) => (error ? reject(error) : resolve())),
   );
+/** The used heap after a full collection (the process runs with --expose-gc). */
+const liveHeap = () => {
+  (globalThis as { gc?: () => void }).gc?.();
+  return process.memoryUsage().heapUsed;
+};
 const cpuNow = () => {
   const { user, system } = process.cpuUsage();
   return user + system;
@@ -269,9 +277,11 @@ async function floor(): Promise<void> {
 }
 
 async function main(): Promise<void> {
-  process.on('message', (message: { type?: string }) => {
+  process.on('message', (message: { type?: string; collect?: boolean }) => {
     if (message.type === 'sample') {
-      void send({ type: 'sample', cpuTotalUs: cpuNow(), rssBytes: process.memoryUsage().rss });
+      // the collection first, so its CPU is before the CPU time reported
+      const liveHeapBytes = message.collect ? liveHeap() : undefined;
+      void send({ type: 'sample', cpuTotalUs: cpuNow(), rssBytes: process.memoryUsage().rss, liveHeapBytes });
     }
   });
   if (config.mode === 'floor') return floor();
@@ -283,7 +293,7 @@ async function main(): Promise<void> {
     return; // idles, following, until the parent kills it
   }
   const { submit } = config.kind === 'closeout' ? await closeoutClient() : await extTasksClient();
-  await send({ type: 'ready', rssBytes: process.memoryUsage().rss });
+  await send({ type: 'ready', rssBytes: process.memoryUsage().rss, liveHeapBytes: liveHeap() });
 
   const cpuBefore = cpuNow();
   const submitStart = performance.now();

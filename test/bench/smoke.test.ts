@@ -57,6 +57,7 @@ describe.concurrent('benchmark smoke runs', () => {
     const labels = [
       'waiting, % of one core',
       'waiting, client CPU µs/poll',
+      'live heap while waiting over baseline, MB',
       'follow, client CPU µs/task',
       'peak RSS over baseline, MB',
       'tasks/get per task',
