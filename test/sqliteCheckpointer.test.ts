@@ -1,6 +1,6 @@
 // Invariants: with the checkpointer, the serving connection never checkpoints by itself (wal_autocheckpoint 0) and
 // the WAL still reaches the database file, copied by the worker; stopping hands the automatic checkpoint back; the
-// worker never keeps a process alive.
+// worker never keeps a process alive; a worker that dies hands the automatic checkpoint back.
 import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -70,6 +70,18 @@ describe('startCheckpointer', () => {
     expect(served.db.pragma('wal_autocheckpoint', { simple: true })).toBe(1000);
     served.db.close();
     control.db.close();
+  });
+
+  it('hands the automatic checkpoint back to the serving connection when the worker dies', async () => {
+    const served = open('orphan.db');
+    // the worker cannot open this path, so it fails at once, as a worker that crashed
+    const checkpointer = startCheckpointer(served.db, join(dir, 'missing', 'orphan.db'), 50);
+    expect(served.db.pragma('wal_autocheckpoint', { simple: true })).toBe(0);
+    const deadline = Date.now() + 10_000;
+    while (served.db.pragma('wal_autocheckpoint', { simple: true }) === 0 && Date.now() < deadline) await settle(20);
+    expect(served.db.pragma('wal_autocheckpoint', { simple: true })).toBe(1000);
+    await checkpointer.stop(); // after the worker is gone, stopping still returns
+    served.db.close();
   });
 
   it('lets a process await stop() at top level and then exit by itself', async () => {
