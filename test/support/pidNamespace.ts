@@ -1,0 +1,20 @@
+/**
+ * Processes in a PID namespace of their own, as in a container that shares this host's name, network and files:
+ * `unshare --pid --fork --mount-proc` (util-linux; needs root). The forked child is killed when `unshare` dies.
+ */
+import { spawnSync } from 'node:child_process';
+
+/** The argv that runs `command` as PID 1 of a fresh PID namespace with its own /proc. */
+export function inNewPidNamespace(command: readonly string[]): string[] {
+  return ['unshare', '--pid', '--fork', '--mount-proc', '--kill-child', ...command];
+}
+
+/** Throws, naming what to do, when this machine cannot make PID namespaces (no unshare, or not root). */
+export function requirePidNamespaces(): void {
+  const probe = spawnSync('unshare', ['--pid', '--fork', '--mount-proc', 'true'], { encoding: 'utf8' });
+  if (probe.status !== 0) {
+    throw new Error(
+      `these tests need \`unshare --pid --fork --mount-proc\` (util-linux, run as root): ${probe.error?.message ?? probe.stderr.trim()}; see scripts/install-test-tools.sh`,
+    );
+  }
+}
