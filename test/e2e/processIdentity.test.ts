@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 
 import { isDeadLocalOwner } from '../../src/leaseOwner.js';
-import { inNewPidNamespace, requirePidNamespaces } from '../support/pidNamespace.js';
+import { inNewPidNamespace, requirePidNamespaces } from '../support/processWrappers.js';
 import { waitFor } from '../support/waitFor.js';
 
 const HOLDER = fileURLToPath(new URL('./fixtures/leaseHolder.mjs', import.meta.url));

@@ -15,13 +15,18 @@ export interface ServeProcess {
   stop(): Promise<void>;
 }
 
-/** Starts `closeout serve ARGS` (with `env` added to this process's environment) and resolves with its URL. */
+/**
+ * Starts `closeout serve ARGS` (with `env` added to this process's environment) and resolves with its URL. `launch`
+ * may wrap the command line (another PID namespace, a parent that never reaps it); `child` is then the wrapper.
+ */
 export async function startServe(
   args: string[],
   timeoutMs = 15_000,
   env: Record<string, string> = {},
+  launch: (argv: string[]) => string[] = (argv) => argv,
 ): Promise<ServeProcess> {
-  const child = spawn(process.execPath, [CLI, 'serve', '--port', '0', ...args], {
+  const [command, ...rest] = launch([process.execPath, CLI, 'serve', '--port', '0', ...args]);
+  const child = spawn(command!, rest, {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, ...env },
   });

@@ -1,6 +1,7 @@
 /**
- * Processes in a PID namespace of their own, as in a container that shares this host's name, network and files:
- * `unshare --pid --fork --mount-proc` (util-linux; needs root). The forked child is killed when `unshare` dies.
+ * Command lines that put a process where a lease holder's liveness is hard to tell: in a PID namespace of its own, as
+ * in a container that shares this host's name, network and files (`unshare --pid --fork --mount-proc`, util-linux,
+ * needs root; the forked child is killed when `unshare` dies), or under a parent that never reaps it.
  */
 import { spawnSync } from 'node:child_process';
 
@@ -17,4 +18,12 @@ export function requirePidNamespaces(): void {
       `these tests need \`unshare --pid --fork --mount-proc\` (util-linux, run as root): ${probe.error?.message ?? probe.stderr.trim()}; see scripts/install-test-tools.sh`,
     );
   }
+}
+
+/**
+ * The argv that runs `command` under a `sh` that then becomes `sleep` and never reaps it: once killed, `command`
+ * stays a zombie until the wrapper is killed. Its pid is written to `pidFile`.
+ */
+export function underNonReapingParent(command: readonly string[], pidFile: string): string[] {
+  return ['sh', '-c', `"$@" & echo $! > '${pidFile}'; exec sleep 600`, 'sh', ...command];
 }
