@@ -240,16 +240,11 @@ export class TaskClient {
    */
   async resumeAll(): Promise<ResumeReport> {
     this.assertOpen();
-    // a lease held by a dead process of this host cannot be renewed: free it now instead of waiting it out
     const held = await this.ledger.list({
       endpoint: this.endpoint,
       localStates: ['submitting', 'tracking', 'detached'],
     });
-    const deadHolders = new Set<string>();
-    for (const { leaseOwner: holder } of held) {
-      if (holder && holder !== this.owner && isDeadLocalOwner(holder)) deadHolders.add(holder);
-    }
-    for (const holder of deadHolders) await this.ledger.releaseAllOf(holder);
+    await this.freeLeasesOfDeadHolders(held);
     const unknownOutcome = await this.ledger.settleAbandonedSubmissions(
       this.endpoint,
       this.clock.now(),
@@ -561,7 +556,9 @@ export class TaskClient {
     this.assertSameCall(record, name, digest);
     switch (record.localState) {
       case 'submitting': {
-        const leaseLive = record.leaseExpiresAt !== undefined && record.leaseExpiresAt >= this.clock.now();
+        const holderDead = await this.freeLeasesOfDeadHolders([record]);
+        const leaseLive =
+          !holderDead && record.leaseExpiresAt !== undefined && record.leaseExpiresAt >= this.clock.now();
         if (leaseLive) {
           throw new TaskClientError(
             'leased-elsewhere',
@@ -621,11 +618,34 @@ export class TaskClient {
     const existing = this.handles.get(record.recordId);
     if (existing) return existing;
     const now = this.clock.now();
-    if (!(await this.ledger.claim(record.recordId, this.owner, now + this.leaseMs, now))) return undefined;
+    if (!(await this.claimLease(record.recordId, now))) return undefined;
     const claimed = await this.reload(record.recordId);
     // on resume the first thing is one query (S7, S12); a live handle waits for the suggested interval
     const at = queryNow ? now : now + nextPollDelay(claimed.pollIntervalMs, this.scheduler.policy, this.random);
     return this.startFollowing(claimed, at);
+  }
+
+  /** Take one record's lease: free, expired, ours, or held by a holder proven dead (then freed first). */
+  private async claimLease(recordId: string, now: number): Promise<boolean> {
+    if (await this.ledger.claim(recordId, this.owner, now + this.leaseMs, now)) return true;
+    const record = await this.ledger.get(recordId);
+    if (!record || !(await this.freeLeasesOfDeadHolders([record]))) return false;
+    return this.ledger.claim(recordId, this.owner, now + this.leaseMs, now);
+  }
+
+  /**
+   * The client's one liveness rule (DESIGN.md, rules learned in the field, 1), for every path that takes a record
+   * over (`resumeAll`, `attach`, `callTool` with a known key): a lease whose holder is proven dead is freed at once
+   * (`isDeadLocalOwner`); any other holder keeps it until it stops renewing it. True when a holder of `records` was
+   * dead.
+   */
+  private async freeLeasesOfDeadHolders(records: readonly TaskRecord[]): Promise<boolean> {
+    const dead = new Set<string>();
+    for (const { leaseOwner: holder } of records) {
+      if (holder && holder !== this.owner && !dead.has(holder) && isDeadLocalOwner(holder)) dead.add(holder);
+    }
+    for (const holder of dead) await this.ledger.releaseAllOf(holder);
+    return dead.size > 0;
   }
 
   /** Follow a record this process just claimed: a handle, and its first poll at `at`. */

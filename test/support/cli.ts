@@ -16,6 +16,8 @@ export interface CliOptions {
   ledger?: string;
   env?: Record<string, string | undefined>;
   timeoutMs?: number;
+  /** Wraps the command line (another PID namespace, say); `child` is then the wrapper. */
+  launch?: (argv: string[]) => string[];
 }
 
 export interface RunningCli {
@@ -31,7 +33,8 @@ export function startCli(args: string[], options: CliOptions = {}): RunningCli {
   const env: NodeJS.ProcessEnv = { ...process.env, FORCE_COLOR: undefined, NO_COLOR: undefined, CI: undefined };
   if (options.ledger !== undefined) env['CLOSEOUT_LEDGER'] = options.ledger;
   for (const [key, value] of Object.entries(options.env ?? {})) env[key] = value;
-  const child = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'], env });
+  const [command, ...rest] = (options.launch ?? ((argv) => argv))([process.execPath, CLI, ...args]);
+  const child = spawn(command!, rest, { stdio: ['ignore', 'pipe', 'pipe'], env });
   let stdout = '';
   let stderr = '';
   child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
