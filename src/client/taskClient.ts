@@ -244,6 +244,7 @@ export class TaskClient {
       endpoint: this.endpoint,
       localStates: ['submitting', 'tracking', 'detached'],
     });
+    // leases of holders proven dead are freed first, as on every other path (see freeLeasesOfDeadHolders)
     await this.freeLeasesOfDeadHolders(held);
     const unknownOutcome = await this.ledger.settleAbandonedSubmissions(
       this.endpoint,
