@@ -1,10 +1,13 @@
 // A `closeout serve` starting on a SQLite store that another instance holds tasks in takes them over at start only
 // when their holder is proven dead (DESIGN.md, rules learned in the field, 1): a live instance of the same host name
 // in another PID namespace keeps its tasks (none re-run, none failed as interrupted), while an instance SIGKILLed and
-// left a zombie by a parent that does not reap it is taken over at once, long before its lease would run out.
+// left a zombie by a parent that does not reap it, or whose pid the kernel handed to another process, is taken over
+// at once, long before its lease would run out.
+import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 
@@ -16,12 +19,15 @@ import { waitFor } from '../support/waitFor.js';
 const dir = mkdtempSync(join(tmpdir(), 'closeout-server-takeover-'));
 const runLog = join(dir, 'runs.jsonl');
 const live: ServeProcess[] = [];
+const labs: ChildProcess[] = [];
+const HOLDER = fileURLToPath(new URL('./fixtures/leaseHolder.mjs', import.meta.url));
 let stores = 0;
 
 beforeAll(() => requirePidNamespaces());
 
 afterEach(async () => {
   await Promise.all(live.splice(0).map((p) => p.kill()));
+  for (const lab of labs.splice(0)) lab.kill('SIGKILL');
 });
 
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -118,5 +124,43 @@ describe('start-up takeover on a shared SQLite store', { timeout: 90_000 }, () =
     });
     // the zombie is still there: it was taken for dead while its pid still existed
     expect(processState(pid)).toBe('Z');
+  });
+
+  it('takes over at once the tasks of a killed instance whose pid now belongs to another process', async () => {
+    const store = join(dir, `store-${++stores}.db`);
+    // a namespace of its own, where the kernel can be made to hand the dead instance's pid to a `sleep`
+    const argv = inNewPidNamespace([process.execPath, HOLDER, 'serve-reuse', '--store', store, '--lease-ms', '60000']);
+    const lab = spawn(argv[0]!, argv.slice(1), {
+      stdio: ['pipe', 'pipe', 'inherit'],
+      env: { ...process.env, CLOSEOUT_RUN_LOG: runLog },
+    });
+    labs.push(lab);
+    let out = '';
+    lab.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    const line = <T>(key: string) =>
+      waitFor(
+        `the lab's ${key} line`,
+        () => {
+          const found = out
+            .split('\n')
+            .filter((l) => l.startsWith('{'))
+            .map((l) => JSON.parse(l) as Record<string, unknown>)
+            .find((l) => key in l);
+          return found as T | undefined;
+        },
+        30_000,
+      );
+
+    const { first } = await line<{ first: string }>('first');
+    const report = await create(first, 'export_report', { pages: 200, pageMs: 250 });
+    await waitFor('the handler to start', () => (runsOf(report).length ? true : undefined));
+    lab.stdin!.write('kill\n');
+    const reused = await line<{ second: string; firstPid: number; reuserPid: number }>('second');
+    // precondition: the pid of the dead instance is in use by another process
+    expect(reused.reuserPid).toBe(reused.firstPid);
+
+    const reportTask = await settled(reused.second, report, 20_000);
+    expect(reportTask).toMatchObject({ status: 'failed', error: { code: -32603 } });
+    expect(String((reportTask['error'] as { message: string }).message)).toMatch(/interrupted by a server restart/);
   });
 });
