@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Runs the official MCP conformance suite (@modelcontextprotocol/conformance, see ../shared/notes/conformance.md)
-# against `closeout serve --tools conformance`: the nine runnable tasks-* scenarios and server-stateless, one by one.
-# Prints one line per scenario and exits non-zero if any check of any scenario has status FAILURE.
-# Usage: scripts/conformance.sh [SCENARIO...]   (default: the ten scenarios below)
+# against both halves, one scenario at a time:
+# - the server: `closeout serve --tools conformance` under the nine runnable tasks-* scenarios and server-stateless;
+# - the client: every client scenario that applies to a tools client at 2026-07-28 and 2025-11-25, through two small
+#   adapters, scripts/conformance/client-library.mjs (closeout/client) and client-cli.mjs (the `closeout` command).
+# Prints one line per scenario (SKIP lines say why a scenario does not apply) and exits non-zero if any check of any
+# scenario has status FAILURE.
+# Usage: scripts/conformance.sh [SCENARIO...]   (default: everything below; a name given runs that server scenario,
+#        or that client scenario at each of its versions through each adapter)
 #
 # The suite needs Node 22; it and the npm package `node@22` are installed once into .tools/conformance (gitignored).
 # Per-check results land in .conformance-results/<scenario>/ (gitignored), with the suite's log beside them.
@@ -29,8 +34,47 @@ SCENARIOS=(
   tasks-mrtr-composition
   server-stateless
 )
+
+# Client scenarios: "scenario version adapters". The suite runs the adapter with the mock server's URL appended.
+CLIENT_SCENARIOS=(
+  "tools_call 2026-07-28 library cli"
+  "tools_call 2025-11-25 library cli"
+  "initialize 2025-11-25 library cli"
+  "request-metadata 2026-07-28 library cli"
+  "http-standard-headers 2026-07-28 library cli"
+  "http-custom-headers 2026-07-28 library cli"
+  "http-invalid-tool-headers 2026-07-28 library cli"
+  "json-schema-ref-no-deref 2026-07-28 library cli"
+  "json-schema-2020-12-preservation 2026-07-28 library"
+  "json-schema-2020-12-preservation 2025-11-25 library"
+  "sse-retry 2025-11-25 library cli"
+  "sep-2322-client-request-state 2026-07-28 library cli"
+)
+# The client scenarios of the suite that do not apply, and why (printed as SKIP lines on a full run).
+CLIENT_SKIPPED=(
+  "json-schema-2020-12-preservation (cli)|the CLI prints no tool schemas to echo back; the library adapter runs it"
+  "elicitation-sep1034-client-defaults|a 2025-era elicitation/create sent on the session: closeout's client answers input as MRTR inputRequests and task inputRequests only (2026-07-28)"
+  "auth/* (30 scenarios)|OAuth client flows: closeout sends a bearer token it is given (--token, requestInit) and runs no OAuth client"
+  "sep-2640-client-* (4 scenarios)|the Skills extension, not a tools client feature"
+)
+
 # `scripts/conformance.sh SCENARIO...` runs only those (any scenario name the suite knows)
-if (($# > 0)); then SCENARIOS=("$@"); fi
+if (($# > 0)); then
+  wanted_server=()
+  wanted_client=()
+  for name in "$@"; do
+    matched=0
+    for entry in "${CLIENT_SCENARIOS[@]}"; do
+      if [[ "${entry%% *}" == "$name" ]]; then
+        wanted_client+=("$entry")
+        matched=1
+      fi
+    done
+    if ((matched == 0)); then wanted_server+=("$name"); fi
+  done
+  SCENARIOS=("${wanted_server[@]+"${wanted_server[@]}"}")
+  CLIENT_SCENARIOS=("${wanted_client[@]+"${wanted_client[@]}"}")
+fi
 
 started_at=$(date +%s%N)
 log() { printf '%s\n' "$*" >&2; }
@@ -107,25 +151,28 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-node "$ROOT/dist/cli/main.js" serve --port 0 --store "$WORK/server.db" --tools conformance \
-  >"$WORK/serve.out" 2>"$WORK/serve.err" &
-SERVER_PID=$!
-
-URL=""
-for _ in $(seq 1 200); do
-  if [[ -s "$WORK/serve.out" ]] && [[ "$(wc -l <"$WORK/serve.out")" -ge 1 ]]; then
-    URL=$(head -n 1 "$WORK/serve.out")
-    break
+start_server() {
+  node "$ROOT/dist/cli/main.js" serve --port 0 --store "$WORK/server.db" --tools conformance \
+    >"$WORK/serve.out" 2>"$WORK/serve.err" &
+  SERVER_PID=$!
+  URL=""
+  for _ in $(seq 1 200); do
+    if [[ -s "$WORK/serve.out" ]] && [[ "$(wc -l <"$WORK/serve.out")" -ge 1 ]]; then
+      URL=$(head -n 1 "$WORK/serve.out")
+      break
+    fi
+    if ! kill -0 "$SERVER_PID" 2>/dev/null; then break; fi
+    sleep 0.1
+  done
+  if [[ ! "$URL" =~ ^http://.+/mcp$ ]]; then
+    log "conformance: closeout serve did not print its URL (got '${URL}'); its stderr:"
+    cat "$WORK/serve.err" >&2 || true
+    exit 1
   fi
-  if ! kill -0 "$SERVER_PID" 2>/dev/null; then break; fi
-  sleep 0.1
-done
-if [[ ! "$URL" =~ ^http://.+/mcp$ ]]; then
-  log "conformance: closeout serve did not print its URL (got '${URL}'); its stderr:"
-  cat "$WORK/serve.err" >&2 || true
-  exit 1
-fi
-log "conformance: closeout serve --tools conformance at $URL (suite $CONFORMANCE_VERSION on Node $NODE22_VERSION)"
+  log "conformance: closeout serve --tools conformance at $URL (suite $CONFORMANCE_VERSION on Node $NODE22_VERSION)"
+}
+URL=""
+if ((${#SCENARIOS[@]} > 0)); then start_server; fi
 
 # ---- 3. the scenarios, one by one ------------------------------------------------------------------------------------
 
@@ -149,20 +196,19 @@ summarize_checks() {
 }
 
 failures=0
-for scenario in "${SCENARIOS[@]}"; do
-  out="$RESULTS/$scenario"
-  mkdir -p "$out"
-  t0=$(date +%s%N)
-  suite_status=0
-  # no --spec-version: with it, a tasks (extension) scenario is SKIPPED and exits 0
-  "$NODE22" "$SUITE" server --url "$URL" --scenario "$scenario" -o "$out" >"$out/suite.log" 2>&1 || suite_status=$?
+ran=0
+
+# Prints the verdict line of one run of the suite (LABEL, its output folder, its exit status, its start in ns).
+judge() {
+  local label=$1 out=$2 suite_status=$3 t0=$4 elapsed checks summary passed failed warnings skipped verdict
+  ran=$((ran + 1))
   elapsed=$(awk -v ns=$(($(date +%s%N) - t0)) 'BEGIN { printf "%.1f", ns / 1e9 }')
   checks=$(find "$out" -name checks.json -print -quit)
   if [[ -z "$checks" ]]; then
-    printf 'FAIL %-30s no checks.json written (suite exit %s, %ss); see %s\n' \
-      "$scenario" "$suite_status" "$elapsed" "${out#"$ROOT"/}/suite.log"
+    printf 'FAIL %-48s no checks.json written (suite exit %s, %ss); see %s\n' \
+      "$label" "$suite_status" "$elapsed" "${out#"$ROOT"/}/suite.log"
     failures=$((failures + 1))
-    continue
+    return
   fi
   summary=$(summarize_checks "$checks")
   read -r passed failed warnings skipped <<<"$(head -n 1 <<<"$summary")"
@@ -171,8 +217,8 @@ for scenario in "${SCENARIOS[@]}"; do
     verdict=FAIL
     failures=$((failures + 1))
   fi
-  printf '%s %-30s %3d passed, %d failed, %d warnings, %d skipped (%ss)\n' \
-    "$verdict" "$scenario" "$passed" "$failed" "$warnings" "$skipped" "$elapsed"
+  printf '%s %-48s %3d passed, %d failed, %d warnings, %d skipped (%ss)\n' \
+    "$verdict" "$label" "$passed" "$failed" "$warnings" "$skipped" "$elapsed"
   tail -n +2 <<<"$summary" | while IFS=$'\t' read -r kind id message; do
     [[ -n "$kind" ]] && printf '       %-7s %s: %s\n' "$kind" "$id" "$message"
   done
@@ -182,19 +228,52 @@ for scenario in "${SCENARIOS[@]}"; do
       printf '       the suite exited %s; see %s\n' "$suite_status" "${out#"$ROOT"/}/suite.log"
     fi
   fi
+}
+
+for scenario in "${SCENARIOS[@]+"${SCENARIOS[@]}"}"; do
+  out="$RESULTS/$scenario"
+  mkdir -p "$out"
+  t0=$(date +%s%N)
+  suite_status=0
+  # no --spec-version: with it, a tasks (extension) scenario is SKIPPED and exits 0
+  "$NODE22" "$SUITE" server --url "$URL" --scenario "$scenario" -o "$out" >"$out/suite.log" 2>&1 || suite_status=$?
+  judge "$scenario" "$out" "$suite_status" "$t0"
 done
 if (($# == 0)); then
-  printf 'SKIP %-30s always skipped: the suite has no runnable checks for it yet\n' tasks-status-notifications
+  printf 'SKIP %-48s always skipped: the suite has no runnable checks for it yet\n' tasks-status-notifications
+fi
+
+# the client adapters run on the project's Node (the one that built dist/), the suite on Node 22; the CLI adapter
+# starts one `closeout call` process per call, so a loaded machine gets more than the suite's default 30 s
+NODE_PROJECT=$(command -v node)
+for entry in "${CLIENT_SCENARIOS[@]+"${CLIENT_SCENARIOS[@]}"}"; do
+  read -r scenario version adapters <<<"$entry"
+  for adapter in $adapters; do
+    label="client $scenario @$version ($adapter)"
+    out="$RESULTS/client/$adapter/$version/${scenario//\//_}"
+    mkdir -p "$out"
+    t0=$(date +%s%N)
+    suite_status=0
+    "$NODE22" "$SUITE" client --command "$NODE_PROJECT $ROOT/scripts/conformance/client-$adapter.mjs" \
+      --scenario "$scenario" --spec-version "$version" --timeout 120000 -o "$out" >"$out/suite.log" 2>&1 ||
+      suite_status=$?
+    judge "$label" "$out" "$suite_status" "$t0"
+  done
+done
+if (($# == 0)); then
+  for entry in "${CLIENT_SKIPPED[@]}"; do
+    printf 'SKIP %-48s %s\n' "client ${entry%%|*}" "${entry#*|}"
+  done
 fi
 
 total=$(awk -v ns=$(($(date +%s%N) - started_at)) 'BEGIN { printf "%.1f", ns / 1e9 }')
 if [[ "$failures" -gt 0 ]]; then
-  printf 'conformance: %d of %d scenarios have failed checks (%ss); results in %s\n' \
-    "$failures" "${#SCENARIOS[@]}" "$total" "${RESULTS#"$ROOT"/}"
+  printf 'conformance: %d of %d scenario runs have failed checks (%ss); results in %s\n' \
+    "$failures" "$ran" "$total" "${RESULTS#"$ROOT"/}"
   if [[ -s "$WORK/serve.err" ]]; then
     log "conformance: closeout serve stderr (last 20 lines):"
     tail -n 20 "$WORK/serve.err" >&2
   fi
   exit 1
 fi
-printf 'conformance: all %d scenarios passed (%ss)\n' "${#SCENARIOS[@]}" "$total"
+printf 'conformance: all %d scenario runs passed (%ss)\n' "$ran" "$total"

@@ -113,6 +113,8 @@ async function runCall(url: string, tool: string, flags: CallFlags): Promise<voi
 
 /** An unknown tool is bad input: say so before anything is recorded or sent (the ledger stays as it was). */
 async function assertToolExists(client: TaskClient, url: string, tool: string): Promise<void> {
+  // a server that does not advertise tools (the SDK then answers an empty list) gets the call as it is
+  if (client.client.getServerCapabilities()?.tools === undefined) return;
   const names: string[] = [];
   try {
     let cursor: string | undefined;

@@ -19,7 +19,7 @@ export interface Check {
 }
 
 export interface DoctorOptions {
-  /** A task tool to call; default: the first listed tool that needs no arguments. */
+  /** A task tool to call; default: the first listed tool that answers with a task, its arguments from its schema. */
   tool?: string;
   args?: Record<string, unknown>;
   token?: string;
@@ -52,23 +52,29 @@ export async function runDoctor(url: string, options: DoctorOptions = {}): Promi
   }
   const extensions = (discover.result?.['capabilities'] as { extensions?: Record<string, unknown> } | undefined)
     ?.extensions;
-  if (discover.error) add('discover', 'fail', `server/discover answered ${describeError(discover)}`);
+  if (discover.error || discover.httpStatus >= 400)
+    add('discover', 'fail', `server/discover answered ${describeError(discover)}`);
   else if (extensions?.[TASKS_EXTENSION_ID] !== undefined)
     add('discover', 'pass', `server/discover declares ${TASKS_EXTENSION_ID}`);
   else add('discover', 'fail', `server/discover does not declare ${TASKS_EXTENSION_ID} in capabilities.extensions`);
 
-  const toolName = options.tool ?? (await pickTool(url, auth));
-  if (!toolName) {
-    add(
-      'task handle',
-      'fail',
-      'no tool to call: the server lists none that needs no arguments; pass --tool and --args',
-    );
-    return checks;
+  const picked = options.tool
+    ? {
+        toolName: options.tool,
+        args: options.args ?? {},
+        created: await rpc(url, 'tools/call', { name: options.tool, arguments: options.args ?? {} }, auth),
+      }
+    : await pickTool(url, auth, add);
+  if (!picked) {
+    for (const name of ['poll interval', 'Mcp-Name', 'capability']) add(name, 'skip', 'no task to check against');
+    return checkUnknownId(url, auth, add, checks);
   }
-  const created = await rpc(url, 'tools/call', { name: toolName, arguments: options.args ?? {} }, auth);
+  const { toolName, args, created } = picked;
   const taskId = created.result?.['taskId'];
-  if (created.error) {
+  if (created.error?.code === ErrorCode.MissingRequiredClientCapability) {
+    const detail = `tools/call ${toolName} answered -32021: it needs a client capability the doctor does not declare`;
+    add('task handle', 'skip', `${detail} (${created.error.message})`);
+  } else if (created.error || created.httpStatus >= 400) {
     add('task handle', 'fail', `tools/call ${toolName} answered ${describeError(created)}`);
   } else if (created.result?.['resultType'] !== 'task') {
     add('task handle', 'warn', `tools/call ${toolName} answered inline (no task); pass --tool with a task tool`);
@@ -103,7 +109,7 @@ export async function runDoctor(url: string, options: DoctorOptions = {}): Promi
     else add('capability', 'fail', `tasks/get without the extension capability answered ${describeError(undeclared)}`);
 
     if (options.resumeCheck) {
-      const context = { toolName, args: options.args ?? {}, ...(options.token && { token: options.token }) };
+      const context = { toolName, args, ...(options.token && { token: options.token }) };
       checks.push(await options.resumeCheck(url, taskId, context));
     }
     // leave nothing running on the server that the doctor started
@@ -112,22 +118,111 @@ export async function runDoctor(url: string, options: DoctorOptions = {}): Promi
     for (const name of ['poll interval', 'Mcp-Name', 'capability']) add(name, 'skip', 'no task to check against');
   }
 
+  return checkUnknownId(url, auth, add, checks);
+}
+
+type AddCheck = (name: string, status: CheckStatus, detail: string) => CheckStatus;
+
+async function checkUnknownId(url: string, auth: { token?: string }, add: AddCheck, checks: Check[]): Promise<Check[]> {
   const unknown = await rpc(url, 'tasks/get', { taskId: 'closeout-doctor-unknown-task' }, auth);
   if (unknown.error?.code === ErrorCode.InvalidParams)
     add('unknown id', 'pass', `an unknown taskId gets -32602 (${unknown.error.message})`);
   else add('unknown id', 'fail', `an unknown taskId answered ${describeError(unknown)} instead of -32602`);
-
   return checks;
 }
 
-async function pickTool(url: string, auth: { token?: string }): Promise<string | undefined> {
+/** The most listed tools the doctor calls while looking for a task tool. */
+const MAX_TOOLS_TRIED = 10;
+
+interface ListedTool {
+  name: string;
+  inputSchema?: { properties?: Record<string, Record<string, unknown>>; required?: unknown[] };
+}
+
+/**
+ * Finds a tool that answers with a task: the listed tools in order, each called with its required arguments filled
+ * from its schema (default, then enum, then examples, then const). A tool whose arguments cannot be filled, or that
+ * answers -32021 (a capability the doctor does not declare) or another error to the doctor's guessed arguments, is
+ * SKIPped with the reason and the next one tried: none of that is the server's fault.
+ */
+async function pickTool(
+  url: string,
+  auth: { token?: string },
+  add: AddCheck,
+): Promise<{ toolName: string; args: Record<string, unknown>; created: RpcResponse } | undefined> {
   const listed = await rpc(url, 'tools/list', {}, auth);
-  const tools = (listed.result?.['tools'] ?? []) as { name: string; inputSchema?: { required?: unknown[] } }[];
-  return tools.find((t) => !t.inputSchema?.required || t.inputSchema.required.length === 0)?.name;
+  const tools = listed.result?.['tools'];
+  if (listed.error || listed.httpStatus >= 400 || !Array.isArray(tools)) {
+    add('task handle', 'fail', `tools/list answered ${describeError(listed)}, so there is no tool to call`);
+    return undefined;
+  }
+  let inline: string | undefined;
+  for (const tool of (tools as ListedTool[]).slice(0, MAX_TOOLS_TRIED)) {
+    const filled = fillArguments(tool);
+    if (typeof filled === 'string') {
+      add('tool', 'skip', `${tool.name} ${filled}; trying the next tool`);
+      continue;
+    }
+    const created = await rpc(url, 'tools/call', { name: tool.name, arguments: filled }, auth);
+    if (created.error?.code === ErrorCode.MissingRequiredClientCapability) {
+      const detail = `${tool.name} answered -32021: it needs a client capability the doctor does not declare`;
+      add('tool', 'skip', `${detail} (${created.error.message}); trying the next tool`);
+      continue;
+    }
+    if (created.error || created.httpStatus >= 400) {
+      const detail = `${tool.name} refused the arguments ${JSON.stringify(filled)} the doctor took from its schema`;
+      add('tool', 'skip', `${detail}: ${describeError(created)}; trying the next tool`);
+      continue;
+    }
+    if (created.result?.['resultType'] !== 'task') {
+      inline ??= tool.name;
+      continue;
+    }
+    return { toolName: tool.name, args: filled, created };
+  }
+  const why =
+    tools.length === 0
+      ? 'the server lists no tools'
+      : inline !== undefined
+        ? `no listed tool answered with a task (${inline} answered inline)`
+        : 'no listed tool could be called with arguments from its schema';
+  add('task handle', 'warn', `${why}; pass --tool and --args to name a task tool`);
+  return undefined;
+}
+
+/** The required arguments of a tool, from its schema, or why they cannot be filled. */
+function fillArguments(tool: ListedTool): Record<string, unknown> | string {
+  const args: Record<string, unknown> = {};
+  for (const name of tool.inputSchema?.required ?? []) {
+    if (typeof name !== 'string') continue;
+    const property = tool.inputSchema?.properties?.[name] ?? {};
+    const enumValues = property['enum'];
+    const examples = property['examples'];
+    const value =
+      property['default'] ??
+      (Array.isArray(enumValues) ? enumValues[0] : undefined) ??
+      (Array.isArray(examples) ? examples[0] : undefined) ??
+      property['const'];
+    if (value === undefined) {
+      return `needs argument ${JSON.stringify(name)}, which has no default, enum, example or const in its schema`;
+    }
+    args[name] = value;
+  }
+  return args;
 }
 
 function describeError(response: RpcResponse): string {
-  if (response.error) return `${response.error.code} "${response.error.message}" (HTTP ${response.httpStatus})`;
+  if (response.httpStatus === 401) {
+    return 'HTTP 401 Unauthorized: the server wants a bearer token (pass --token)';
+  }
+  if (response.httpStatus === 403) return 'HTTP 403 Forbidden: the server refused this token';
+  const error = response.error as { code?: unknown; message?: unknown } | undefined;
+  if (error) {
+    const code = typeof error.code === 'number' ? String(error.code) : 'an error without a code';
+    const message = typeof error.message === 'string' ? ` ${JSON.stringify(error.message)}` : '';
+    return `${code}${message} (HTTP ${response.httpStatus})`;
+  }
+  if (response.result === undefined) return `HTTP ${response.httpStatus} with no JSON-RPC answer`;
   return `a result (HTTP ${response.httpStatus})`;
 }
 
@@ -142,7 +237,10 @@ export function registerDoctor(program: Command, resumeCheck?: DoctorOptions['re
     .command('doctor')
     .description('Check a live Tasks server: discovery, stable task handles, poll interval, errors, routing, resume')
     .argument('<url>', 'the server’s MCP endpoint, e.g. http://127.0.0.1:3000/mcp', parseUrl)
-    .option('--tool <name>', 'the task tool to call (default: the first listed tool that needs no arguments)')
+    .option(
+      '--tool <name>',
+      'the task tool to call (default: the first listed tool that answers with a task, its arguments filled from its schema)',
+    )
     .option('--args <json>', 'arguments for --tool, as a JSON object', parseJsonObject)
     .option('--token <token>', 'bearer token for the server')
     .option('--json', 'print one JSON document')

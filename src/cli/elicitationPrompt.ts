@@ -172,7 +172,7 @@ function showRequest(out: Output, endpoint: string, params: FormParams, context:
   });
   const c = out.c;
   out.line(
-    `${c.yellow('?')} ${c.bold('input requested')} by ${endpoint} for task ${context.taskId} (${context.toolName}), key ${JSON.stringify(serverLine(context.key))}${context.previouslyAsked ? c.dim(' (asked before, unanswered)') : ''}`,
+    `${c.yellow('?')} ${c.bold('input requested')} by ${endpoint} for ${context.taskId === undefined ? 'the call' : `task ${context.taskId}`} (${context.toolName}), key ${JSON.stringify(serverLine(context.key))}${context.previouslyAsked ? c.dim(' (asked before, unanswered)') : ''}`,
   );
   out.line(c.dim('  the server says:'));
   out.line(quoteServer(params.message ?? '(no message)'));
@@ -183,6 +183,8 @@ function showRequest(out: Output, endpoint: string, params: FormParams, context:
 }
 
 async function leave(host: InputHost, context: TaskInputContext, why: string): Promise<ElicitResult> {
+  // an MRTR round of tools/call (no task yet) cannot be left waiting: the call ends saying why
+  if (context.taskId === undefined) throw new Error(why);
   host.needsInput(context.recordId, why);
   return waitForAbort(context.signal);
 }

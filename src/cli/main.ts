@@ -26,6 +26,9 @@ const COMMANDS: Record<string, () => Promise<(program: Command) => void>> = {
   demo: async () => (await import('./demo.js')).registerDemo,
 };
 
+// stdout carries the command's own output (with --json, JSON only): whatever a library logs goes to stderr
+for (const method of ['log', 'info', 'debug', 'dir', 'table'] as const) console[method] = console.error;
+
 const program = new Command()
   .name('closeout')
   .description('Durable MCP Tasks: serve task tools, call them, and close out every result')

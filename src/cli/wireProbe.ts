@@ -3,6 +3,8 @@
  * MCP-Protocol-Version / Mcp-Method / Mcp-Name headers) and returns the server's answer unfiltered by any SDK, so
  * `closeout doctor` (and the tests) can judge what a server really says, header by header.
  */
+import { DEFAULT_CLIENT_INFO } from '../client/connect.js';
+
 export const PROTOCOL_VERSION = '2026-07-28';
 export const TASKS = 'io.modelcontextprotocol/tasks';
 
@@ -49,7 +51,8 @@ export async function rpc(
       ...params,
       _meta: {
         'io.modelcontextprotocol/protocolVersion': PROTOCOL_VERSION,
-        'io.modelcontextprotocol/clientInfo': { name: 'closeout-test', version: '0.0.0' },
+        // the probe says who it is, as every closeout client does
+        'io.modelcontextprotocol/clientInfo': DEFAULT_CLIENT_INFO,
         'io.modelcontextprotocol/clientCapabilities': capabilities,
         ...options.meta,
       },
@@ -66,6 +69,7 @@ export async function rpc(
     accept: 'application/json, text/event-stream',
     'mcp-protocol-version': PROTOCOL_VERSION,
     'mcp-method': method,
+    'user-agent': `${DEFAULT_CLIENT_INFO.name}/${DEFAULT_CLIENT_INFO.version}`,
     ...(name !== undefined && { 'mcp-name': name }),
     ...(options.token && { authorization: `Bearer ${options.token}` }),
   };

@@ -8,6 +8,8 @@ import type { TaskRecord } from './ledger/ledger.js';
 export type TaskClientErrorCode =
   /** tools/call was sent and no usable answer came back: surfaced, never re-sent silently (S13). */
   | 'unknown-outcome'
+  /** tools/call asked (MRTR) for input this client could not give: no handler, or the handler failed. Nothing ran. */
+  | 'input-unavailable'
   /** The server's answer broke the spec; what it broke is in the message. */
   | 'bad-server-output'
   /** An idempotency key was reused for a different tool or different arguments. */

@@ -18,7 +18,8 @@ import type { Ledger, RecordedError, TaskRecord } from './ledger/ledger.js';
 
 /** What a handler learns about the request besides the request itself. */
 export interface TaskInputContext {
-  taskId: string;
+  /** The task asking; undefined in an MRTR round of `tools/call`, before any task exists. */
+  taskId: string | undefined;
   recordId: string;
   /** The `inputRequests` key being answered. */
   key: string;
@@ -113,6 +114,47 @@ export class InputRouter {
     this.answered.add(`${record.recordId}\0${key}`);
     await this.send(record.recordId, taskId, { [key]: stored.response });
     return true;
+  }
+
+  /**
+   * Gather the responses to the `inputRequests` of an InputRequiredResult answering `tools/call` (MRTR, before any
+   * task exists): every key goes to its handler at once; the first failure aborts the others and is thrown. Nothing is
+   * stored: the call itself is still being submitted, and a retry after a crash starts the rounds afresh.
+   */
+  async fulfil(record: TaskRecord, inputRequests: InputRequests, signal?: AbortSignal): Promise<InputResponses> {
+    const round = new AbortController();
+    const onAbort = () => round.abort(signal?.reason);
+    signal?.addEventListener('abort', onAbort, { once: true });
+    if (signal?.aborted) round.abort(signal.reason);
+    try {
+      const entries = await Promise.all(
+        Object.entries(inputRequests).map(async ([key, request]) => {
+          const context: TaskInputContext = {
+            taskId: undefined,
+            recordId: record.recordId,
+            key,
+            toolName: record.toolName,
+            correlationId: record.correlationId,
+            previouslyAsked: false,
+            signal: round.signal,
+          };
+          try {
+            const answer = await Promise.race([this.callHandler(request, context), aborted(round.signal)]);
+            if (typeof answer !== 'object' || answer === null || Array.isArray(answer)) {
+              throw new Error(`the ${request.method} handler returned ${JSON.stringify(answer)}, not an object`);
+            }
+            return [key, answer as InputResponse] as const;
+          } catch (error) {
+            const message = `input ${key} (${request.method}): ${error instanceof Error ? error.message : String(error)}`;
+            round.abort(new Error(message));
+            throw new Error(message, { cause: error });
+          }
+        }),
+      );
+      return Object.fromEntries(entries);
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+    }
   }
 
   /** Abort the handlers still running for a record (its task ended, or it was detached). */

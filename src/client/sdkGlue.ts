@@ -14,14 +14,20 @@
  * The interception uses only the public `Transport` interface: `send` records which `tools/call` requests declared
  * the Tasks extension; `onmessage` turns a `resultType: "task"` answer to one of those into a JSON-RPC error that
  * carries the CreateTaskResult untouched, tagged with a per-transport nonce so no server error can pose as one.
- * When the SDK learns `resultType: "task"`, this file is the one to replace.
+ * `onmessage` also fills in `resultType: "complete"` where a server of an earlier revision left it out (the SDK's 2026
+ * codec would refuse the result). When the SDK learns `resultType: "task"`, this file is the one to replace.
  */
 import { randomUUID } from 'node:crypto';
 
 import type { JSONRPCMessage, Transport } from '@modelcontextprotocol/client';
 import { isJSONRPCRequest, isJSONRPCResultResponse, ProtocolError } from '@modelcontextprotocol/client';
 
-import { CLIENT_CAPABILITIES_META_KEY, TASK_RESULT_TYPE, TASKS_EXTENSION_ID } from '../protocol/index.js';
+import {
+  CLIENT_CAPABILITIES_META_KEY,
+  PROTOCOL_VERSION_META_KEY,
+  TASK_RESULT_TYPE,
+  TASKS_EXTENSION_ID,
+} from '../protocol/index.js';
 
 /** A server-defined JSON-RPC code (-32000..-32099) used only between this module and the TaskClient. */
 export const TASK_CARRIER_ERROR_CODE = -32099;
@@ -48,18 +54,22 @@ export function attachTaskResultCarrier(transport: Transport): TaskResultCarrier
   const nonce = randomUUID();
   // ids of tools/call requests that declared the extension and are not answered yet
   const declaring = new Set<string | number>();
+  // ids of requests sent with the 2026-07-28 envelope and not answered yet
+  const modern = new Set<string | number>();
 
   const send = transport.send.bind(transport);
   transport.send = (message, options) => {
-    if (isJSONRPCRequest(message) && message.method === 'tools/call' && declaresTasks(message.params)) {
-      declaring.add(message.id);
+    if (isJSONRPCRequest(message)) {
+      if (message.method === 'tools/call' && declaresTasks(message.params)) declaring.add(message.id);
+      if (hasModernEnvelope(message.params)) modern.add(message.id);
     }
     return send(message, options);
   };
 
-  const carry = (message: JSONRPCMessage): JSONRPCMessage => {
-    if (!('id' in message) || message.id === undefined || message.id === null) return message;
-    if (!declaring.delete(message.id)) return message;
+  const carry = (received: JSONRPCMessage): JSONRPCMessage => {
+    if (!('id' in received) || received.id === undefined || received.id === null) return received;
+    const message = modern.delete(received.id) ? completeByDefault(received) : received;
+    if (!declaring.delete(received.id)) return message;
     if (!isJSONRPCResultResponse(message)) return message;
     const result = message.result as Record<string, unknown>;
     if (result['resultType'] !== TASK_RESULT_TYPE) return message;
@@ -104,6 +114,22 @@ export function attachTaskResultCarrier(transport: Transport): TaskResultCarrier
   };
   carriers.set(transport, carrier);
   return carrier;
+}
+
+/**
+ * basic/index "ResultType": for backward compatibility with servers of earlier revisions, clients MUST treat an
+ * absent `resultType` as "complete". The SDK's 2026 codec refuses such a result instead, so it is filled in here.
+ */
+function completeByDefault(message: JSONRPCMessage): JSONRPCMessage {
+  if (!isJSONRPCResultResponse(message)) return message;
+  const result = message.result as Record<string, unknown> | undefined;
+  if (typeof result !== 'object' || result === null || result['resultType'] !== undefined) return message;
+  return { ...message, result: { ...result, resultType: 'complete' } };
+}
+
+function hasModernEnvelope(params: unknown): boolean {
+  const meta = (params as { _meta?: Record<string, unknown> } | undefined)?._meta;
+  return meta?.[PROTOCOL_VERSION_META_KEY] !== undefined;
 }
 
 /** spec: a server MUST NOT return CreateTaskResult to a request that did not declare the extension. */

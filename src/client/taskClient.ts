@@ -12,7 +12,7 @@
  */
 import { randomUUID } from 'node:crypto';
 
-import type { CallToolResult, Client, ClientCapabilities } from '@modelcontextprotocol/client';
+import type { CallToolRequest, CallToolResult, Client, ClientCapabilities } from '@modelcontextprotocol/client';
 import { ProtocolError } from '@modelcontextprotocol/client';
 
 import { isDeadLocalOwner, newLeaseOwner } from '../leaseOwner.js';
@@ -29,6 +29,7 @@ import {
 } from '../protocol/index.js';
 import { argumentsDigest } from './argumentsDigest.js';
 import { TaskClientError } from './errors.js';
+import { callThroughInputRounds, InputRoundsError } from './inputRounds.js';
 import type { TaskInputHandlers } from './inputRouter.js';
 import { capabilitiesForHandlers, InputRouter } from './inputRouter.js';
 import type { HistoryEntry, Ledger, LedgerFilter, ObservedTask, RecordedError, TaskRecord } from './ledger/ledger.js';
@@ -470,13 +471,22 @@ export class TaskClient {
     await this.ledger.markSent(record.recordId, this.owner, this.clock.now());
     let result: CallToolResult;
     try {
-      result = (await this.client.callTool(
-        { name: record.toolName, arguments: record.arguments, _meta: meta },
-        { timeout: this.requestTimeoutMs, ...(signal ? { signal } : {}) },
-      )) as CallToolResult;
+      // MRTR rounds (an InputRequiredResult before any task) are answered here, through the input handlers
+      result = (await callThroughInputRounds({
+        params: { name: record.toolName, arguments: record.arguments, _meta: meta },
+        send: (params) =>
+          this.client.callTool(params as CallToolRequest['params'], {
+            timeout: this.requestTimeoutMs,
+            allowInputRequired: true,
+            ...(signal ? { signal } : {}),
+          }),
+        fulfil: (inputRequests) => this.inputs.fulfil(record, inputRequests, signal),
+        signal,
+      })) as CallToolResult;
     } catch (error) {
       const carried = carrier.extract(error);
       if (carried) return this.acceptTask(record, carried);
+      if (error instanceof InputRoundsError) throw await this.failInputRounds(record, error);
       throw await this.failSubmission(record, error);
     }
     await this.ledger.close(
@@ -517,6 +527,32 @@ export class TaskClient {
     const delay = needsDetail ? 0 : nextPollDelay(task.pollIntervalMs, this.scheduler.policy, this.random);
     this.scheduler.schedule(record.recordId, now + delay);
     return handle;
+  }
+
+  /**
+   * The server answered every round, but asked for input this client could not give, or too many rounds, or broke
+   * the InputRequiredResult shape: nothing ran on the server (MRTR comes before any task), so the record is closed
+   * with the reason, not left `unknown-outcome`.
+   */
+  private async failInputRounds(record: TaskRecord, error: InputRoundsError): Promise<TaskClientError> {
+    const now = this.clock.now();
+    const reason =
+      error.reason === 'input-unavailable'
+        ? `tools/call needs input this client could not give: ${error.message}`
+        : `tools/call did not end its input rounds: ${error.message}`;
+    const kind = error.reason === 'input-unavailable' ? 'input' : 'server-output';
+    await this.ledger.close(
+      record.recordId,
+      this.owner,
+      { localState: 'terminal', reason, lastError: { kind, message: error.message, at: now } },
+      now,
+    );
+    const closed = await this.emitClosed(record.recordId);
+    return new TaskClientError(
+      error.reason === 'input-unavailable' ? 'input-unavailable' : 'bad-server-output',
+      `${reason} (record ${record.recordId})`,
+      { record: closed ?? record, cause: error },
+    );
   }
 
   /** Record why a submission did not produce a result or handle, and build the error to throw. */

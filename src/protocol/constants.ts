@@ -4,6 +4,9 @@ export const TASKS_EXTENSION_ID = 'io.modelcontextprotocol/tasks';
 /** Per-request client capabilities live under this `_meta` key (MCP 2026-07-28, basic/index "_meta"). */
 export const CLIENT_CAPABILITIES_META_KEY = 'io.modelcontextprotocol/clientCapabilities';
 
+/** The protocol revision of a request lives under this `_meta` key (MCP 2026-07-28, basic/index "_meta"). */
+export const PROTOCOL_VERSION_META_KEY = 'io.modelcontextprotocol/protocolVersion';
+
 /** Closeout's own `_meta` key for idempotent task creation; servers that are not Closeout ignore it. */
 export const IDEMPOTENCY_KEY_META_KEY = 'io.closeout/idempotencyKey';
 

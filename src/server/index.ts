@@ -9,6 +9,7 @@ export { openTaskStore } from './store/openTaskStore.js';
 export { PostgresTaskStore, type PostgresTaskStoreOptions } from './store/postgresTaskStore.js';
 export { SqliteTaskStore, type SqliteTaskStoreOptions } from './store/sqliteTaskStore.js';
 export type {
+  InputCapabilities,
   LeaseRef,
   NewTask,
   StoredInput,
@@ -23,6 +24,7 @@ export type { RegisteredTaskTool, TaskServerOptions } from './taskServer.js';
 export { INTERRUPTED_MESSAGE, TaskServer } from './taskServer.js';
 export type {
   AbortCause,
+  InputKind,
   PollIntervalPolicy,
   TaskContext,
   TaskHandler,
@@ -31,4 +33,4 @@ export type {
   TaskToolOptions,
   ToolArgs,
 } from './taskTool.js';
-export { TaskAbortedError } from './taskTool.js';
+export { InputNotDeclaredError, TaskAbortedError } from './taskTool.js';

@@ -23,6 +23,7 @@ import {
   TASKS_EXTENSION_ID,
   UpdateTaskParamsSchema,
 } from '../protocol/index.js';
+import { inputCapabilitiesOf } from './inputCapabilities.js';
 import type { RegisteredTaskTool, TaskServer } from './taskServer.js';
 
 /** Resolves the caller's principal for a request; tasks are bound to it. */
@@ -146,10 +147,14 @@ function registerTaskMethods(mcp: McpServer, tasks: TaskServer, principal: (ctx:
   );
 }
 
-function declaresTasks(ctx: ServerContext): boolean {
-  // the published typings declare the envelope as {}; it carries the per-request client capabilities
+/** The request's declared client capabilities (the SDK's typings declare the envelope as {}). */
+function clientCapabilitiesOf(ctx: ServerContext): unknown {
   const envelope = (ctx.mcpReq as { envelope?: Record<string, unknown> }).envelope;
-  const capabilities = envelope?.[CLIENT_CAPABILITIES_META_KEY] as { extensions?: Record<string, unknown> } | undefined;
+  return envelope?.[CLIENT_CAPABILITIES_META_KEY];
+}
+
+function declaresTasks(ctx: ServerContext): boolean {
+  const capabilities = clientCapabilitiesOf(ctx) as { extensions?: Record<string, unknown> } | undefined;
   const declared = capabilities?.extensions?.[TASKS_EXTENSION_ID];
   return typeof declared === 'object' && declared !== null;
 }
@@ -196,7 +201,7 @@ async function callAsTask(
     if (isInputRequired(prepared)) return prepared;
     args = prepared as JsonObject;
   }
-  return tasks.createTask(tool, args, principal, idempotencyKey);
+  return tasks.createTask(tool, args, principal, idempotencyKey, inputCapabilitiesOf(clientCapabilitiesOf(ctx)));
 }
 
 function isInputRequired(value: unknown): boolean {

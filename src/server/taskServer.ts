@@ -18,9 +18,17 @@ import type {
   JsonRpcError,
 } from '../protocol/index.js';
 import { ErrorCode, InputKeySchema, InputRequestSchema, isTerminalStatus } from '../protocol/index.js';
+import { undeclaredInput } from './inputCapabilities.js';
 import { describeRefusal, measureJson, resolveLimits, type TaskLimits } from './limits.js';
 import { toPollIntervalPolicy } from './pollInterval.js';
-import type { LeaseRef, StoredTask, TaskSignal, TaskStore, TerminalOutcome } from './store/taskStore.js';
+import type {
+  InputCapabilities,
+  LeaseRef,
+  StoredTask,
+  TaskSignal,
+  TaskStore,
+  TerminalOutcome,
+} from './store/taskStore.js';
 import { OpenTaskLimitError } from './store/taskStore.js';
 import { newTaskId } from './taskId.js';
 import type {
@@ -32,7 +40,7 @@ import type {
   TaskToolConfig,
   ToolArgs,
 } from './taskTool.js';
-import { TaskAbortedError } from './taskTool.js';
+import { InputNotDeclaredError, TaskAbortedError } from './taskTool.js';
 
 const HOUR_MS = 3_600_000;
 
@@ -67,6 +75,9 @@ export interface RegisteredTaskTool {
 
 interface RunningTask {
   lease: LeaseRef;
+  toolName: string;
+  /** The input kinds the creating request declared (DESIGN.md rule 6); undefined for tasks that predate them. */
+  inputCapabilities: InputCapabilities | undefined;
   controller: AbortController;
   /** Input keys the handler waits on, with how to resume it. */
   waiters: Map<string, { resolve: (response: InputResponse) => void; reject: (error: unknown) => void }>;
@@ -190,6 +201,8 @@ export class TaskServer {
     args: JsonObject,
     principal: string,
     idempotencyKey: string | undefined,
+    /** What the creating request declared; kept with the task so `ctx.input()` asks only for those (rule 6). */
+    inputCapabilities?: InputCapabilities,
   ): Promise<CreateTaskResult> {
     const measured = measureJson(args, this.limits.maxArgumentsBytes, this.limits.maxJsonDepth);
     if (!measured.ok) {
@@ -210,6 +223,7 @@ export class TaskServer {
         pollIntervalMs: tool.pollInterval(0),
         resumable: tool.resumable,
         idempotencyKey,
+        inputCapabilities,
         leaseOwner: this.instanceId,
         leaseExpiresAt: now + this.leaseMs,
         ...(this.limits.maxOpenTasksPerPrincipal !== Infinity && {
@@ -348,6 +362,8 @@ export class TaskServer {
     const controller = new AbortController();
     const run: RunningTask = {
       lease,
+      toolName: task.toolName,
+      inputCapabilities: task.inputCapabilities,
       controller,
       waiters: new Map(),
       cancelTimer: undefined,
@@ -407,6 +423,16 @@ export class TaskServer {
     const validRequest = InputRequestSchema.safeParse(request);
     if (!validRequest.success) throw new Error(`input request ${key} is not an elicitation, sampling or roots request`);
     run.controller.signal.throwIfAborted();
+    const missing = undeclaredInput(validRequest.data, run.inputCapabilities);
+    if (missing) {
+      const asked = missing.mode === undefined ? request.method : `${request.method} in ${missing.mode} mode`;
+      throw new InputNotDeclaredError(
+        key,
+        missing.kind,
+        missing.mode,
+        `Tool ${run.toolName} asked for input ${JSON.stringify(key)} (${asked}), but the request that created task ${run.lease.taskId} did not declare ${missing.needs} in its client capabilities; a server must not send input requests the client has not declared`,
+      );
+    }
     if (run.waiters.has(key)) throw new Error(`input key ${key} is already awaited`);
     if (run.waiters.size >= this.limits.maxInputRequestsPerTask) {
       throw new Error(

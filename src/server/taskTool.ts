@@ -79,3 +79,31 @@ export class TaskAbortedError extends Error {
     this.cause = cause;
   }
 }
+
+/** The input kinds of MRTR a client can declare: elicitation (by mode), sampling and roots. */
+export type InputKind = 'elicitation' | 'sampling' | 'roots';
+
+/**
+ * `ctx.input()` asked for input of a kind the request that created the task did not declare in its client
+ * capabilities (core MRTR: servers MUST NOT send input requests the client has not declared support for; elicitation:
+ * MUST NOT send modes the client does not support). Nothing was sent and the task did not change. Catch it to fall
+ * back (a default, a safer path, an `isError` result); left uncaught, the task ends `failed` with this error, code
+ * -32021 and the missing capability in `data.requiredCapabilities`.
+ */
+export class InputNotDeclaredError extends Error {
+  readonly code = -32021;
+  readonly data: { requiredCapabilities: Record<string, unknown> };
+  constructor(
+    readonly key: string,
+    readonly kind: InputKind,
+    /** The elicitation mode asked for; undefined for sampling and roots. */
+    readonly mode: string | undefined,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'InputNotDeclaredError';
+    this.data = {
+      requiredCapabilities: mode === undefined ? { [kind]: {} } : { [kind]: { [mode]: {} } },
+    };
+  }
+}

@@ -1,5 +1,6 @@
 // Interoperability: the official @modelcontextprotocol/ext-tasks client (0.2.x) drives a real `closeout serve` over
-// HTTP through a task with an input request and through a cancelled task, and what it concludes is what the server
+// HTTP through a task with an input request, a task that needs input from a client that declared none (it fails,
+// nothing is asked), and a cancelled task, and what it concludes is what the server
 // says (tasks/get) and what the server stored. Nothing here is Closeout's client: the wire alone has to agree.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -63,7 +64,10 @@ const rawDispatch: RawClientDispatch = async (request, options) => {
     : { kind: 'result', result: message.result! };
 };
 
-async function session(onInput: (request: ApplicationInputRequest, inputId: string | undefined) => unknown) {
+async function session(
+  onInput: (request: ApplicationInputRequest, inputId: string | undefined) => unknown,
+  clientCapabilities: Record<string, Record<string, never>> = { elicitation: {} },
+) {
   const client = new Client(CLIENT_INFO, { versionNegotiation: { mode: 'auto' } });
   await client.connect(new StreamableHTTPClientTransport(new URL(server.url)));
   const tasks = createTaskSessionFromClient(client, {
@@ -72,7 +76,7 @@ async function session(onInput: (request: ApplicationInputRequest, inputId: stri
     v2RequestFraming: {
       protocolVersion: PROTOCOL_VERSION,
       clientInfo: CLIENT_INFO,
-      clientCapabilities: { elicitation: {} },
+      clientCapabilities,
     },
     onInputRequest: async (request, context) => onInput(request, context.inputId) as never,
   });
@@ -126,6 +130,21 @@ describe('the official ext-tasks client against closeout serve', () => {
     expect((view['result'] as { content: Array<{ text: string }> }).content[0]?.text).toBe(
       'Deployed to staging (interop)',
     );
+  });
+
+  it('never asks a client that declares no elicitation: the task fails with -32021 and nothing is asked', async () => {
+    // DESIGN.md rule 6 (MRTR: servers MUST NOT send input requests the client has not declared)
+    const asked: string[] = [];
+    const tasks = await session((request) => asked.push(request.kind), {});
+    const execution = await tasks.callTool('approve_deploy', { env: 'staging', deployMs: 0 });
+    expect(execution.kind).toBe('task');
+    const { outcome } = await execution.settle();
+    const taskId = (execution as { handle: { taskId: string } }).handle.taskId;
+    const view = await serverView(taskId);
+    expect(view).toMatchObject({ status: 'failed', error: { code: -32021 } });
+    expect((view['error'] as { message: string }).message).toContain('did not declare elicitation');
+    expect(outcome.status).toBe('failed');
+    expect(asked).toEqual([]);
   });
 
   it('cancels a running task and agrees with the server that it was cancelled', async () => {

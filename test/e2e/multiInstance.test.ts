@@ -98,7 +98,12 @@ afterAll(async () => {
 describe('many instances on one PostgreSQL database', () => {
   it('input and cancel sent to one instance reach the handler on the other within a second', async () => {
     const [a, b] = instances.map((p) => p.url) as [string, string];
-    const deploy = await rpc(a, 'tools/call', { name: 'approve_deploy', arguments: { env: 'staging', deployMs: 0 } });
+    const deploy = await rpc(
+      a,
+      'tools/call',
+      { name: 'approve_deploy', arguments: { env: 'staging', deployMs: 0 } },
+      { capabilities: { elicitation: {} } },
+    );
     const deployId = deploy.result!['taskId'] as string;
     await waitFor('the approval request, read on the other instance', async () =>
       (await rpc(b, 'tasks/get', { taskId: deployId })).result?.['status'] === 'input_required' ? true : undefined,

@@ -80,7 +80,12 @@ async function settled(url: string, taskId: string): Promise<Record<string, unkn
 }
 
 async function createTask(url: string, name: string, args: Record<string, unknown>): Promise<string> {
-  const answer = await rpc(url, 'tools/call', { name, arguments: args }, { token: ALICE });
+  const answer = await rpc(
+    url,
+    'tools/call',
+    { name, arguments: args },
+    { token: ALICE, capabilities: { elicitation: {} } },
+  );
   const taskId = answer.result?.['taskId'];
   if (typeof taskId !== 'string') throw new Error(`${name} created no task: ${JSON.stringify(answer)}`);
   return taskId;

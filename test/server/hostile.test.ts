@@ -223,7 +223,14 @@ beforeAll(async () => {
   );
   db = new Database(server.store.path);
   const create = async (name: string, args: Record<string, unknown> = {}) =>
-    (await rpc(server.url, 'tools/call', { name, arguments: args }, { token: ALICE })).result!['taskId'] as string;
+    (
+      await rpc(
+        server.url,
+        'tools/call',
+        { name, arguments: args },
+        { token: ALICE, capabilities: { elicitation: {} } },
+      )
+    ).result!['taskId'] as string;
   victims['completed'] = await create('echo', { victim: true });
   victims['failed'] = await create('fails');
   victims['working'] = await create('gated');
@@ -608,7 +615,12 @@ describe('replayed and reordered tasks/update', () => {
         fc.array(update, { minLength: 1, maxLength: 6 }),
         fc.boolean(),
         async (keys, updates, replayConcurrently) => {
-          const created = await rpc(server.url, 'tools/call', { name: 'asks', arguments: { keys } }, { token: ALICE });
+          const created = await rpc(
+            server.url,
+            'tools/call',
+            { name: 'asks', arguments: { keys } },
+            { token: ALICE, capabilities: { elicitation: {} } },
+          );
           const taskId = created.result!['taskId'] as string;
           const outstanding = async () => {
             const r = await rpc(server.url, 'tasks/get', { taskId }, { token: ALICE });

@@ -91,7 +91,12 @@ describe('isolation between principals', () => {
       { serve: { tokens: { [ALICE]: 'alice', [BOB]: 'bob' } } },
     );
     const create = async (name: string) => {
-      const r = await rpc(server.url, 'tools/call', { name, arguments: { for: 'alice' } }, { token: ALICE });
+      const r = await rpc(
+        server.url,
+        'tools/call',
+        { name, arguments: { for: 'alice' } },
+        { token: ALICE, capabilities: { elicitation: {} } },
+      );
       return r.result!['taskId'] as string;
     };
     const reach = (taskId: string, status: string) =>

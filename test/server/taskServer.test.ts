@@ -106,7 +106,8 @@ const settled = (taskId: string, token = ALICE) =>
     return status === 'completed' || status === 'failed' || status === 'cancelled' ? r.result! : undefined;
   });
 async function createTask(name: string, args: Record<string, unknown> = {}, token = ALICE): Promise<string> {
-  const created = await call(name, args, token);
+  // every task here may ask for form input: the request declares it (DESIGN.md rule 6)
+  const created = await rpc(url, 'tools/call', { name, arguments: args }, { token, capabilities: { elicitation: {} } });
   expect(created.error).toBeUndefined();
   expect(created.result?.['resultType']).toBe('task');
   return created.result!['taskId'] as string;

@@ -11,6 +11,7 @@ import pg from 'pg';
 
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
 import type {
+  InputCapabilities,
   LeaseRef,
   NewTask,
   StoredInput,
@@ -88,6 +89,8 @@ const MIGRATIONS: readonly string[] = [
    CREATE TABLE closeout_purged_tasks (task_id TEXT PRIMARY KEY, purged_at BIGINT NOT NULL);`,
   // a tombstone remembers its owner: only the owner may learn that the id existed
   `ALTER TABLE closeout_purged_tasks ADD COLUMN owner TEXT;`,
+  // the input kinds the creating request declared (JSON text; NULL for tasks created before): DESIGN.md rule 6
+  `ALTER TABLE closeout_tasks ADD COLUMN input_capabilities TEXT;`,
 ];
 
 const OPEN = `status IN ('working','input_required')`;
@@ -114,8 +117,8 @@ const SQL = {
   // the winner's commit)
   insert: `INSERT INTO closeout_tasks (task_id, owner, tool_name, arguments, status, status_message, created_at,
              last_updated_at, ttl_ms, expires_at, poll_interval_ms, resumable, idempotency_key, lease_owner,
-             lease_expires_at)
-           VALUES ($1, $2, $3, $4, 'working', $5, $6, $6, $7, $8, $9, $10, $11, $12, $13)
+             lease_expires_at, input_capabilities)
+           VALUES ($1, $2, $3, $4, 'working', $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14)
            ON CONFLICT DO NOTHING
            RETURNING *`,
   // the open-task limit: count and insert under one per-owner lock, so concurrent creates cannot both squeeze in
@@ -238,6 +241,7 @@ interface TaskRow {
   lease_expires_at: string | null;
   fence: number;
   attempt: number;
+  input_capabilities: string | null;
   /** Absent from RETURNING of a fresh insert: a new task has no inputs. */
   inputs?: InputRow[] | null;
 }
@@ -359,6 +363,7 @@ export class PostgresTaskStore implements TaskStore {
       task.idempotencyKey ?? null,
       task.leaseOwner,
       task.leaseExpiresAt,
+      task.inputCapabilities === undefined ? null : JSON.stringify(task.inputCapabilities),
     ]);
     if (inserted.rows[0]) return { task: toTask(inserted.rows[0]), created: true };
     const existing = await this.byIdempotencyKey(db, task);
@@ -672,6 +677,8 @@ function toTask(row: TaskRow): StoredTask {
     fence: row.fence,
     attempt: row.attempt,
     inputs,
+    inputCapabilities:
+      row.input_capabilities === null ? undefined : (JSON.parse(row.input_capabilities) as InputCapabilities),
   };
 }
 

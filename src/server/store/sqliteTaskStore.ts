@@ -9,6 +9,7 @@ import type { Checkpointer } from '../../sqliteCheckpointer.js';
 import { startCheckpointer } from '../../sqliteCheckpointer.js';
 import { openSqliteFile } from '../../sqliteFile.js';
 import type {
+  InputCapabilities,
   LeaseRef,
   NewTask,
   StoredInput,
@@ -63,6 +64,8 @@ const MIGRATIONS: readonly string[] = [
   `CREATE INDEX tasks_open_owner ON tasks (owner) WHERE status IN ('working','input_required');`,
   // a tombstone remembers its owner: only the owner may learn that the id existed
   `ALTER TABLE purged_tasks ADD COLUMN owner TEXT;`,
+  // the input kinds the creating request declared (JSON text; NULL for tasks created before): DESIGN.md rule 6
+  `ALTER TABLE tasks ADD COLUMN input_capabilities TEXT;`,
 ];
 
 const OPEN = `status IN ('working','input_required')`;
@@ -87,6 +90,7 @@ interface TaskRow {
   lease_expires_at: number | null;
   fence: number;
   attempt: number;
+  input_capabilities: string | null;
 }
 
 interface InputRow {
@@ -125,9 +129,11 @@ export class SqliteTaskStore implements TaskStore {
     this.stmt = {
       insert: db.prepare(
         `INSERT INTO tasks (task_id, owner, tool_name, arguments, status, status_message, created_at, last_updated_at,
-           ttl_ms, expires_at, poll_interval_ms, resumable, idempotency_key, lease_owner, lease_expires_at)
+           ttl_ms, expires_at, poll_interval_ms, resumable, idempotency_key, lease_owner, lease_expires_at,
+           input_capabilities)
          VALUES (@taskId, @owner, @toolName, @arguments, 'working', @statusMessage, @createdAt, @createdAt,
-           @ttlMs, @expiresAt, @pollIntervalMs, @resumable, @idempotencyKey, @leaseOwner, @leaseExpiresAt)
+           @ttlMs, @expiresAt, @pollIntervalMs, @resumable, @idempotencyKey, @leaseOwner, @leaseExpiresAt,
+           @inputCapabilities)
          ON CONFLICT DO NOTHING`,
       ),
       byIdempotencyKey: db.prepare(`SELECT * FROM tasks WHERE owner = ? AND idempotency_key = ?`),
@@ -227,6 +233,7 @@ export class SqliteTaskStore implements TaskStore {
           idempotencyKey: task.idempotencyKey ?? null,
           leaseOwner: task.leaseOwner,
           leaseExpiresAt: task.leaseExpiresAt,
+          inputCapabilities: task.inputCapabilities === undefined ? null : JSON.stringify(task.inputCapabilities),
         });
         // the row is exactly what was just inserted: built, not read back (two statements fewer on every create)
         if (info.changes === 1) return { task: insertedTask(task, argumentsJson), created: true };
@@ -413,6 +420,8 @@ export class SqliteTaskStore implements TaskStore {
       fence: row.fence,
       attempt: row.attempt,
       inputs,
+      inputCapabilities:
+        row.input_capabilities === null ? undefined : (JSON.parse(row.input_capabilities) as InputCapabilities),
     };
   }
 }
@@ -441,5 +450,6 @@ function insertedTask(task: NewTask, argumentsJson: string): StoredTask {
     fence: 1,
     attempt: 1,
     inputs: [],
+    inputCapabilities: task.inputCapabilities,
   };
 }

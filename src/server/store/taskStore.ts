@@ -42,6 +42,22 @@ export interface StoredTask {
   attempt: number;
   /** Every input request of the task's life, in the order they were raised. */
   inputs: StoredInput[];
+  /**
+   * The input kinds the creating request declared in its client capabilities (DESIGN.md rule 6): the handler may ask
+   * only for these. Undefined for a task created before the store kept them.
+   */
+  inputCapabilities: InputCapabilities | undefined;
+}
+
+/**
+ * The part of a request's declared client capabilities that says which input requests the client can answer
+ * (MRTR: servers MUST NOT send input requests the client has not declared support for).
+ */
+export interface InputCapabilities {
+  /** The elicitation modes declared; absent when elicitation was not declared (`{}` declares form only). */
+  elicitation?: { form?: JsonObject; url?: JsonObject } | undefined;
+  sampling?: JsonObject | undefined;
+  roots?: JsonObject | undefined;
 }
 
 export interface NewTask {
@@ -55,6 +71,8 @@ export interface NewTask {
   resumable: boolean;
   idempotencyKey?: string | undefined;
   statusMessage?: string | undefined;
+  /** The input kinds the creating request declared; kept for the task's life, across restarts and instances. */
+  inputCapabilities?: InputCapabilities | undefined;
   /** The creating instance holds the lease from the start. */
   leaseOwner: string;
   leaseExpiresAt: number;

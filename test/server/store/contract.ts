@@ -122,6 +122,22 @@ export function describeTaskStoreContract(
         expect((await read(task.taskId, second)).statusMessage).toBe('halfway');
       });
 
+      it('keeps the input kinds the creating request declared, through get, idempotent replay and takeover', async () => {
+        // invariant (DESIGN.md rule 6): the declaration belongs to the task, so a new owner reads it from the row
+        const inputCapabilities = { elicitation: { form: {}, url: {} }, roots: { listChanged: true } };
+        const task = await created({ inputCapabilities, idempotencyKey: 'caps-key' });
+        expect(task.inputCapabilities).toEqual(inputCapabilities);
+        expect((await read(task.taskId)).inputCapabilities).toEqual(inputCapabilities);
+        const replay = await store.create(newTask({ idempotencyKey: 'caps-key', inputCapabilities: {} }));
+        expect(replay.created).toBe(false);
+        expect(replay.task.inputCapabilities).toEqual(inputCapabilities);
+        const [claimed] = await store.claimOrphans('instance-b', T0 + 31 * SECOND, T0 + 61 * SECOND, 10);
+        expect(claimed?.inputCapabilities).toEqual(inputCapabilities);
+        // nothing declared is not the same as not recorded
+        expect((await created({ inputCapabilities: {} })).inputCapabilities).toEqual({});
+        expect((await read((await created()).taskId)).inputCapabilities).toBeUndefined();
+      });
+
       it('round-trips every field of a new task exactly', async () => {
         // invariant: what create was given is what get returns, including JSON that some column types reject
         const args = {
