@@ -508,19 +508,17 @@ export class TaskClient {
       });
     }
     const committed = await this.reload(record.recordId);
-    const handle = new TaskHandle(committed as TaskRecord & { taskId: string }, this.driver());
     this.emit({ type: 'status', record: committed });
     if (committed.localState === 'terminal') {
       this.emit({ type: 'closed', record: committed });
-      return handle;
+      return this.closedHandle(committed);
     }
-    this.handles.set(record.recordId, handle);
     // the first tasks/get waits for the server's suggested interval, like every later one (S5), unless the seed
     // state already asks for something only tasks/get carries (a terminal result, the inputRequests)
     const needsDetail = isTerminalStatus(task.status) || task.status === 'input_required';
     const delay = needsDetail ? 0 : nextPollDelay(task.pollIntervalMs, this.scheduler.policy, this.random);
-    this.scheduler.schedule(record.recordId, now + delay);
-    return handle;
+    // an attach() or resumeAll() that ran while the taskId was being committed may hold the handle already
+    return this.startFollowing(committed, now + delay);
   }
 
   /** Record why a submission did not produce a result or handle, and build the error to throw. */
@@ -628,8 +626,14 @@ export class TaskClient {
     return this.startFollowing(claimed, at);
   }
 
-  /** Follow a record this process just claimed: a handle, and its first poll at `at`. */
+  /**
+   * Follow a record this process just claimed: a handle, and its first poll at `at`. One record has one live handle
+   * (issue 13 item 7): when concurrent attach(), resumeAll() or callTool() calls claimed it too (a claim of a lease
+   * already ours succeeds), they all get the handle the first one made, which is the one every poll updates.
+   */
   private startFollowing(record: TaskRecord, at: number): TaskHandle {
+    const live = this.handles.get(record.recordId);
+    if (live) return live;
     const handle = new TaskHandle(record as TaskRecord & { taskId: string }, this.driver());
     this.handles.set(record.recordId, handle);
     this.scheduler.schedule(record.recordId, at);
