@@ -135,6 +135,8 @@ export class TaskClient {
   >();
   /** Per-record chain: polls, refreshes and cancels of one record never overlap. */
   private readonly serial = new Map<string, Promise<unknown>>();
+  /** Public operations under way (callTool, resubmit, attach, resumeAll): close() lets each finish first. */
+  private readonly operations = new Set<Promise<unknown>>();
   private readonly leaseMs: number;
   private readonly requestTimeoutMs: number;
   private readonly ttlGraceMs: number;
@@ -187,6 +189,10 @@ export class TaskClient {
     options: CallToolOptions = {},
   ): Promise<CallToolResult | TaskHandle> {
     this.assertOpen();
+    return this.operation(this.startCall(name, args, options));
+  }
+
+  private startCall(name: string, args: JsonObject, options: CallToolOptions): Promise<CallToolResult | TaskHandle> {
     const digest = argumentsDigest(args);
     const key = options.idempotencyKey;
     if (key === undefined) return this.submitNew(name, args, digest, options);
@@ -238,8 +244,12 @@ export class TaskClient {
    * Take up every open record of this endpoint after a crash or restart (S12): submissions left `submitting` by a
    * dead process become `unknown-outcome`; each open task is queried once before anything else (S7).
    */
-  async resumeAll(): Promise<ResumeReport> {
+  resumeAll(): Promise<ResumeReport> {
     this.assertOpen();
+    return this.operation(this.resumeOpen());
+  }
+
+  private async resumeOpen(): Promise<ResumeReport> {
     // a lease held by a dead process of this host cannot be renewed: free it now instead of waiting it out
     const held = await this.ledger.list({
       endpoint: this.endpoint,
@@ -288,8 +298,12 @@ export class TaskClient {
   }
 
   /** Follow one open record (e.g. a detached one) in this process; throws when another process holds it. */
-  async attach(ref: string): Promise<TaskHandle> {
+  attach(ref: string): Promise<TaskHandle> {
     this.assertOpen();
+    return this.operation(this.attachRecord(ref));
+  }
+
+  private async attachRecord(ref: string): Promise<TaskHandle> {
     const record = await this.resolve(ref);
     if (!record.taskId) {
       throw new TaskClientError('invalid-state', `record ${record.recordId} has no taskId (${record.localState})`, {
@@ -388,8 +402,12 @@ export class TaskClient {
    * Submit again, explicitly (S13: never automatic). Only a record that is no longer open can be resubmitted; the
    * old record is marked superseded by the new one.
    */
-  async resubmit(ref: string, options: ResubmitOptions = {}): Promise<CallToolResult | TaskHandle> {
+  resubmit(ref: string, options: ResubmitOptions = {}): Promise<CallToolResult | TaskHandle> {
     this.assertOpen();
+    return this.operation(this.resubmitRecord(ref, options));
+  }
+
+  private async resubmitRecord(ref: string, options: ResubmitOptions): Promise<CallToolResult | TaskHandle> {
     const previous = await this.resolve(ref);
     if (previous.localState === 'submitting' || isFollowable(previous.localState)) {
       throw new TaskClientError(
@@ -431,10 +449,16 @@ export class TaskClient {
     );
   }
 
-  /** Stop following tasks in this process and hand their leases back so another process can take over at once. */
+  /**
+   * Stop following tasks in this process and hand their leases back so another process can take over at once.
+   * Operations already under way finish first (issue 13 item 8): a tools/call in flight gets its answer (each waits at
+   * most `requestTimeoutMs`, or until its own signal aborts it), so a task the server created is committed rather
+   * than filed unknown-outcome, and the handle the call resolves with is settled (rejected as `closed`) below.
+   */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    while (this.operations.size > 0) await Promise.allSettled([...this.operations]);
     if (this.leaseTimer !== undefined) this.clock.clearTimeout(this.leaseTimer);
     this.scheduler.stop();
     await this.inputs.close();
@@ -450,6 +474,13 @@ export class TaskClient {
   }
 
   // ---- submission ----
+
+  private operation<T>(work: Promise<T>): Promise<T> {
+    this.operations.add(work);
+    const done = () => this.operations.delete(work);
+    work.then(done, done);
+    return work;
+  }
 
   private trackSubmission(
     key: string,
