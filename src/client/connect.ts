@@ -90,13 +90,19 @@ export async function connectStdioTaskClient(
 ): Promise<TaskClient> {
   const transport = new StdioClientTransport(server);
   const endpoint = options.endpoint ?? ['stdio:' + server.command, ...(server.args ?? [])].join(' ');
-  return connectWith(transport, endpoint, options);
+  return connectWith(transport, endpoint, options, async (client) => {
+    // the server exited under the client: spawn it again on the same SDK client (issue 13 item 10)
+    const respawned = new StdioClientTransport(server);
+    attachTaskResultCarrier(respawned);
+    await client.connect(respawned);
+  });
 }
 
 async function connectWith(
   transport: StreamableHTTPClientTransport | StdioClientTransport,
   endpoint: string,
   options: ConnectTaskClientOptions,
+  reconnect?: (client: Client) => Promise<void>,
 ): Promise<TaskClient> {
   const { ledger: ledgerOption, clientInfo, endpoint: _endpoint, ...rest } = options;
   const client = new Client(clientInfo ?? DEFAULT_CLIENT_INFO, { versionNegotiation: { mode: 'auto' } });
@@ -115,5 +121,13 @@ async function connectWith(
     await client.close();
     throw error;
   }
-  return new TaskClient({ ...rest, client, ledger, endpoint, ownsClient: true, ownsLedger });
+  return new TaskClient({
+    ...rest,
+    client,
+    ledger,
+    endpoint,
+    ownsClient: true,
+    ownsLedger,
+    ...(reconnect ? { reconnect: () => reconnect(client) } : {}),
+  });
 }

@@ -73,6 +73,12 @@ export interface TaskClientOptions {
   ownsClient?: boolean | undefined;
   /** Dispose of the ledger too when this TaskClient closes. */
   ownsLedger?: boolean | undefined;
+  /**
+   * Connect the SDK client again after its connection closed under it (a stdio server that exited):
+   * connectStdioTaskClient spawns the server again. Without it, a closed connection is surfaced: the handles settle
+   * as `disconnected` and their leases are handed back for a later `resumeAll()`.
+   */
+  reconnect?: (() => Promise<void>) | undefined;
   /** Told about every change the client records; never awaited, errors ignored. */
   onEvent?: ((event: TaskClientEvent) => void) | undefined;
 }
@@ -117,6 +123,8 @@ export function isTaskHandle(value: CallToolResult | TaskHandle): value is TaskH
 
 const DEFAULT_LEASE_MS = 30_000;
 const DEFAULT_REQUEST_TIMEOUT_MS = 60_000;
+/** How many times a connection that closed under the client is made again before the loss is surfaced. */
+const RECONNECT_ATTEMPTS = 5;
 
 export class TaskClient {
   readonly endpoint: string;
@@ -143,6 +151,8 @@ export class TaskClient {
   private leaseTimer: unknown;
   private capabilitiesMeta: ClientCapabilities | undefined;
   private closed = false;
+  /** Set while the client recovers from a connection that closed under it. */
+  private recovering: Promise<void> | undefined;
 
   constructor(private readonly options: TaskClientOptions) {
     this.client = options.client;
@@ -176,6 +186,7 @@ export class TaskClient {
       resendAfterMs: options.inputResendAfterMs ?? 5_000,
     });
     this.armLeaseRenewal();
+    this.watchConnection();
   }
 
   /**
@@ -459,6 +470,7 @@ export class TaskClient {
     if (this.closed) return;
     this.closed = true;
     while (this.operations.size > 0) await Promise.allSettled([...this.operations]);
+    await this.recovering;
     if (this.leaseTimer !== undefined) this.clock.clearTimeout(this.leaseTimer);
     this.scheduler.stop();
     await this.inputs.close();
@@ -948,6 +960,69 @@ export class TaskClient {
       this.options.onEvent?.(event);
     } catch {
       // an observer's bug must not stop the client
+    }
+  }
+
+  // ---- the connection ----
+
+  /**
+   * Notice a connection that closes under the client (issue 13 item 10): the SDK calls `onclose` when its transport
+   * closes (a stdio server that exited), and every later request fails at once. Chained, so an application's own
+   * `onclose` still runs.
+   */
+  private watchConnection(): void {
+    const previous = this.client.onclose;
+    this.client.onclose = () => {
+      try {
+        previous?.();
+      } finally {
+        if (!this.closed && !this.recovering) {
+          this.recovering = this.recoverConnection().finally(() => (this.recovering = undefined));
+        }
+      }
+    };
+  }
+
+  /**
+   * Record the loss on every followed task, then connect again (bounded attempts, backed off) and query each task
+   * once (DESIGN.md rule 7: after a reconnect one tasks/get per task closes the gap); when that is not possible,
+   * settle the handles as `disconnected` and hand their leases back, so nothing polls a closed connection.
+   */
+  private async recoverConnection(): Promise<void> {
+    const lost: RecordedError = {
+      kind: 'transport',
+      message: 'the connection to the server closed (its process exited?)',
+      at: this.clock.now(),
+    };
+    await Promise.all([...this.handles.keys()].map((recordId) => this.recordError(recordId, lost)));
+    const reconnect = this.options.reconnect;
+    let failure: unknown = lost.message;
+    if (reconnect) {
+      const policy = this.scheduler.policy;
+      for (let attempt = 0; attempt < RECONNECT_ATTEMPTS && !this.closed; attempt += 1) {
+        if (attempt > 0) {
+          const delay = Math.min(policy.backoffCapMs, policy.backoffBaseMs * 2 ** attempt);
+          await new Promise<void>((resolve) => this.clock.setTimeout(resolve, delay));
+          if (this.closed) return;
+        }
+        try {
+          await reconnect();
+          const now = this.clock.now();
+          for (const recordId of this.handles.keys()) this.scheduler.schedule(recordId, now);
+          return;
+        } catch (error) {
+          failure = error;
+        }
+      }
+    }
+    if (this.closed) return;
+    const reason = `the connection to the server closed and could not be made again: ${describe(failure)}`;
+    for (const [recordId, handle] of [...this.handles]) {
+      this.scheduler.remove(recordId);
+      this.inputs.abandon(recordId);
+      this.handles.delete(recordId);
+      handle.abandon(new TaskClientError('disconnected', `${reason} (task ${handle.taskId} is still open)`));
+      await this.ledger.release(recordId, this.owner).catch(() => undefined);
     }
   }
 
