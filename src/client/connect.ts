@@ -5,13 +5,13 @@
 import type { Implementation, StreamableHTTPClientTransportOptions } from '@modelcontextprotocol/client';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import type { StdioServerParameters } from '@modelcontextprotocol/client/stdio';
-import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
+import type { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 
 import type { HttpFetch } from './httpFetch.js';
 import { createHttpFetch } from './httpFetch.js';
 import type { Ledger } from './ledger/ledger.js';
 import { SqliteLedger } from './ledger/sqliteLedger.js';
-import { attachTaskResultCarrier } from './sdkGlue.js';
+import { attachTaskResultCarrier, SessionStdioClientTransport } from './sdkGlue.js';
 import type { TaskClientOptions } from './taskClient.js';
 import { TaskClient } from './taskClient.js';
 import { retryAfterFetch } from './transportFailure.js';
@@ -88,11 +88,11 @@ export async function connectStdioTaskClient(
   server: StdioServerParameters,
   options: ConnectTaskClientOptions,
 ): Promise<TaskClient> {
-  const transport = new StdioClientTransport(server);
+  const transport = new SessionStdioClientTransport(server);
   const endpoint = options.endpoint ?? ['stdio:' + server.command, ...(server.args ?? [])].join(' ');
   return connectWith(transport, endpoint, options, async (client) => {
     // the server exited under the client: spawn it again on the same SDK client (issue 13 item 10)
-    const respawned = new StdioClientTransport(server);
+    const respawned = new SessionStdioClientTransport(server);
     attachTaskResultCarrier(respawned);
     await client.connect(respawned);
   });

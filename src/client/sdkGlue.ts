@@ -10,6 +10,11 @@
  *    `Protocol` sends through the public `send`.
  * 4. The SDK recognises its stdio transport by the instance (own fields, prototype, constructor), so the instance
  *    must stay the one the application created: it is instrumented in place, not wrapped in a new object.
+ * 5. In `versionNegotiation: 'auto'` the SDK probes a transport that is exactly its StdioClientTransport on a
+ *    throwaway sibling process spawned from the same parameters, and probes a subclass in place. A durable stdio
+ *    server takes over orphaned tasks when it starts, so the sibling would run them once more before it is killed
+ *    (issue 13 item 4): `SessionStdioClientTransport` makes the probe use the one session process. Pinned by
+ *    test/e2e/clientStdioRestart.test.ts, which counts the processes a connection spawns.
  *
  * The interception uses only the public `Transport` interface: `send` records which `tools/call` requests declared
  * the Tasks extension; `onmessage` turns a `resultType: "task"` answer to one of those into a JSON-RPC error that
@@ -20,6 +25,7 @@ import { randomUUID } from 'node:crypto';
 
 import type { JSONRPCMessage, Transport } from '@modelcontextprotocol/client';
 import { isJSONRPCRequest, isJSONRPCResultResponse, ProtocolError } from '@modelcontextprotocol/client';
+import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 
 import { CLIENT_CAPABILITIES_META_KEY, TASK_RESULT_TYPE, TASKS_EXTENSION_ID } from '../protocol/index.js';
 
@@ -112,3 +118,9 @@ function declaresTasks(params: unknown): boolean {
   const capabilities = meta?.[CLIENT_CAPABILITIES_META_KEY] as { extensions?: Record<string, unknown> } | undefined;
   return capabilities?.extensions?.[TASKS_EXTENSION_ID] !== undefined;
 }
+
+/**
+ * The stdio transport connectStdioTaskClient spawns its server with: the SDK's version probe runs on this process,
+ * the one the session uses, never on a throwaway copy that would take over the server's orphaned tasks (point 5).
+ */
+export class SessionStdioClientTransport extends StdioClientTransport {}

@@ -2,6 +2,8 @@
 // client follows; connectStdioTaskClient spawns it again and one tasks/get per task picks the task up, so a durable
 // server's task still closes out; a client that cannot reconnect surfaces the loss (handles settle as
 // `disconnected`, leases handed back) instead of polling a closed transport until createdAt + ttlMs, or for ever.
+// Issue 13 item 4: connecting spawns the server once; no throwaway process (the SDK's version probe on a sibling)
+// starts and so none takes over orphaned resumable tasks.
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -71,7 +73,7 @@ describe('a stdio server that dies mid-task', () => {
     process.kill(first, 'SIGKILL');
 
     const result = await within('the task', handle.result(), 20_000);
-    expect(result.content[0]).toMatchObject({ text: expect.stringMatching(/^resumable done after \d+ attempts$/) });
+    expect(result.content[0]).toMatchObject({ text: 'resumable done after 2 attempts' }); // item 4: no throwaway run
     expect(spawned().at(-1)).not.toBe(first);
     const noticed = events.filter((event) => event.type === 'error' && event.recordId === handle.recordId);
     expect(noticed.map((event) => (event.type === 'error' ? event.error.message : ''))).toContainEqual(
@@ -105,5 +107,24 @@ describe('a stdio server that dies mid-task', () => {
     const seen = events.length;
     await new Promise((resolve) => setTimeout(resolve, 500));
     expect(events.length).toBe(seen); // nothing polls the closed transport
+  });
+});
+
+describe('connecting to a durable stdio server', () => {
+  it('spawns it once, so no throwaway process takes over an orphaned resumable task', async () => {
+    const ledger = join(dir, 'ledger.db');
+    const stdio = { command: process.execPath, args: [SERVER], env };
+    const first = await connectStdioTaskClient(stdio, { ledger, pollPolicy: POLL });
+    expect(spawned()).toHaveLength(1);
+    const handle = await resumableTask(first);
+    await first.close(); // the server process goes with it: the task is orphaned, still working
+    expect(await handle.outcome().catch((error: { code?: string }) => error.code)).toBe('closed');
+
+    const second = await connectStdioTaskClient(stdio, { ledger, pollPolicy: POLL });
+    cleanup.push(() => second.close());
+    expect(spawned()).toHaveLength(2);
+    const [resumed] = (await second.resumeAll()).resumed;
+    const result = await within('the resumed task', (resumed as TaskHandle).result(), 20_000);
+    expect(result.content[0]).toMatchObject({ text: 'resumable done after 2 attempts' });
   });
 });
