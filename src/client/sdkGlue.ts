@@ -15,6 +15,9 @@
  *    server takes over orphaned tasks when it starts, so the sibling would run them once more before it is killed
  *    (issue 13 item 4): `SessionStdioClientTransport` makes the probe use the one session process. Pinned by
  *    test/e2e/clientStdioRestart.test.ts, which counts the processes a connection spawns.
+ * 6. Probing in place, a 2025-era stdio server that exits on any request before `initialize` fails the connect with
+ *    SdkError ERA_NEGOTIATION_FAILED "... the connection closed during the server/discover probe ..."
+ *    (`exitedOnVersionProbe`); connectStdioTaskClient then spawns it once more in the 2025 way. Pinned by the same file.
  *
  * The interception uses only the public `Transport` interface: `send` records which `tools/call` requests declared
  * the Tasks extension; `onmessage` turns a `resultType: "task"` answer to one of those into a JSON-RPC error that
@@ -24,7 +27,13 @@
 import { randomUUID } from 'node:crypto';
 
 import type { JSONRPCMessage, Transport } from '@modelcontextprotocol/client';
-import { isJSONRPCRequest, isJSONRPCResultResponse, ProtocolError } from '@modelcontextprotocol/client';
+import {
+  isJSONRPCRequest,
+  isJSONRPCResultResponse,
+  ProtocolError,
+  SdkError,
+  SdkErrorCode,
+} from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 
 import { CLIENT_CAPABILITIES_META_KEY, TASK_RESULT_TYPE, TASKS_EXTENSION_ID } from '../protocol/index.js';
@@ -124,3 +133,12 @@ function declaresTasks(params: unknown): boolean {
  * the one the session uses, never on a throwaway copy that would take over the server's orphaned tasks (point 5).
  */
 export class SessionStdioClientTransport extends StdioClientTransport {}
+
+/** True when an in-place version probe failed because the stdio server exited on `server/discover` (point 6). */
+export function exitedOnVersionProbe(error: unknown): boolean {
+  return (
+    error instanceof SdkError &&
+    error.code === SdkErrorCode.EraNegotiationFailed &&
+    error.message.includes('connection closed during the server/discover probe')
+  );
+}

@@ -18,6 +18,7 @@ import { connectStdioTaskClient, isTaskHandle, SqliteLedger, TaskClient } from '
 import { waitFor } from '../support/waitFor.js';
 
 const SERVER = fileURLToPath(new URL('./fixtures/clientStdioTasksServer.mjs', import.meta.url));
+const LEGACY = fileURLToPath(new URL('./fixtures/legacyStdioServer.mjs', import.meta.url));
 const POLL = { floorMs: 5, defaultIntervalMs: 10, backoffBaseMs: 10, backoffCapMs: 200 };
 
 let dir: string;
@@ -110,7 +111,7 @@ describe('a stdio server that dies mid-task', () => {
   });
 });
 
-describe('connecting to a durable stdio server', () => {
+describe('connecting to a stdio server', () => {
   it('spawns it once, so no throwaway process takes over an orphaned resumable task', async () => {
     const ledger = join(dir, 'ledger.db');
     const stdio = { command: process.execPath, args: [SERVER], env };
@@ -126,5 +127,17 @@ describe('connecting to a durable stdio server', () => {
     const [resumed] = (await second.resumeAll()).resumed;
     const result = await within('the resumed task', (resumed as TaskHandle).result(), 20_000);
     expect(result.content[0]).toMatchObject({ text: 'resumable done after 2 attempts' });
+  });
+
+  it('still reaches a 2025-era server that exits on the probe, spawning it once more in the 2025 way', async () => {
+    const client = await connectStdioTaskClient(
+      { command: process.execPath, args: [LEGACY], env },
+      { ledger: join(dir, 'ledger.db'), pollPolicy: POLL },
+    );
+    cleanup.push(() => client.close());
+    const answer = await client.callTool('echo');
+    expect(isTaskHandle(answer)).toBe(false);
+    expect(spawned()).toHaveLength(2);
+    expect(answer).toMatchObject({ content: [{ text: `legacy ${spawned().at(-1)}` }] });
   });
 });
