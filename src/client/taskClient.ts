@@ -153,6 +153,8 @@ export class TaskClient {
   private closed = false;
   /** Set while the client recovers from a connection that closed under it. */
   private recovering: Promise<void> | undefined;
+  /** Cuts the recovery's wait before its next attempt short (close() does not wait out a back-off). */
+  private wakeRecovery: (() => void) | undefined;
 
   constructor(private readonly options: TaskClientOptions) {
     this.client = options.client;
@@ -470,6 +472,7 @@ export class TaskClient {
     if (this.closed) return;
     this.closed = true;
     while (this.operations.size > 0) await Promise.allSettled([...this.operations]);
+    this.wakeRecovery?.();
     await this.recovering;
     if (this.leaseTimer !== undefined) this.clock.clearTimeout(this.leaseTimer);
     this.scheduler.stop();
@@ -1002,7 +1005,14 @@ export class TaskClient {
       for (let attempt = 0; attempt < RECONNECT_ATTEMPTS && !this.closed; attempt += 1) {
         if (attempt > 0) {
           const delay = Math.min(policy.backoffCapMs, policy.backoffBaseMs * 2 ** attempt);
-          await new Promise<void>((resolve) => this.clock.setTimeout(resolve, delay));
+          await new Promise<void>((resolve) => {
+            const timer = this.clock.setTimeout(resolve, delay);
+            this.wakeRecovery = () => {
+              this.clock.clearTimeout(timer);
+              resolve();
+            };
+          });
+          this.wakeRecovery = undefined;
           if (this.closed) return;
         }
         try {
