@@ -109,6 +109,29 @@ describe('a stdio server that dies mid-task', () => {
     await new Promise((resolve) => setTimeout(resolve, 500));
     expect(events.length).toBe(seen); // nothing polls the closed transport
   });
+  it('does not keep close() waiting out the back-off between reconnect attempts', async () => {
+    const sdk = new Client({ name: 'app', version: '1.0.0' }, { versionNegotiation: { mode: 'auto' } });
+    await sdk.connect(new StdioClientTransport({ command: process.execPath, args: [SERVER], env }));
+    cleanup.push(() => sdk.close());
+    const ledger = new SqliteLedger(join(dir, 'ledger.db'));
+    cleanup.push(() => ledger.dispose());
+    let attempts = 0;
+    const client = new TaskClient({
+      client: sdk,
+      ledger,
+      endpoint: 'stdio:fixture',
+      pollPolicy: { ...POLL, backoffBaseMs: 30_000, backoffCapMs: 60_000 },
+      reconnect: () => Promise.reject(new Error(`attempt ${(attempts += 1)} refused`)),
+    });
+    const handle = await resumableTask(client);
+    process.kill(spawned().at(-1) as number, 'SIGKILL');
+    await waitFor('a first reconnect attempt', () => (attempts > 0 ? true : undefined));
+    const started = Date.now();
+    await client.close();
+    expect(Date.now() - started).toBeLessThan(5_000);
+    expect(attempts).toBe(1);
+    expect(await handle.outcome().catch((error: { code?: string }) => error.code)).toBe('closed');
+  });
 });
 
 describe('connecting to a stdio server', () => {
