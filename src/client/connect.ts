@@ -5,13 +5,13 @@
 import type { Implementation, StreamableHTTPClientTransportOptions } from '@modelcontextprotocol/client';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import type { StdioServerParameters } from '@modelcontextprotocol/client/stdio';
-import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
+import type { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 
 import type { HttpFetch } from './httpFetch.js';
 import { createHttpFetch } from './httpFetch.js';
 import type { Ledger } from './ledger/ledger.js';
 import { SqliteLedger } from './ledger/sqliteLedger.js';
-import { attachTaskResultCarrier } from './sdkGlue.js';
+import { attachTaskResultCarrier, exitedOnVersionProbe, SessionStdioClientTransport } from './sdkGlue.js';
 import type { TaskClientOptions } from './taskClient.js';
 import { TaskClient } from './taskClient.js';
 import { retryAfterFetch } from './transportFailure.js';
@@ -88,18 +88,32 @@ export async function connectStdioTaskClient(
   server: StdioServerParameters,
   options: ConnectTaskClientOptions,
 ): Promise<TaskClient> {
-  const transport = new StdioClientTransport(server);
   const endpoint = options.endpoint ?? ['stdio:' + server.command, ...(server.args ?? [])].join(' ');
-  return connectWith(transport, endpoint, options);
+  const reconnect = async (client: Client) => {
+    // the server exited under the client: spawn it again on the same SDK client (issue 13 item 10)
+    const respawned = new SessionStdioClientTransport(server);
+    attachTaskResultCarrier(respawned);
+    await client.connect(respawned);
+  };
+  try {
+    return await connectWith(new SessionStdioClientTransport(server), endpoint, options, reconnect);
+  } catch (error) {
+    if (!exitedOnVersionProbe(error)) throw error;
+    // a 2025-era server that allows nothing before `initialize` died of the probe; it has no Tasks, so it had no
+    // orphaned tasks to take over: spawn it once more and skip the probe
+    return connectWith(new SessionStdioClientTransport(server), endpoint, options, reconnect, 'legacy');
+  }
 }
 
 async function connectWith(
   transport: StreamableHTTPClientTransport | StdioClientTransport,
   endpoint: string,
   options: ConnectTaskClientOptions,
+  reconnect?: (client: Client) => Promise<void>,
+  versionNegotiation: 'auto' | 'legacy' = 'auto',
 ): Promise<TaskClient> {
   const { ledger: ledgerOption, clientInfo, endpoint: _endpoint, ...rest } = options;
-  const client = new Client(clientInfo ?? DEFAULT_CLIENT_INFO, { versionNegotiation: { mode: 'auto' } });
+  const client = new Client(clientInfo ?? DEFAULT_CLIENT_INFO, { versionNegotiation: { mode: versionNegotiation } });
   attachTaskResultCarrier(transport);
   await client.connect(transport);
   const ownsLedger = typeof ledgerOption === 'string';
@@ -115,5 +129,13 @@ async function connectWith(
     await client.close();
     throw error;
   }
-  return new TaskClient({ ...rest, client, ledger, endpoint, ownsClient: true, ownsLedger });
+  return new TaskClient({
+    ...rest,
+    client,
+    ledger,
+    endpoint,
+    ownsClient: true,
+    ownsLedger,
+    ...(reconnect ? { reconnect: () => reconnect(client) } : {}),
+  });
 }

@@ -28,6 +28,8 @@ export type TaskClientErrorCode =
   | 'invalid-state'
   /** No record matches the reference. */
   | 'not-found'
+  /** The connection to the server closed and could not be made again; the record stays open for a resume. */
+  | 'disconnected'
   /** The TaskClient was closed. */
   | 'closed';
 

@@ -10,6 +10,14 @@
  *    `Protocol` sends through the public `send`.
  * 4. The SDK recognises its stdio transport by the instance (own fields, prototype, constructor), so the instance
  *    must stay the one the application created: it is instrumented in place, not wrapped in a new object.
+ * 5. In `versionNegotiation: 'auto'` the SDK probes a transport that is exactly its StdioClientTransport on a
+ *    throwaway sibling process spawned from the same parameters, and probes a subclass in place. A durable stdio
+ *    server takes over orphaned tasks when it starts, so the sibling would run them once more before it is killed
+ *    (issue 13 item 4): `SessionStdioClientTransport` makes the probe use the one session process. Pinned by
+ *    test/e2e/clientStdioRestart.test.ts, which counts the processes a connection spawns.
+ * 6. Probing in place, a 2025-era stdio server that exits on any request before `initialize` fails the connect with
+ *    SdkError ERA_NEGOTIATION_FAILED "... the connection closed during the server/discover probe ..."
+ *    (`exitedOnVersionProbe`); connectStdioTaskClient then spawns it once more in the 2025 way. Pinned by the same file.
  *
  * The interception uses only the public `Transport` interface: `send` records which `tools/call` requests declared
  * the Tasks extension; `onmessage` turns a `resultType: "task"` answer to one of those into a JSON-RPC error that
@@ -20,7 +28,14 @@
 import { randomUUID } from 'node:crypto';
 
 import type { JSONRPCMessage, Transport } from '@modelcontextprotocol/client';
-import { isJSONRPCRequest, isJSONRPCResultResponse, ProtocolError } from '@modelcontextprotocol/client';
+import {
+  isJSONRPCRequest,
+  isJSONRPCResultResponse,
+  ProtocolError,
+  SdkError,
+  SdkErrorCode,
+} from '@modelcontextprotocol/client';
+import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 
 import {
   CLIENT_CAPABILITIES_META_KEY,
@@ -137,4 +152,19 @@ function declaresTasks(params: unknown): boolean {
   const meta = (params as { _meta?: Record<string, unknown> } | undefined)?._meta;
   const capabilities = meta?.[CLIENT_CAPABILITIES_META_KEY] as { extensions?: Record<string, unknown> } | undefined;
   return capabilities?.extensions?.[TASKS_EXTENSION_ID] !== undefined;
+}
+
+/**
+ * The stdio transport connectStdioTaskClient spawns its server with: the SDK's version probe runs on this process,
+ * the one the session uses, never on a throwaway copy that would take over the server's orphaned tasks (point 5).
+ */
+export class SessionStdioClientTransport extends StdioClientTransport {}
+
+/** True when an in-place version probe failed because the stdio server exited on `server/discover` (point 6). */
+export function exitedOnVersionProbe(error: unknown): boolean {
+  return (
+    error instanceof SdkError &&
+    error.code === SdkErrorCode.EraNegotiationFailed &&
+    error.message.includes('connection closed during the server/discover probe')
+  );
 }

@@ -74,6 +74,12 @@ export interface TaskClientOptions {
   ownsClient?: boolean | undefined;
   /** Dispose of the ledger too when this TaskClient closes. */
   ownsLedger?: boolean | undefined;
+  /**
+   * Connect the SDK client again after its connection closed under it (a stdio server that exited):
+   * connectStdioTaskClient spawns the server again. Without it, a closed connection is surfaced: the handles settle
+   * as `disconnected` and their leases are handed back for a later `resumeAll()`.
+   */
+  reconnect?: (() => Promise<void>) | undefined;
   /** Told about every change the client records; never awaited, errors ignored. */
   onEvent?: ((event: TaskClientEvent) => void) | undefined;
 }
@@ -118,6 +124,8 @@ export function isTaskHandle(value: CallToolResult | TaskHandle): value is TaskH
 
 const DEFAULT_LEASE_MS = 30_000;
 const DEFAULT_REQUEST_TIMEOUT_MS = 60_000;
+/** How many times a connection that closed under the client is made again before the loss is surfaced. */
+const RECONNECT_ATTEMPTS = 5;
 
 export class TaskClient {
   readonly endpoint: string;
@@ -136,12 +144,18 @@ export class TaskClient {
   >();
   /** Per-record chain: polls, refreshes and cancels of one record never overlap. */
   private readonly serial = new Map<string, Promise<unknown>>();
+  /** Public operations under way (callTool, resubmit, attach, resumeAll): close() lets each finish first. */
+  private readonly operations = new Set<Promise<unknown>>();
   private readonly leaseMs: number;
   private readonly requestTimeoutMs: number;
   private readonly ttlGraceMs: number;
   private leaseTimer: unknown;
   private capabilitiesMeta: ClientCapabilities | undefined;
   private closed = false;
+  /** Set while the client recovers from a connection that closed under it. */
+  private recovering: Promise<void> | undefined;
+  /** Cuts the recovery's wait before its next attempt short (close() does not wait out a back-off). */
+  private wakeRecovery: (() => void) | undefined;
 
   constructor(private readonly options: TaskClientOptions) {
     this.client = options.client;
@@ -175,6 +189,7 @@ export class TaskClient {
       resendAfterMs: options.inputResendAfterMs ?? 5_000,
     });
     this.armLeaseRenewal();
+    this.watchConnection();
   }
 
   /**
@@ -188,6 +203,10 @@ export class TaskClient {
     options: CallToolOptions = {},
   ): Promise<CallToolResult | TaskHandle> {
     this.assertOpen();
+    return this.operation(this.startCall(name, args, options));
+  }
+
+  private startCall(name: string, args: JsonObject, options: CallToolOptions): Promise<CallToolResult | TaskHandle> {
     const digest = argumentsDigest(args);
     const key = options.idempotencyKey;
     if (key === undefined) return this.submitNew(name, args, digest, options);
@@ -239,8 +258,12 @@ export class TaskClient {
    * Take up every open record of this endpoint after a crash or restart (S12): submissions left `submitting` by a
    * dead process become `unknown-outcome`; each open task is queried once before anything else (S7).
    */
-  async resumeAll(): Promise<ResumeReport> {
+  resumeAll(): Promise<ResumeReport> {
     this.assertOpen();
+    return this.operation(this.resumeOpen());
+  }
+
+  private async resumeOpen(): Promise<ResumeReport> {
     const held = await this.ledger.list({
       endpoint: this.endpoint,
       localStates: ['submitting', 'tracking', 'detached'],
@@ -285,8 +308,12 @@ export class TaskClient {
   }
 
   /** Follow one open record (e.g. a detached one) in this process; throws when another process holds it. */
-  async attach(ref: string): Promise<TaskHandle> {
+  attach(ref: string): Promise<TaskHandle> {
     this.assertOpen();
+    return this.operation(this.attachRecord(ref));
+  }
+
+  private async attachRecord(ref: string): Promise<TaskHandle> {
     const record = await this.resolve(ref);
     if (!record.taskId) {
       throw new TaskClientError('invalid-state', `record ${record.recordId} has no taskId (${record.localState})`, {
@@ -385,8 +412,12 @@ export class TaskClient {
    * Submit again, explicitly (S13: never automatic). Only a record that is no longer open can be resubmitted; the
    * old record is marked superseded by the new one.
    */
-  async resubmit(ref: string, options: ResubmitOptions = {}): Promise<CallToolResult | TaskHandle> {
+  resubmit(ref: string, options: ResubmitOptions = {}): Promise<CallToolResult | TaskHandle> {
     this.assertOpen();
+    return this.operation(this.resubmitRecord(ref, options));
+  }
+
+  private async resubmitRecord(ref: string, options: ResubmitOptions): Promise<CallToolResult | TaskHandle> {
     const previous = await this.resolve(ref);
     if (previous.localState === 'submitting' || isFollowable(previous.localState)) {
       throw new TaskClientError(
@@ -428,10 +459,18 @@ export class TaskClient {
     );
   }
 
-  /** Stop following tasks in this process and hand their leases back so another process can take over at once. */
+  /**
+   * Stop following tasks in this process and hand their leases back so another process can take over at once.
+   * Operations already under way finish first (issue 13 item 8): a tools/call in flight gets its answer (each waits at
+   * most `requestTimeoutMs`, or until its own signal aborts it), so a task the server created is committed rather
+   * than filed unknown-outcome, and the handle the call resolves with is settled (rejected as `closed`) below.
+   */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    while (this.operations.size > 0) await Promise.allSettled([...this.operations]);
+    this.wakeRecovery?.();
+    await this.recovering;
     if (this.leaseTimer !== undefined) this.clock.clearTimeout(this.leaseTimer);
     this.scheduler.stop();
     await this.inputs.close();
@@ -447,6 +486,13 @@ export class TaskClient {
   }
 
   // ---- submission ----
+
+  private operation<T>(work: Promise<T>): Promise<T> {
+    this.operations.add(work);
+    const done = () => this.operations.delete(work);
+    work.then(done, done);
+    return work;
+  }
 
   private trackSubmission(
     key: string,
@@ -514,19 +560,17 @@ export class TaskClient {
       });
     }
     const committed = await this.reload(record.recordId);
-    const handle = new TaskHandle(committed as TaskRecord & { taskId: string }, this.driver());
     this.emit({ type: 'status', record: committed });
     if (committed.localState === 'terminal') {
       this.emit({ type: 'closed', record: committed });
-      return handle;
+      return this.closedHandle(committed);
     }
-    this.handles.set(record.recordId, handle);
     // the first tasks/get waits for the server's suggested interval, like every later one (S5), unless the seed
     // state already asks for something only tasks/get carries (a terminal result, the inputRequests)
     const needsDetail = isTerminalStatus(task.status) || task.status === 'input_required';
     const delay = needsDetail ? 0 : nextPollDelay(task.pollIntervalMs, this.scheduler.policy, this.random);
-    this.scheduler.schedule(record.recordId, now + delay);
-    return handle;
+    // an attach() or resumeAll() that ran while the taskId was being committed may hold the handle already
+    return this.startFollowing(committed, now + delay);
   }
 
   /**
@@ -685,8 +729,14 @@ export class TaskClient {
     return dead.size > 0;
   }
 
-  /** Follow a record this process just claimed: a handle, and its first poll at `at`. */
+  /**
+   * Follow a record this process just claimed: a handle, and its first poll at `at`. One record has one live handle
+   * (issue 13 item 7): when concurrent attach(), resumeAll() or callTool() calls claimed it too (a claim of a lease
+   * already ours succeeds), they all get the handle the first one made, which is the one every poll updates.
+   */
   private startFollowing(record: TaskRecord, at: number): TaskHandle {
+    const live = this.handles.get(record.recordId);
+    if (live) return live;
     const handle = new TaskHandle(record as TaskRecord & { taskId: string }, this.driver());
     this.handles.set(record.recordId, handle);
     this.scheduler.schedule(record.recordId, at);
@@ -970,6 +1020,76 @@ export class TaskClient {
       this.options.onEvent?.(event);
     } catch {
       // an observer's bug must not stop the client
+    }
+  }
+
+  // ---- the connection ----
+
+  /**
+   * Notice a connection that closes under the client (issue 13 item 10): the SDK calls `onclose` when its transport
+   * closes (a stdio server that exited), and every later request fails at once. Chained, so an application's own
+   * `onclose` still runs.
+   */
+  private watchConnection(): void {
+    const previous = this.client.onclose;
+    this.client.onclose = () => {
+      try {
+        previous?.();
+      } finally {
+        if (!this.closed && !this.recovering) {
+          this.recovering = this.recoverConnection().finally(() => (this.recovering = undefined));
+        }
+      }
+    };
+  }
+
+  /**
+   * Record the loss on every followed task, then connect again (bounded attempts, backed off) and query each task
+   * once (DESIGN.md rule 7: after a reconnect one tasks/get per task closes the gap); when that is not possible,
+   * settle the handles as `disconnected` and hand their leases back, so nothing polls a closed connection.
+   */
+  private async recoverConnection(): Promise<void> {
+    const lost: RecordedError = {
+      kind: 'transport',
+      message: 'the connection to the server closed (its process exited?)',
+      at: this.clock.now(),
+    };
+    await Promise.all([...this.handles.keys()].map((recordId) => this.recordError(recordId, lost)));
+    const reconnect = this.options.reconnect;
+    let failure: unknown = lost.message;
+    if (reconnect) {
+      const policy = this.scheduler.policy;
+      for (let attempt = 0; attempt < RECONNECT_ATTEMPTS && !this.closed; attempt += 1) {
+        if (attempt > 0) {
+          const delay = Math.min(policy.backoffCapMs, policy.backoffBaseMs * 2 ** attempt);
+          await new Promise<void>((resolve) => {
+            const timer = this.clock.setTimeout(resolve, delay);
+            this.wakeRecovery = () => {
+              this.clock.clearTimeout(timer);
+              resolve();
+            };
+          });
+          this.wakeRecovery = undefined;
+          if (this.closed) return;
+        }
+        try {
+          await reconnect();
+          const now = this.clock.now();
+          for (const recordId of this.handles.keys()) this.scheduler.schedule(recordId, now);
+          return;
+        } catch (error) {
+          failure = error;
+        }
+      }
+    }
+    if (this.closed) return;
+    const reason = `the connection to the server closed and could not be made again: ${describe(failure)}`;
+    for (const [recordId, handle] of [...this.handles]) {
+      this.scheduler.remove(recordId);
+      this.inputs.abandon(recordId);
+      this.handles.delete(recordId);
+      handle.abandon(new TaskClientError('disconnected', `${reason} (task ${handle.taskId} is still open)`));
+      await this.ledger.release(recordId, this.owner).catch(() => undefined);
     }
   }
 

@@ -1,6 +1,6 @@
-// The TaskClient over stdio: the SDK's StdioClientTransport (its server/discover probe runs on a sibling process,
-// which only works while the transport stays the instance the SDK created) carries a task handle, its polls and an
-// input answer to a raw Tasks server process, and the result is closed out in the ledger.
+// The TaskClient over stdio: one server process (the SDK's server/discover probe runs on it, not on a throwaway
+// sibling: see sdkGlue.ts point 5) carries a task handle, its polls and an input answer to a raw Tasks server, and
+// the result is closed out in the ledger.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

@@ -8,6 +8,7 @@ import type Database from 'better-sqlite3';
 
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
 import { openSqliteFile } from '../../sqliteFile.js';
+import { endpointIdentity } from './endpointIdentity.js';
 import type {
   Closing,
   HistoryEntry,
@@ -179,6 +180,8 @@ export class SqliteLedger implements Ledger {
   /** Every write runs in this transaction, which first writes the pending schedule notes. */
   private readonly writeTransaction: Database.Transaction<(work: () => unknown) => unknown>;
   private readonly pendingNotes = new Map<string, PendingNote>();
+  /** endpointIdentity -> the spelling this ledger stores that server's rows under. */
+  private readonly spellings = new Map<string, string>();
   private noteTimer: NodeJS.Timeout | undefined;
 
   constructor(path: string, options: SqliteLedgerOptions = {}) {
@@ -257,6 +260,21 @@ export class SqliteLedger implements Ledger {
            last_error = COALESCE(@lastError, last_error), next_poll_at = NULL,
            lease_owner = NULL, lease_expires_at = NULL, updated_at = @at
          WHERE record_id = @recordId AND lease_owner = @owner AND local_state IN ('submitting','tracking')`,
+      ),
+      // every spelling an endpoint is stored under, the first used first (issue 13 item 6)
+      endpointSpellings: db.prepare(
+        `SELECT endpoint FROM submissions GROUP BY endpoint ORDER BY MIN(submitted_at), endpoint`,
+      ),
+      // move one server's rows from another spelling to the kept one, but never make a second record of one task or
+      // a second live record of one idempotency key: such a row stays under its old spelling, followed by nobody
+      adoptSpelling: db.prepare(
+        `UPDATE submissions SET endpoint = @kept
+         WHERE endpoint = @other
+           AND (task_id IS NULL OR NOT EXISTS (
+                 SELECT 1 FROM submissions AS mine WHERE mine.endpoint = @kept AND mine.task_id = submissions.task_id))
+           AND (idempotency_key IS NULL OR superseded_by IS NOT NULL OR NOT EXISTS (
+                 SELECT 1 FROM submissions AS mine WHERE mine.endpoint = @kept
+                   AND mine.idempotency_key = submissions.idempotency_key AND mine.superseded_by IS NULL))`,
       ),
       abandonedSubmissions: db.prepare(
         `SELECT * FROM submissions
@@ -352,14 +370,15 @@ export class SqliteLedger implements Ledger {
   }
 
   private insertIntent(submission: NewSubmission): IntentOutcome {
+    // inside the write transaction: two processes that reach a new server under two spellings make one spelling
+    const endpoint = this.spelling(submission.endpoint);
     if (submission.idempotencyKey !== undefined) {
-      const existing = this.stmt.byIdempotencyKey.get(submission.endpoint, submission.idempotencyKey) as
-        SubmissionRow | undefined;
+      const existing = this.stmt.byIdempotencyKey.get(endpoint, submission.idempotencyKey) as SubmissionRow | undefined;
       if (existing) return { created: false, record: this.toRecord(existing) };
     }
     this.stmt.insert.run({
       recordId: submission.recordId,
-      endpoint: submission.endpoint,
+      endpoint,
       toolName: submission.toolName,
       arguments: JSON.stringify(submission.arguments),
       argumentsDigest: submission.argumentsDigest,
@@ -453,7 +472,7 @@ export class SqliteLedger implements Ledger {
 
   async settleAbandonedSubmissions(endpoint: string, now: number, reason: string): Promise<TaskRecord[]> {
     return this.write((): TaskRecord[] => {
-      const rows = this.stmt.abandonedSubmissions.all(endpoint, now) as SubmissionRow[];
+      const rows = this.stmt.abandonedSubmissions.all(this.spelling(endpoint), now) as SubmissionRow[];
       for (const row of rows) {
         const why =
           row.sent_at === null
@@ -562,18 +581,18 @@ export class SqliteLedger implements Ledger {
   }
 
   async findByTaskId(endpoint: string, taskId: string): Promise<TaskRecord | undefined> {
-    const row = this.stmt.byTaskId.get(endpoint, taskId) as SubmissionRow | undefined;
+    const row = this.stmt.byTaskId.get(this.spelling(endpoint), taskId) as SubmissionRow | undefined;
     return row ? this.toRecord(row) : undefined;
   }
 
   async findByIdempotencyKey(endpoint: string, idempotencyKey: string): Promise<TaskRecord | undefined> {
-    const row = this.stmt.byIdempotencyKey.get(endpoint, idempotencyKey) as SubmissionRow | undefined;
+    const row = this.stmt.byIdempotencyKey.get(this.spelling(endpoint), idempotencyKey) as SubmissionRow | undefined;
     return row ? this.toRecord(row) : undefined;
   }
 
   async list(filter: LedgerFilter = {}): Promise<TaskRecord[]> {
     const rows = this.stmt.list.all({
-      endpoint: filter.endpoint ?? null,
+      endpoint: filter.endpoint === undefined ? null : this.spelling(filter.endpoint),
       states: filter.localStates ? JSON.stringify(filter.localStates) : null,
       toolName: filter.toolName ?? null,
       correlationId: filter.correlationId ?? null,
@@ -612,6 +631,30 @@ export class SqliteLedger implements Ledger {
     if (!this.db.open) return;
     this.flushNotes();
     this.db.close();
+  }
+
+  /**
+   * The spelling this ledger stores the server `endpoint` names under (issue 13 item 6): the first spelling of its
+   * endpointIdentity ever stored. Rows under other spellings of it (an earlier build stored the URL as typed) are
+   * moved to that one on first sight, except rows that would duplicate a task or a live key. A server not yet in the
+   * ledger keeps the spelling given, which is a URL that reached it: the CLI connects to a record's endpoint.
+   */
+  private spelling(endpoint: string): string {
+    const identity = endpointIdentity(endpoint);
+    const known = this.spellings.get(identity);
+    if (known !== undefined) return known;
+    const stored = (this.stmt.endpointSpellings.all() as { endpoint: string }[])
+      .map((row) => row.endpoint)
+      .filter((spelling) => endpointIdentity(spelling) === identity);
+    const [kept, ...others] = stored;
+    if (kept === undefined) return endpoint;
+    if (others.length > 0) {
+      this.write(() => {
+        for (const other of others) this.stmt.adoptSpelling.run({ kept, other });
+      });
+    }
+    this.spellings.set(identity, kept);
+    return kept;
   }
 
   /** Run `work` in one IMMEDIATE transaction that also commits the pending schedule notes. */
