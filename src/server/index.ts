@@ -6,7 +6,7 @@ export { adaptivePollInterval } from './pollInterval.js';
 export type { AttachOptions, PrincipalResolver } from './sdkGlue.js';
 export { attachTasks, defaultPrincipal } from './sdkGlue.js';
 export { openTaskStore } from './store/openTaskStore.js';
-export { PostgresTaskStore, type PostgresTaskStoreOptions } from './store/postgresTaskStore.js';
+export { type PostgresPool, PostgresTaskStore, type PostgresTaskStoreOptions } from './store/postgresTaskStore.js';
 export { SqliteTaskStore, type SqliteTaskStoreOptions } from './store/sqliteTaskStore.js';
 export type {
   LeaseRef,
