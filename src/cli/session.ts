@@ -17,6 +17,8 @@ export interface SessionOptions {
   /** Input handlers for a server's tasks (elicitation prompts or preset answers). */
   inputHandlers?: ((endpoint: string) => TaskInputHandlers) | undefined;
   onEvent?: ((event: TaskClientEvent, endpoint: string) => void) | undefined;
+  /** A bearer token for the one server a command names (`call --token`); else CLOSEOUT_TOKEN. Never stored. */
+  token?: string | undefined;
 }
 
 export class ClientSession {
@@ -60,7 +62,7 @@ export class ClientSession {
     if (!/^https?:\/\//.test(endpoint)) {
       throw new CliError(`the ledger record's server ${endpoint} is not an HTTP endpoint: the CLI only speaks HTTP`);
     }
-    const token = process.env[TOKEN_ENV];
+    const token = this.options.token ?? process.env[TOKEN_ENV];
     // the SDK is loaded only by commands that talk to a server
     const { connectHttpTaskClient } = await import('../client/connect.js');
     let client: TaskClient;
