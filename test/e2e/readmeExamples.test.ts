@@ -13,6 +13,8 @@ import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
+import { runCli } from '../support/cli.js';
+
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
 /** The ```ts blocks of README.md that contain `marker`. */
@@ -115,5 +117,40 @@ describe('README.md examples', () => {
     expect(run.stdout).toMatch(/working -> .*input_required -> .*completed/);
     // the server example itself raised no complaint while serving it
     expect(server.stderr()).toBe('');
+  }, 120_000);
+
+  it('the synopsis lists every option of every command, and the exit-code table says what answer does', async () => {
+    const readme = await readFile(join(ROOT, 'README.md'), 'utf8');
+    const synopsis = /^### Commands\n\n```sh\n([\s\S]*?)^```$/m.exec(readme)?.[1];
+    expect(synopsis, 'the README has a Commands synopsis').toBeDefined();
+    // each command's entry: its line and the indented lines that continue it
+    const entries = new Map<string, string>();
+    let current: string | undefined;
+    for (const line of synopsis!.split('\n')) {
+      const named = /^closeout (\w+)/.exec(line);
+      if (named) current = named[1]!;
+      if (current !== undefined && (named || /^\s/.test(line))) {
+        entries.set(current, `${entries.get(current) ?? ''} ${line}`);
+      }
+    }
+    const commands = ['serve', 'doctor', 'call', 'ls', 'show', 'resume', 'answer', 'cancel', 'demo'];
+    expect([...entries.keys()].sort()).toEqual([...commands].sort());
+    const helps = await Promise.all(commands.map((command) => runCli([command, '--help'], { timeoutMs: 60_000 })));
+    helps.forEach((help, i) => {
+      const options = [...help.stdout.matchAll(/^\s+(?:-\w, )?(--[\w-]+)/gm)].map((m) => m[1]!);
+      expect(options.length, commands[i]).toBeGreaterThan(0);
+      for (const option of options.filter((o) => o !== '--help')) {
+        expect(entries.get(commands[i]!), `closeout ${commands[i]} ${option} in the synopsis`).toMatch(
+          new RegExp(`[[|] ?${option}\\b`),
+        );
+      }
+    });
+
+    // `answer` without a terminal and without an answer flag is bad input: 1, as the table's row for 1 says
+    const answer = await runCli(['answer', 'some-task', '--ledger', join(dir, 'no-ledger.db')], { timeoutMs: 60_000 });
+    expect(answer.code).toBe(1);
+    const row = (code: number) => new RegExp(`^\\| ${code} +\\|(.*)\\|$`, 'm').exec(readme)?.[1] ?? '';
+    expect(row(1)).toContain('`answer` with no terminal');
+    expect(row(5)).not.toMatch(/^\s*The task needs input/);
   }, 120_000);
 });
