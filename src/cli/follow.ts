@@ -6,8 +6,8 @@
 import type { ElicitResult } from '@modelcontextprotocol/client';
 
 import type { RecordedError, TaskClientEvent, TaskHandle, TaskInputContext, TaskOutcome } from '../client/index.js';
-import type { TaskRecord } from '../client/ledger/ledger.js';
-import { isFollowable } from '../client/ledger/ledger.js';
+import type { TaskRecord } from '../client/ledger/index.js';
+import { isFollowable } from '../client/ledger/index.js';
 import { onOutputClosed } from './closedOutput.js';
 import type { InputHost, PresetAnswer } from './elicitationPrompt.js';
 import { promptQueue, showAnswered } from './elicitationPrompt.js';

@@ -6,7 +6,7 @@ import { existsSync, mkdirSync, statSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 
-import { SqliteLedger } from '../client/ledger/sqliteLedger.js';
+import { SqliteLedger } from '../client/ledger/index.js';
 import { CliError } from './cliError.js';
 
 export const LEDGER_ENV = 'CLOSEOUT_LEDGER';

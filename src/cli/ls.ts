@@ -4,7 +4,7 @@
  */
 import type { Command } from 'commander';
 
-import type { LocalState, TaskRecord } from '../client/ledger/ledger.js';
+import type { LocalState, TaskRecord } from '../client/ledger/index.js';
 import type { JsonFlags, LedgerFlags } from './commonOptions.js';
 import { addJsonOption, addLedgerOption } from './commonOptions.js';
 import { resolveLedgerPath } from './ledgerFile.js';

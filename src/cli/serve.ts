@@ -10,9 +10,7 @@ import { InvalidArgumentError } from 'commander';
 
 import { conformanceDiagnostics, registerConformanceTools } from '../demo/conformanceTools.js';
 import { registerDemoTools } from '../demo/demoTools.js';
-import { serveTaskServer } from '../server/http.js';
-import { openTaskStore } from '../server/store/openTaskStore.js';
-import { TaskServer } from '../server/taskServer.js';
+import { openTaskStore, serveTaskServer, TaskServer } from '../server/index.js';
 import { parsePort, parsePositiveInt } from './arguments.js';
 import { CliError } from './cliError.js';
 import { describeServerError } from './doctorProbe.js';

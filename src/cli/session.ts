@@ -3,8 +3,7 @@
  * ledger. Records carry the endpoint they belong to, so commands that take only a taskId find their server there.
  */
 import type { TaskClient, TaskClientEvent, TaskInputHandlers } from '../client/index.js';
-import type { TaskRecord } from '../client/ledger/ledger.js';
-import type { SqliteLedger } from '../client/ledger/sqliteLedger.js';
+import type { SqliteLedger, TaskRecord } from '../client/ledger/index.js';
 import { CliError } from './cliError.js';
 import { explainConnectError } from './explain.js';
 import { openLedger } from './ledgerFile.js';
