@@ -25,7 +25,7 @@ interface PackEntry {
 /** npm through the node running this test, so that the same npm is used wherever PATH points. */
 function npm(args: string[], cwd: string, timeoutMs: number) {
   const [command, prefix] =
-    NPM_CLI !== undefined && NPM_CLI.endsWith('.js') ? [process.execPath, [NPM_CLI]] : ['npm', []];
+    NPM_CLI !== undefined && /npm-cli\.js$/.test(NPM_CLI) ? [process.execPath, [NPM_CLI]] : ['npm', []];
   return run(command, [...prefix, ...args], {
     cwd,
     timeout: timeoutMs,
