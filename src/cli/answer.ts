@@ -6,7 +6,7 @@
 import type { Command } from 'commander';
 
 import type { TaskHandle, TaskInputContext } from '../client/index.js';
-import { isFollowable } from '../client/ledger/ledger.js';
+import { isFollowable } from '../client/ledger/index.js';
 import { CliError } from './cliError.js';
 import type { JsonFlags, LedgerFlags } from './commonOptions.js';
 import { addAnswerOptions, addJsonOption, addLedgerOption, addTaskIdArgument } from './commonOptions.js';

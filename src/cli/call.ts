@@ -13,8 +13,8 @@ import { isTaskHandle } from '../client/index.js';
 import type { JsonObject } from '../protocol/index.js';
 import { parseJsonObject, parseUrl } from './arguments.js';
 import { CliError } from './cliError.js';
-import type { JsonFlags, LedgerFlags } from './commonOptions.js';
-import { addAnswerOptions, addJsonOption, addLedgerOption } from './commonOptions.js';
+import type { JsonFlags, LedgerFlags, TokenFlags } from './commonOptions.js';
+import { addAnswerOptions, addJsonOption, addLedgerOption, addTokenOption } from './commonOptions.js';
 import type { AnswerFlags } from './elicitationPrompt.js';
 import { canPrompt, elicitationHandler, presetFrom } from './elicitationPrompt.js';
 import { EXIT } from './exitCodes.js';
@@ -26,7 +26,7 @@ import { resultLines } from './recordView.js';
 import { serverLine } from './serverText.js';
 import { ClientSession } from './session.js';
 
-interface CallFlags extends JsonFlags, LedgerFlags, AnswerFlags {
+interface CallFlags extends JsonFlags, LedgerFlags, TokenFlags, AnswerFlags {
   args?: Record<string, unknown>;
   arg: Record<string, unknown>;
   correlationId?: string;
@@ -46,6 +46,7 @@ export function registerCall(program: Command): void {
     .option('--idempotency-key <key>', 'send at most once per key: calling again with it returns the same task')
     .option('--detach', 'print the taskId once it is in the ledger and exit 0, without following');
   addAnswerOptions(command);
+  addTokenOption(command);
   addLedgerOption(command);
   addJsonOption(command, 'print one JSON object per line per event, the last one the close-out');
   command.action(runCall);
@@ -59,6 +60,7 @@ async function runCall(url: string, tool: string, flags: CallFlags): Promise<voi
   // the handlers are wired when the client connects, after `following` exists
   const session = ClientSession.open({
     ledgerPath,
+    token: flags.token,
     inputHandlers: (endpoint) => ({ elicitation: elicitationHandler(following, endpoint) }),
     onEvent: (event) => following.onClientEvent(event),
   });

@@ -7,8 +7,8 @@ import type { Command } from 'commander';
 import { InvalidArgumentError } from 'commander';
 
 import { TaskClientError } from '../client/errors.js';
-import type { TaskRecord } from '../client/ledger/ledger.js';
-import { isFollowable } from '../client/ledger/ledger.js';
+import type { TaskRecord } from '../client/ledger/index.js';
+import { isFollowable } from '../client/ledger/index.js';
 import type { TaskHandle } from '../client/taskHandle.js';
 import { CliError } from './cliError.js';
 import type { JsonFlags, LedgerFlags } from './commonOptions.js';

@@ -16,6 +16,15 @@ export function addLedgerOption(command: Command): Command {
   return command.option('--ledger <path>', `the ledger file (default: $${LEDGER_ENV}, else ~/.closeout/ledger.db)`);
 }
 
+export interface TokenFlags {
+  token?: string | undefined;
+}
+
+/** A bearer token for the server the command names; it goes to that server only and is never stored. */
+export function addTokenOption(command: Command): Command {
+  return command.option('--token <token>', 'bearer token for the server (default: $CLOSEOUT_TOKEN); never stored');
+}
+
 export function addJsonOption(command: Command, what: string): Command {
   return command.option('--json', what);
 }

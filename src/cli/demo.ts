@@ -17,10 +17,9 @@ import type { TaskClient, TaskHandle } from '../client/index.js';
 import { isTaskHandle } from '../client/index.js';
 import { registerDemoTools } from '../demo/demoTools.js';
 import type { JsonObject } from '../protocol/index.js';
-import { serveTaskServer } from '../server/http.js';
-import { SqliteTaskStore } from '../server/store/sqliteTaskStore.js';
-import { TaskServer } from '../server/taskServer.js';
+import { serveTaskServer, SqliteTaskStore, TaskServer } from '../server/index.js';
 import { CliError } from './cliError.js';
+import { outputClosed } from './closedOutput.js';
 import type { PresetAnswer } from './elicitationPrompt.js';
 import { canPrompt, elicitationHandler } from './elicitationPrompt.js';
 import { EXIT } from './exitCodes.js';
@@ -75,7 +74,10 @@ async function runDemo(flags: DemoFlags): Promise<void> {
   const expect = (what: string, ok: boolean) => {
     if (!ok) problems.push(what);
   };
-  const heading = (n: number, title: string) => out.line(`\n${c.bold(`${n}. ${title}`)}`);
+  const heading = (n: number, title: string) => {
+    stopIfGone();
+    out.line(`\n${c.bold(`${n}. ${title}`)}`);
+  };
   const shell = (command: string) => out.line(c.dim(`   $ ${command}`));
   /** Follow one handle in a fresh Follower (each step prints its own close-out). */
   const follow = async (handle: TaskHandle, during?: (handle: TaskHandle) => Promise<void>): Promise<CloseOut> => {
@@ -84,10 +86,18 @@ async function runDemo(flags: DemoFlags): Promise<void> {
     current.follow(handle, url, 'submitted');
     if (during) await during(handle);
     const [closeOut] = await current.done();
-    if (current.wasInterrupted)
-      throw new CliError('demo interrupted: the tasks it left are in the ledger', EXIT.interrupted);
+    stopIfGone();
+    if (current.wasInterrupted) {
+      const left = flags.keep ? `: the tasks it left are in the ledger ${ledgerPath}` : '';
+      throw new CliError(`demo interrupted${left}`, EXIT.interrupted);
+    }
     return closeOut as CloseOut;
   };
+  /** Nobody reads the demo any more (`| head -1`): stop at the next step, quietly, and clean up. */
+  const stopIfGone = () => {
+    if (outputClosed()) throw new CliError('', EXIT.interrupted);
+  };
+
   const call = (client: TaskClient, tool: string, args: JsonObject) =>
     client.callTool(tool, args, { correlationId: `demo-${tool}` });
 
@@ -154,7 +164,9 @@ async function runDemo(flags: DemoFlags): Promise<void> {
     heading(6, 'The ledger: every handle, how it closed out, and when it was last polled');
     shell(`closeout ls --all --ledger ${ledgerPath}`);
     for (const line of recordTable(await session.ledger.list(), c, Date.now())) out.line(`   ${line}`);
-    out.line(c.dim(`   closeout show TASK_ID --ledger ${ledgerPath} prints one record with its timeline`));
+    // the hint names a file that is still there afterwards only with --keep
+    if (flags.keep)
+      out.line(c.dim(`   closeout show TASK_ID --ledger ${ledgerPath} prints one record with its timeline`));
   } finally {
     current.stop();
     await session.close();

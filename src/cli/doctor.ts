@@ -7,6 +7,7 @@ import type { Command } from 'commander';
 import { ErrorCode, TASKS_EXTENSION_ID } from '../protocol/index.js';
 import { parseJsonObject, parseUrl } from './arguments.js';
 import { CliError } from './cliError.js';
+import { DOCTOR_PROBE_MCP_NAME } from './doctorProbe.js';
 import { colorsFor } from './output.js';
 import { rpc, type RpcResponse } from './wireProbe.js';
 
@@ -96,7 +97,12 @@ export async function runDoctor(url: string, options: DoctorOptions = {}): Promi
     else if (interval > 60_000) add('poll interval', 'warn', `pollIntervalMs ${interval} delays close-out by minutes`);
     else add('poll interval', 'pass', `pollIntervalMs ${interval}`);
 
-    const mismatch = await rpc(url, 'tasks/get', { taskId }, { ...auth, headers: { 'mcp-name': 'not-the-task' } });
+    const mismatch = await rpc(
+      url,
+      'tasks/get',
+      { taskId },
+      { ...auth, headers: { 'mcp-name': DOCTOR_PROBE_MCP_NAME } },
+    );
     if (mismatch.httpStatus === 400 && mismatch.error?.code === ErrorCode.HeaderMismatch)
       add('Mcp-Name', 'pass', 'tasks/get routes on Mcp-Name: a mismatch is refused with HTTP 400 / -32020');
     else if (mismatch.error)

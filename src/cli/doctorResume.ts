@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import { argumentsDigest, parseGetTaskResult } from '../client/index.js';
-import { SqliteLedger } from '../client/ledger/sqliteLedger.js';
+import { SqliteLedger } from '../client/ledger/index.js';
 import type { JsonObject } from '../protocol/index.js';
 import { TASK_STATUSES } from '../protocol/index.js';
 import type { Check, ResumeCheckContext } from './doctor.js';

@@ -18,7 +18,7 @@ export const EXIT = {
   expired: 4,
   /** The task needs input this process cannot give (no terminal, no answer flags); it goes on, detached. */
   needsInput: 5,
-  /** Ctrl-C while following: detached, the task goes on and `closeout resume` finds it. */
+  /** Ctrl-C, or stdout closed, while following: detached, the task goes on and `closeout resume` finds it. */
   interrupted: 130,
 } as const;
 export type ExitCode = (typeof EXIT)[keyof typeof EXIT];

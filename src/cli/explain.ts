@@ -9,6 +9,18 @@ import { ledgerError } from './ledgerFile.js';
 
 /** Why `url` could not be used as an MCP server, as one line. */
 export function explainConnectError(url: string, error: unknown): CliError {
+  const tls = tlsCodeOf(error);
+  if (tls !== undefined) {
+    // OpenSSL reads a plain HTTP answer as a record of the wrong version
+    if (tls === 'ERR_SSL_WRONG_VERSION_NUMBER' && url.startsWith('https:')) {
+      return new CliError(
+        `${url} does not speak TLS (it answered in plain HTTP): use ${url.replace(/^https:/, 'http:')}, or check the server's TLS setup`,
+      );
+    }
+    return new CliError(
+      `the TLS connection to ${url} failed (${tls}): check the URL's scheme and the server's certificate`,
+    );
+  }
   const errno = errnoOf(error);
   if (errno === 'ECONNREFUSED') {
     return new CliError(`nothing is listening at ${url} (connection refused): start the server, or check the URL`);
@@ -26,7 +38,7 @@ export function explainConnectError(url: string, error: unknown): CliError {
   if (status !== undefined) {
     if (status === 401 || status === 403) {
       return new CliError(
-        `${url} refused the request (HTTP ${status}): set CLOSEOUT_TOKEN to a bearer token it accepts`,
+        `${url} refused the request (HTTP ${status}): give a bearer token it accepts (\`call --token\`, or CLOSEOUT_TOKEN)`,
       );
     }
     return new CliError(
@@ -83,6 +95,16 @@ function errnoOf(error: unknown): string | undefined {
         if (found) return found;
       }
     }
+  }
+  return undefined;
+}
+
+/** The first TLS error code (OpenSSL's ERR_SSL_*, Node's ERR_TLS_*, a certificate verdict) in an error's causes. */
+function tlsCodeOf(error: unknown): string | undefined {
+  for (const e of chain(error)) {
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && /^(ERR_SSL_|ERR_TLS_|CERT_|UNABLE_TO_|SELF_SIGNED_|DEPTH_ZERO_)/.test(code))
+      return code;
   }
   return undefined;
 }

@@ -6,8 +6,9 @@
 import type { ElicitResult } from '@modelcontextprotocol/client';
 
 import type { RecordedError, TaskClientEvent, TaskHandle, TaskInputContext, TaskOutcome } from '../client/index.js';
-import type { TaskRecord } from '../client/ledger/ledger.js';
-import { isFollowable } from '../client/ledger/ledger.js';
+import type { TaskRecord } from '../client/ledger/index.js';
+import { isFollowable } from '../client/ledger/index.js';
+import { onOutputClosed } from './closedOutput.js';
 import type { InputHost, PresetAnswer } from './elicitationPrompt.js';
 import { promptQueue, showAnswered } from './elicitationPrompt.js';
 import type { DetachReason } from './exitCodes.js';
@@ -48,6 +49,7 @@ export class Follower implements InputHost {
   private frame = 0;
   private interrupted = false;
   private readonly onSigint = () => this.interrupt();
+  private offOutputClosed: (() => void) | undefined;
 
   constructor(
     readonly out: Output,
@@ -60,11 +62,14 @@ export class Follower implements InputHost {
   }
 
   /**
-   * Ctrl-C from here on detaches instead of killing the process. Armed before `tools/call` is sent, so an interrupt
-   * while the server has not answered yet detaches the handle as soon as it arrives.
+   * Ctrl-C (or output that lost its reader) from here on detaches instead of killing the process. Armed before
+   * `tools/call` is sent, so an interrupt while the server has not answered yet detaches the handle as soon as it
+   * arrives.
    */
   arm(): void {
     process.on('SIGINT', this.onSigint);
+    // nobody reads the output any more (`| head -1`): let go as on Ctrl-C, never left "working" under a dead follower
+    this.offOutputClosed ??= onOutputClosed(this.onSigint);
   }
 
   /** Whether Ctrl-C was pressed: a handle that arrives now is detached at once. */
@@ -150,6 +155,8 @@ export class Follower implements InputHost {
     this.ticker = undefined;
     this.out.stopLive();
     process.off('SIGINT', this.onSigint);
+    this.offOutputClosed?.();
+    this.offOutputClosed = undefined;
   }
 
   /** Ctrl-C: let go of every task; a second Ctrl-C exits at once. */

@@ -2,11 +2,11 @@
  * Which ledger a command uses (`--ledger PATH`, else `CLOSEOUT_LEDGER`, else `~/.closeout/ledger.db`) and opening it
  * with a one-line explanation when it cannot be used. The ledger holds every handle the CLI has seen (S4, S6).
  */
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, statSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 
-import { SqliteLedger } from '../client/ledger/sqliteLedger.js';
+import { SqliteLedger } from '../client/ledger/index.js';
 import { CliError } from './cliError.js';
 
 export const LEDGER_ENV = 'CLOSEOUT_LEDGER';
@@ -31,6 +31,11 @@ export function defaultLedgerPath(): string {
  * file behind; the default directory is created (owner-only) when a command needs to write.
  */
 export function openLedger(path: string, options: { mustExist?: boolean } = {}): SqliteLedger | undefined {
+  if (statSync(path, { throwIfNoEntry: false })?.isDirectory()) {
+    throw new CliError(
+      `the ledger ${path} is a directory: pass --ledger with a file in it, e.g. ${join(path, 'ledger.db')}`,
+    );
+  }
   if (!existsSync(path)) {
     if (options.mustExist) return undefined;
     if (path === defaultLedgerPath()) mkdirSync(dirname(path), { recursive: true, mode: 0o700 });

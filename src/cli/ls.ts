@@ -4,7 +4,7 @@
  */
 import type { Command } from 'commander';
 
-import type { LocalState, TaskRecord } from '../client/ledger/ledger.js';
+import type { LocalState, TaskRecord } from '../client/ledger/index.js';
 import type { JsonFlags, LedgerFlags } from './commonOptions.js';
 import { addJsonOption, addLedgerOption } from './commonOptions.js';
 import { resolveLedgerPath } from './ledgerFile.js';
@@ -30,19 +30,28 @@ export function registerLs(program: Command): void {
     const out = new Output({ json: flags.json });
     const ledgerPath = resolveLedgerPath(flags.ledger);
     const session = ClientSession.openExisting({ ledgerPath });
+    if (!session) {
+      // a mistyped --ledger must not read as an empty ledger (resume says the same)
+      out.event({ ledger: ledgerPath, exists: false, all: flags.all === true, tasks: [] });
+      out.line(`no ledger at ${ledgerPath} yet: \`closeout call\` creates it`);
+      return;
+    }
     let records: TaskRecord[] = [];
     let closed = 0;
-    if (session) {
-      try {
-        const all = await session.ledger.list();
-        records = flags.all ? all : all.filter((r) => OPEN_STATES.includes(r.localState));
-        closed = all.length - all.filter((r) => OPEN_STATES.includes(r.localState)).length;
-      } finally {
-        await session.close();
-      }
+    try {
+      const all = await session.ledger.list();
+      records = flags.all ? all : all.filter((r) => OPEN_STATES.includes(r.localState));
+      closed = all.length - all.filter((r) => OPEN_STATES.includes(r.localState)).length;
+    } finally {
+      await session.close();
     }
     const now = Date.now();
-    out.event({ ledger: ledgerPath, all: flags.all === true, tasks: records.map((r) => recordSummary(r, now)) });
+    out.event({
+      ledger: ledgerPath,
+      exists: true,
+      all: flags.all === true,
+      tasks: records.map((r) => recordSummary(r, now)),
+    });
     if (records.length === 0) {
       const hint = !flags.all && closed > 0 ? ` (${closed} closed: \`closeout ls --all\`)` : '';
       out.line(`no ${flags.all ? '' : 'open '}tasks in ${ledgerPath}${hint}`);

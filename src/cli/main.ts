@@ -6,6 +6,10 @@
 import { Command, CommanderError } from 'commander';
 
 import { CliError } from './cliError.js';
+import { watchOutput } from './closedOutput.js';
+
+// `closeout ... | head -1`: a closed stdout ends the command quietly, never with an EPIPE stack trace
+watchOutput();
 
 /** Each command in its module, loaded on demand: `ls` need not load the server SDK, nor `serve` the prompts. */
 const COMMANDS: Record<string, () => Promise<(program: Command) => void>> = {

@@ -5,8 +5,8 @@
  */
 import type { Command } from 'commander';
 
-import type { TaskRecord } from '../client/ledger/ledger.js';
-import { isFollowable } from '../client/ledger/ledger.js';
+import type { TaskRecord } from '../client/ledger/index.js';
+import { isFollowable } from '../client/ledger/index.js';
 import { outcomeOf } from '../client/taskHandle.js';
 import type { JsonFlags, LedgerFlags } from './commonOptions.js';
 import { addAnswerOptions, addJsonOption, addLedgerOption, addTaskIdArgument } from './commonOptions.js';

@@ -1,17 +1,19 @@
 /**
  * `closeout serve`: the demo (or conformance) task tools over Streamable HTTP on a durable store.
  */
+import { existsSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+
 import { InMemoryServerEventBus } from '@modelcontextprotocol/server';
 import type { Command } from 'commander';
 import { InvalidArgumentError } from 'commander';
 
 import { conformanceDiagnostics, registerConformanceTools } from '../demo/conformanceTools.js';
 import { registerDemoTools } from '../demo/demoTools.js';
-import { serveTaskServer } from '../server/http.js';
-import { openTaskStore } from '../server/store/openTaskStore.js';
-import { TaskServer } from '../server/taskServer.js';
+import { openTaskStore, serveTaskServer, TaskServer } from '../server/index.js';
 import { parsePort, parsePositiveInt } from './arguments.js';
 import { CliError } from './cliError.js';
+import { describeServerError } from './doctorProbe.js';
 
 interface ServeFlags {
   port: number;
@@ -38,9 +40,10 @@ export function registerServe(program: Command): void {
     )
     .option('--lease-ms <ms>', 'how long a task lease holds without renewal', parsePositiveInt, 10_000)
     .action(async (flags: ServeFlags) => {
+      assertStoreFolder(flags.store);
       const store = await openTaskStore(flags.store);
       const tasks = new TaskServer({ store, leaseMs: flags.leaseMs });
-      const onerror = (error: Error) => console.error(`[closeout serve] ${error.message}`);
+      const onerror = (error: Error) => console.error(`[closeout serve] ${describeServerError(error.message)}`);
       // the conformance set also serves the plain diagnostic tools of the suite's server-stateless scenario, on the SDK
       // server itself; one of them announces tool-list changes on the subscriptions/listen bus
       const bus = new InMemoryServerEventBus(onerror);
@@ -75,6 +78,17 @@ export function registerServe(program: Command): void {
       process.once('SIGINT', () => void stop());
       process.once('SIGTERM', () => void stop());
     });
+}
+
+/** A SQLite store is created in a folder that must exist: say which one is missing, in one line. */
+function assertStoreFolder(location: string): void {
+  if (/^postgres(ql)?:\/\//i.test(location)) return;
+  const folder = dirname(resolve(location));
+  if (!existsSync(folder)) {
+    throw new CliError(
+      `cannot create the store ${location}: the folder ${folder} does not exist; create it, or pass --store with a path in an existing folder`,
+    );
+  }
 }
 
 /** The store's location as logged: a postgres:// URL keeps its user and host but never its password. */

@@ -3,8 +3,7 @@
  * ledger. Records carry the endpoint they belong to, so commands that take only a taskId find their server there.
  */
 import type { TaskClient, TaskClientEvent, TaskInputHandlers } from '../client/index.js';
-import type { TaskRecord } from '../client/ledger/ledger.js';
-import type { SqliteLedger } from '../client/ledger/sqliteLedger.js';
+import type { SqliteLedger, TaskRecord } from '../client/ledger/index.js';
 import { CliError } from './cliError.js';
 import { explainConnectError } from './explain.js';
 import { openLedger } from './ledgerFile.js';
@@ -17,6 +16,8 @@ export interface SessionOptions {
   /** Input handlers for a server's tasks (elicitation prompts or preset answers). */
   inputHandlers?: ((endpoint: string) => TaskInputHandlers) | undefined;
   onEvent?: ((event: TaskClientEvent, endpoint: string) => void) | undefined;
+  /** A bearer token for the one server a command names (`call --token`); else CLOSEOUT_TOKEN. Never stored. */
+  token?: string | undefined;
 }
 
 export class ClientSession {
@@ -60,7 +61,7 @@ export class ClientSession {
     if (!/^https?:\/\//.test(endpoint)) {
       throw new CliError(`the ledger record's server ${endpoint} is not an HTTP endpoint: the CLI only speaks HTTP`);
     }
-    const token = process.env[TOKEN_ENV];
+    const token = this.options.token ?? process.env[TOKEN_ENV];
     // the SDK is loaded only by commands that talk to a server
     const { connectHttpTaskClient } = await import('../client/connect.js');
     let client: TaskClient;

@@ -6,8 +6,8 @@ import type { CallToolResult } from '@modelcontextprotocol/client';
 import type { Command } from 'commander';
 
 import { TaskClientError } from '../client/errors.js';
-import type { TaskRecord } from '../client/ledger/ledger.js';
-import { isFollowable } from '../client/ledger/ledger.js';
+import type { TaskRecord } from '../client/ledger/index.js';
+import { isFollowable } from '../client/ledger/index.js';
 import type { JsonFlags, LedgerFlags } from './commonOptions.js';
 import { addJsonOption, addLedgerOption, addTaskIdArgument } from './commonOptions.js';
 import { explain } from './explain.js';

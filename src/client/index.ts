@@ -1,13 +1,17 @@
-/** closeout/client: the client half of durable MCP Tasks (DESIGN.md, "The task's life on the client"). */
-export { argumentsDigest, canonicalJson } from './argumentsDigest.js';
+/**
+ * closeout/client: the client half of durable MCP Tasks (README.md, "The client half").
+ *
+ * This file is the package's complete public client surface: named exports only, no wildcards; the scheduler, the
+ * input router, the SDK carrier and the helpers behind them stay internal. `test/publicSurface.test.ts` pins the list.
+ */
+export { argumentsDigest } from './argumentsDigest.js';
 export type { ConnectHttpOptions, ConnectTaskClientOptions } from './connect.js';
 export { connectHttpTaskClient, connectStdioTaskClient, DEFAULT_CLIENT_INFO } from './connect.js';
 export type { TaskClientErrorCode } from './errors.js';
 export { TaskClientError } from './errors.js';
 export type { HttpFetch } from './httpFetch.js';
 export { createHttpFetch } from './httpFetch.js';
-export type { InputRouterOptions, TaskInputContext, TaskInputHandlers } from './inputRouter.js';
-export { capabilitiesForHandlers, InputRouter } from './inputRouter.js';
+export type { TaskInputContext, TaskInputHandlers } from './inputRouter.js';
 export type {
   Closing,
   HistoryEntry,
@@ -21,20 +25,16 @@ export type {
   RecordedError,
   TaskRecord,
 } from './ledger/ledger.js';
-export { FOLLOWABLE_STATES, isFollowable, LOCAL_STATES } from './ledger/ledger.js';
+export { LOCAL_STATES } from './ledger/ledger.js';
 export type { SqliteLedgerOptions } from './ledger/sqliteLedger.js';
 export { LEDGER_SCHEMA_VERSION, SqliteLedger } from './ledger/sqliteLedger.js';
-export type { PollOutcome, PollPolicy, PollSchedulerOptions, SchedulerClock } from './scheduler.js';
-export { backoffDelay, DEFAULT_POLL_POLICY, nextPollDelay, PollScheduler, SYSTEM_CLOCK } from './scheduler.js';
-export type { TaskResultCarrier } from './sdkGlue.js';
-export { attachTaskResultCarrier, TASK_CARRIER_ERROR_CODE } from './sdkGlue.js';
-export type { KnownTaskState } from './serverOutput.js';
+export type { PollPolicy, SchedulerClock } from './scheduler.js';
+export { DEFAULT_POLL_POLICY } from './scheduler.js';
 export {
   MAX_INPUT_REQUESTS,
   MAX_INPUT_REQUESTS_BYTES,
   parseCreateTaskResult,
   parseGetTaskResult,
-  progressionViolation,
   ServerOutputError,
 } from './serverOutput.js';
 export type {
@@ -45,7 +45,5 @@ export type {
   TaskClientOptions,
 } from './taskClient.js';
 export { isTaskHandle, TaskClient } from './taskClient.js';
-export type { TaskHandleDriver, TaskOutcome } from './taskHandle.js';
-export { outcomeOf, TaskHandle } from './taskHandle.js';
-export type { TransportFailure } from './transportFailure.js';
-export { classifyTransportError, HttpStatusError, parseRetryAfter, retryAfterFetch } from './transportFailure.js';
+export type { TaskOutcome } from './taskHandle.js';
+export { TaskHandle } from './taskHandle.js';

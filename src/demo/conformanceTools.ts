@@ -7,7 +7,7 @@ import type { CallToolResult, InputRequiredResult, McpServer, ServerEventBus } f
 import { acceptedContent, inputRequired, ProtocolError } from '@modelcontextprotocol/server';
 import * as z from 'zod/v4';
 
-import type { TaskServer } from '../server/taskServer.js';
+import type { TaskServer } from '../server/index.js';
 import { abortableSleep } from './abortableSleep.js';
 
 const NameSchema = z.object({ name: z.string() });

@@ -11,8 +11,7 @@ import { appendFileSync } from 'node:fs';
 import { ProtocolError } from '@modelcontextprotocol/server';
 import * as z from 'zod/v4';
 
-import type { TaskServer } from '../server/taskServer.js';
-import type { TaskContext } from '../server/taskTool.js';
+import type { TaskContext, TaskServer } from '../server/index.js';
 import { abortableSleep } from './abortableSleep.js';
 
 /** One line per handler start in $CLOSEOUT_RUN_LOG, written synchronously so a SIGKILL right after cannot lose it. */

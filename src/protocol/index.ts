@@ -1,3 +1,8 @@
+/**
+ * closeout/protocol: the wire of the `io.modelcontextprotocol/tasks` extension (sep-2663), shared by both halves:
+ * constants, zod schemas with their types, and the status machine. Named exports only, no wildcards;
+ * `test/publicSurface.test.ts` pins the list.
+ */
 export {
   CLIENT_CAPABILITIES_META_KEY,
   ErrorCode,

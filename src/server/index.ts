@@ -1,12 +1,17 @@
+/**
+ * closeout/server: the server half of durable MCP Tasks (README.md, "The server half").
+ *
+ * This file is the package's complete public server surface: named exports only, no wildcards; the SDK glue's
+ * internals, the poll-interval and task-id helpers stay internal. `test/publicSurface.test.ts` pins the list.
+ */
 export type { ServeOptions, ServingTaskServer, TaskHandlerOptions } from './http.js';
 export { createTaskMcpHandler, serveTaskServer } from './http.js';
 export { MAX_REQUEST_JSON_DEPTH } from './jsonDepthGuard.js';
 export { DEFAULT_LIMITS, type TaskLimits } from './limits.js';
-export { adaptivePollInterval } from './pollInterval.js';
 export type { AttachOptions, PrincipalResolver } from './sdkGlue.js';
 export { attachTasks, defaultPrincipal } from './sdkGlue.js';
 export { openTaskStore } from './store/openTaskStore.js';
-export { PostgresTaskStore, type PostgresTaskStoreOptions } from './store/postgresTaskStore.js';
+export { type PostgresPool, PostgresTaskStore, type PostgresTaskStoreOptions } from './store/postgresTaskStore.js';
 export { SqliteTaskStore, type SqliteTaskStoreOptions } from './store/sqliteTaskStore.js';
 export type {
   InputCapabilities,
@@ -19,7 +24,6 @@ export type {
   TerminalOutcome,
 } from './store/taskStore.js';
 export { OpenTaskLimitError } from './store/taskStore.js';
-export { newTaskId, TASK_ID_BYTES } from './taskId.js';
 export type { RegisteredTaskTool, TaskServerOptions } from './taskServer.js';
 export { INTERRUPTED_MESSAGE, TaskServer } from './taskServer.js';
 export type {

@@ -4,8 +4,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 
-import type { PollOutcome, PollPolicy } from '../../src/client/index.js';
-import { backoffDelay, DEFAULT_POLL_POLICY, nextPollDelay, PollScheduler } from '../../src/client/index.js';
+import type { PollOutcome, PollPolicy } from '../../src/client/scheduler.js';
+import { backoffDelay, DEFAULT_POLL_POLICY, nextPollDelay, PollScheduler } from '../../src/client/scheduler.js';
 import { FakeClock, settle } from './fakeClock.js';
 
 const POLICY: PollPolicy = {

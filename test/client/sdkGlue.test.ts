@@ -10,7 +10,7 @@ import {
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
-import { attachTaskResultCarrier, TASK_CARRIER_ERROR_CODE } from '../../src/client/index.js';
+import { attachTaskResultCarrier, TASK_CARRIER_ERROR_CODE } from '../../src/client/sdkGlue.js';
 import { EmptyResultSchema, JsonObjectSchema } from '../../src/protocol/index.js';
 import type { FixtureServer } from './fixtures/tasksFixtureServer.js';
 import { startTasksFixture } from './fixtures/tasksFixtureServer.js';

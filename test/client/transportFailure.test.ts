@@ -6,7 +6,12 @@ import type { AddressInfo } from 'node:net';
 import { ProtocolError, SdkError, SdkErrorCode } from '@modelcontextprotocol/client';
 import { describe, expect, it } from 'vitest';
 
-import { classifyTransportError, HttpStatusError, parseRetryAfter, retryAfterFetch } from '../../src/client/index.js';
+import {
+  classifyTransportError,
+  HttpStatusError,
+  parseRetryAfter,
+  retryAfterFetch,
+} from '../../src/client/transportFailure.js';
 
 describe('parseRetryAfter', () => {
   it('reads delay-seconds and HTTP dates', () => {

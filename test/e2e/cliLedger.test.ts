@@ -104,7 +104,7 @@ describe.concurrent('closeout ls, show and cancel', { timeout: 60_000 }, () => {
     const ledger = newLedger();
     const missing = await runCli(['ls'], { ledger });
     expect(missing.code).toBe(0);
-    expect(missing.stdout).toContain('no open tasks in');
+    expect(missing.stdout).toBe(`no ledger at ${ledger} yet: \`closeout call\` creates it\n`);
     expect(existsSync(ledger)).toBe(false); // looking leaves nothing behind
 
     await runCli(['call', url, 'echo', '--arg', 'text=x'], { ledger });

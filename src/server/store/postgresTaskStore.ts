@@ -266,6 +266,17 @@ export interface PostgresTaskStoreOptions {
   onError?: (error: Error) => void;
 }
 
+/**
+ * A node-postgres `pg.Pool` handed to the store, as far as its public type goes: declared here so that a consumer's
+ * typecheck needs no `@types/pg` (README.md, "Install"). Any `pg.Pool` fits; the store uses it as one.
+ */
+export interface PostgresPool {
+  readonly options: object;
+  connect(): Promise<unknown>;
+  query(...args: never[]): Promise<unknown>;
+  end(): Promise<void>;
+}
+
 export class PostgresTaskStore implements TaskStore {
   private readonly pool: pg.Pool;
   private readonly ownsPool: boolean;
@@ -282,7 +293,7 @@ export class PostgresTaskStore implements TaskStore {
    * Uses an existing pool (left open by `close()`), or makes one from a connection string. The schema must already
    * be migrated: `PostgresTaskStore.open` does that.
    */
-  constructor(poolOrConnectionString: pg.Pool | string, options: PostgresTaskStoreOptions = {}) {
+  constructor(poolOrConnectionString: PostgresPool | string, options: PostgresTaskStoreOptions = {}) {
     this.onError = options.onError ?? (() => {});
     let connection: pg.ClientConfig;
     if (typeof poolOrConnectionString === 'string') {
@@ -295,7 +306,7 @@ export class PostgresTaskStore implements TaskStore {
       // an idle connection that drops is removed by the pool; without a handler its error would crash the process
       this.pool.on('error', (error) => this.onError(error));
     } else {
-      this.pool = poolOrConnectionString;
+      this.pool = poolOrConnectionString as pg.Pool;
       this.ownsPool = false;
       connection = { ...this.pool.options };
     }
@@ -305,7 +316,7 @@ export class PostgresTaskStore implements TaskStore {
 
   /** Connects, brings the schema to the current version, and (unless `listen: false`) starts listening for signals. */
   static async open(
-    poolOrConnectionString: pg.Pool | string,
+    poolOrConnectionString: PostgresPool | string,
     options: PostgresTaskStoreOptions = {},
   ): Promise<PostgresTaskStore> {
     const store = new PostgresTaskStore(poolOrConnectionString, options);

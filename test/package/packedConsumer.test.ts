@@ -1,0 +1,166 @@
+/**
+ * The package as a user gets it (README.md, "Install"): `npm pack` ships a LICENSE, no benchmark build and no source
+ * map that points at a source left out; the tarball installed into a fresh TypeScript project typechecks a consumer
+ * of all three entry points with strict settings and without `skipLibCheck`, with no `@types/pg` installed.
+ */
+import { execFile } from 'node:child_process';
+import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const run = promisify(execFile);
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const TSC = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
+const NPM_CLI = process.env['npm_execpath'];
+
+interface PackEntry {
+  filename: string;
+  files: { path: string }[];
+}
+
+/** npm through the node running this test, so that the same npm is used wherever PATH points. */
+function npm(args: string[], cwd: string, timeoutMs: number) {
+  const [command, prefix] =
+    NPM_CLI !== undefined && /npm-cli\.js$/.test(NPM_CLI) ? [process.execPath, [NPM_CLI]] : ['npm', []];
+  return run(command, [...prefix, ...args], {
+    cwd,
+    timeout: timeoutMs,
+    maxBuffer: 16 * 1024 * 1024,
+    env: { ...process.env, npm_config_update_notifier: 'false', npm_config_fund: 'false', npm_config_audit: 'false' },
+  });
+}
+
+const versionOf = async (name: string): Promise<string> =>
+  (JSON.parse(await readFile(join(ROOT, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }).version;
+
+let dir: string;
+let pack: PackEntry;
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'closeout-pack-'));
+  // dist/ was built by `pretest`; the benchmarks may have compiled into dist/bench, which must not ship
+  const { stdout } = await npm(['pack', '--ignore-scripts', '--json', '--pack-destination', dir], ROOT, 120_000);
+  pack = (JSON.parse(stdout) as PackEntry[])[0]!;
+}, 180_000);
+
+afterAll(async () => {
+  if (dir) await rm(dir, { recursive: true, force: true });
+});
+
+describe('the packed tarball', () => {
+  it('ships the MIT LICENSE, and neither dist/bench nor source maps whose sources are left out', async () => {
+    const paths = pack.files.map((file) => file.path);
+    expect(paths).toContain('LICENSE');
+    expect(await readFile(join(ROOT, 'LICENSE'), 'utf8')).toMatch(
+      /^MIT License\n\nCopyright \(c\) \d{4} Closeout contributors\n/,
+    );
+    expect(paths.filter((path) => path.startsWith('dist/bench'))).toEqual([]);
+    expect(paths).toContain('dist/cli/main.js');
+    for (const map of paths.filter((path) => path.endsWith('.map'))) {
+      const { sources } = JSON.parse(await readFile(join(ROOT, map), 'utf8')) as { sources: string[] };
+      for (const source of sources) expect(paths, `${map} points at ${source}`).toContain(join(map, '..', source));
+    }
+  });
+
+  it('installs into a fresh TypeScript project whose consumer of all three entry points typechecks strictly', async () => {
+    const project = join(dir, 'consumer');
+    await mkdir(project);
+    await writeFile(join(project, 'package.json'), JSON.stringify({ name: 'consumer', private: true, type: 'module' }));
+    // what `tsc --init` (TypeScript 5.9) writes, minus skipLibCheck and the emit settings
+    await writeFile(
+      join(project, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: {
+          module: 'nodenext',
+          target: 'esnext',
+          types: ['node'],
+          strict: true,
+          noUncheckedIndexedAccess: true,
+          exactOptionalPropertyTypes: true,
+          verbatimModuleSyntax: true,
+          isolatedModules: true,
+          noUncheckedSideEffectImports: true,
+          moduleDetection: 'force',
+          noEmit: true,
+        },
+        include: ['consumer.ts'],
+      }),
+    );
+    await writeFile(join(project, 'consumer.ts'), CONSUMER);
+    // the install scripts (better-sqlite3's native build) are not needed to typecheck; the npm cache serves what it
+    // holds, the registry the rest
+    await npm(
+      [
+        'install',
+        '--prefer-offline',
+        '--ignore-scripts',
+        '--no-audit',
+        '--no-fund',
+        join(dir, pack.filename),
+        `zod@${await versionOf('zod')}`,
+        `@types/node@${await versionOf('@types/node')}`,
+      ],
+      project,
+      240_000,
+    );
+    const installed = await readFile(join(project, 'package.json'), 'utf8');
+    expect(installed).not.toContain('@types/pg');
+    const typecheck = await run(process.execPath, [TSC, '-p', project], { timeout: 240_000 }).catch(
+      (error: { stdout?: string }) => ({ stdout: error.stdout ?? String(error) }),
+    );
+    expect(typecheck.stdout).toBe('');
+  }, 600_000);
+});
+
+/** Uses each entry point the way the README does, types included. */
+const CONSUMER = `
+import {
+  connectHttpTaskClient,
+  isTaskHandle,
+  SqliteLedger,
+  type TaskClient,
+  type TaskOutcome,
+  type TaskRecord,
+} from 'closeout/client';
+import { isTerminalStatus, TASKS_EXTENSION_ID, type DetailedTask } from 'closeout/protocol';
+import {
+  openTaskStore,
+  PostgresTaskStore,
+  serveTaskServer,
+  SqliteTaskStore,
+  TaskServer,
+  type TaskContext,
+} from 'closeout/server';
+import * as z from 'zod/v4';
+
+export async function server(): Promise<void> {
+  const tasks = new TaskServer({ store: new SqliteTaskStore('./tasks.db') });
+  tasks.registerTool(
+    'echo_later',
+    { inputSchema: z.object({ text: z.string() }), task: { support: 'optional' } },
+    async ({ text }, ctx: TaskContext) => {
+      await ctx.status('working on it');
+      return { content: [{ type: 'text', text }] };
+    },
+  );
+  const serving = await serveTaskServer(tasks, { port: 0 });
+  await serving.close();
+  const pg: PostgresTaskStore = await PostgresTaskStore.open('postgres://localhost/closeout');
+  await pg.close();
+  await (await openTaskStore('./other.db')).close();
+}
+
+export async function client(): Promise<TaskOutcome | undefined> {
+  const client: TaskClient = await connectHttpTaskClient('http://127.0.0.1:3000/mcp', { ledger: './ledger.db' });
+  const answer = await client.callTool('echo_later', { text: 'hi' }, { idempotencyKey: 'k' });
+  const records: TaskRecord[] = await client.list();
+  console.log(records.length, TASKS_EXTENSION_ID, SqliteLedger.name);
+  const task: DetailedTask | undefined = undefined;
+  if (task !== undefined && isTerminalStatus((task as DetailedTask).status)) return undefined;
+  return isTaskHandle(answer) ? answer.outcome() : undefined;
+}
+`;
