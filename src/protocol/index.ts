@@ -1,3 +1,4 @@
+export { canonicalJson } from './canonicalJson.js';
 export {
   CLIENT_CAPABILITIES_META_KEY,
   ErrorCode,
