@@ -14,7 +14,7 @@ export type TaskClientErrorCode =
   | 'idempotency-conflict'
   /** Another live process holds the lease on this record. */
   | 'leased-elsewhere'
-  /** The task handle is no longer usable (-32602, or createdAt + ttlMs passed). */
+  /** The task handle is no longer usable (-32602, or its ttlMs passed by this client's own clock). */
   | 'expired'
   /** The task ended `failed`; `error` is the server's JSON-RPC error. */
   | 'failed'

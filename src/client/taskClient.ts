@@ -34,7 +34,7 @@ import { capabilitiesForHandlers, InputRouter } from './inputRouter.js';
 import type { HistoryEntry, Ledger, LedgerFilter, ObservedTask, RecordedError, TaskRecord } from './ledger/ledger.js';
 import { isFollowable, observationChanges } from './ledger/ledger.js';
 import type { PollOutcome, PollPolicy, SchedulerClock } from './scheduler.js';
-import { nextPollDelay, PollScheduler, SYSTEM_CLOCK } from './scheduler.js';
+import { nextPollDelay, PollScheduler, STEADY_CLOCK, SYSTEM_CLOCK } from './scheduler.js';
 import type { TaskResultCarrier } from './sdkGlue.js';
 import { attachTaskResultCarrier } from './sdkGlue.js';
 import {
@@ -67,7 +67,10 @@ export interface TaskClientOptions {
   requestTimeoutMs?: number | undefined;
   /** A stored input answer the server still lists is sent again after this long. Default 5 s. */
   inputResendAfterMs?: number | undefined;
-  /** After createdAt + ttlMs, how long an unreachable server is retried before the record expires. Default 5 min. */
+  /**
+   * Once this client has itself seen a task open for its `ttlMs`, how much longer an unreachable server is retried
+   * before the record expires. Default 5 min.
+   */
   ttlGraceMs?: number | undefined;
   /** Close the SDK client too when this TaskClient closes. */
   ownsClient?: boolean | undefined;
@@ -124,6 +127,10 @@ export class TaskClient {
   readonly ledger: Ledger;
   readonly client: Client;
   private readonly clock: SchedulerClock;
+  /** Scheduling and task ages: never steps with the wall clock (the `clock` option replaces both, for tests). */
+  private readonly steady: SchedulerClock;
+  /** Per followed record: when (steady clock) this process started counting its age, and the age it had then. */
+  private readonly seen = new Map<string, { since: number; ageMs: number }>();
   private readonly random: () => number;
   private readonly scheduler: PollScheduler;
   private readonly inputs: InputRouter;
@@ -148,6 +155,7 @@ export class TaskClient {
     this.endpoint = options.endpoint;
     this.owner = options.owner ?? newLeaseOwner();
     this.clock = options.clock ?? SYSTEM_CLOCK;
+    this.steady = options.clock ?? STEADY_CLOCK;
     this.random = options.random ?? Math.random;
     this.leaseMs = options.leaseMs ?? DEFAULT_LEASE_MS;
     this.requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
@@ -155,7 +163,7 @@ export class TaskClient {
     this.scheduler = new PollScheduler({
       poll: (recordId) => this.serialized(recordId, () => this.poll(recordId)),
       policy: options.pollPolicy,
-      clock: this.clock,
+      clock: this.steady,
       random: this.random,
       onScheduled: (recordId, nextPollAt) => {
         this.ledger.noteSchedule(recordId, this.owner, { nextPollAt: nextPollAt ?? null });
@@ -282,7 +290,7 @@ export class TaskClient {
       }
       // what the claim changed, without reading 10,000 records back; the first poll (now) refreshes the rest
       const mine: TaskRecord = { ...record, localState: 'tracking', leaseOwner: this.owner, leaseExpiresAt };
-      resumed.push(this.startFollowing(mine, now));
+      resumed.push(this.startFollowing(mine, this.steady.now()));
     }
     return { resumed, unknownOutcome, leasedElsewhere };
   }
@@ -519,7 +527,8 @@ export class TaskClient {
     // state already asks for something only tasks/get carries (a terminal result, the inputRequests)
     const needsDetail = isTerminalStatus(task.status) || task.status === 'input_required';
     const delay = needsDetail ? 0 : nextPollDelay(task.pollIntervalMs, this.scheduler.policy, this.random);
-    this.scheduler.schedule(record.recordId, now + delay);
+    this.seen.set(record.recordId, { since: this.steady.now(), ageMs: 0 });
+    this.scheduler.schedule(record.recordId, this.steady.now() + delay);
     return handle;
   }
 
@@ -624,11 +633,29 @@ export class TaskClient {
     if (!(await this.ledger.claim(record.recordId, this.owner, now + this.leaseMs, now))) return undefined;
     const claimed = await this.reload(record.recordId);
     // on resume the first thing is one query (S7, S12); a live handle waits for the suggested interval
-    const at = queryNow ? now : now + nextPollDelay(claimed.pollIntervalMs, this.scheduler.policy, this.random);
+    const steadyNow = this.steady.now();
+    const at = queryNow
+      ? steadyNow
+      : steadyNow + nextPollDelay(claimed.pollIntervalMs, this.scheduler.policy, this.random);
     return this.startFollowing(claimed, at);
   }
 
-  /** Follow a record this process just claimed: a handle, and its first poll at `at`. */
+  /**
+   * How long this client has seen a followed task open: what the ledger holds from earlier processes plus this
+   * process's steady time since it took the record up. Time when no process followed it is not counted, so after a
+   * restart the backstop comes later, never earlier (RELIABILITY.md, "Clocks").
+   */
+  private observedAge(record: TaskRecord): number {
+    const now = this.steady.now();
+    let seen = this.seen.get(record.recordId);
+    if (!seen) {
+      seen = { since: now, ageMs: record.observedAgeMs ?? 0 };
+      this.seen.set(record.recordId, seen);
+    }
+    return seen.ageMs + Math.max(0, now - seen.since);
+  }
+
+  /** Follow a record this process just claimed: a handle, and its first poll at `at` (steady clock). */
   private startFollowing(record: TaskRecord, at: number): TaskHandle {
     const handle = new TaskHandle(record as TaskRecord & { taskId: string }, this.driver());
     this.handles.set(record.recordId, handle);
@@ -667,10 +694,7 @@ export class TaskClient {
     let task: ObservedTask;
     try {
       task = parseGetTaskResult(raw, taskId);
-      const violation = progressionViolation(
-        { taskId, status: record.status, lastUpdatedAt: record.lastUpdatedAt },
-        task,
-      );
+      const violation = progressionViolation({ taskId, status: record.status }, task);
       if (violation) throw new ServerOutputError(violation);
     } catch (error) {
       if (!(error instanceof ServerOutputError)) throw error;
@@ -683,7 +707,8 @@ export class TaskClient {
       this.release(recordId, await this.ledger.get(recordId));
       return { kind: 'done' };
     }
-    this.ledger.noteSchedule(recordId, this.owner, { polledAt: now });
+    const ageMs = this.observedAge(record);
+    this.ledger.noteSchedule(recordId, this.owner, { polledAt: now, observedAgeMs: ageMs });
     // input routing reads the stored answers, so an input_required record is read afresh even when unchanged
     const observed = changed || task.status === 'input_required' ? await this.reload(recordId) : record;
     if (changed) this.handles.get(recordId)?.observe(observed);
@@ -697,11 +722,11 @@ export class TaskClient {
     if (task.status === 'input_required' && task.inputRequests) {
       await this.inputs.route(observed, taskId, task.inputRequests);
     }
-    const deadline = ttlDeadline(task);
-    if (deadline !== undefined && now >= deadline) {
+    // the TTL backstop (S13) on this client's own clock, never createdAt against it (DESIGN.md, rule 2)
+    if (task.ttlMs !== null && ageMs >= task.ttlMs) {
       await this.expire(
         recordId,
-        `createdAt + ttlMs (${new Date(deadline).toISOString()}) passed without a terminal status`,
+        `ttlMs (${task.ttlMs} ms) passed by this client's own clock without a terminal status (seen open ${Math.round(ageMs)} ms)`,
       );
       return { kind: 'done' };
     }
@@ -720,12 +745,13 @@ export class TaskClient {
       badOutput !== undefined
         ? { kind: 'server-output', message: `tasks/get: ${badOutput}`, at: now }
         : this.describeRequestError('tasks/get', error);
-    const deadline = record.taskId ? ttlDeadlineOfRecord(record) : undefined;
-    if (deadline !== undefined && now >= deadline + this.ttlGraceMs) {
+    const ageMs = this.observedAge(record);
+    this.ledger.noteSchedule(record.recordId, this.owner, { observedAgeMs: ageMs });
+    if (typeof record.ttlMs === 'number' && ageMs >= record.ttlMs + this.ttlGraceMs) {
       await this.ledger.recordPoll(record.recordId, this.owner, now, lastError);
       await this.expire(
         record.recordId,
-        `createdAt + ttlMs (${new Date(deadline).toISOString()}) passed and the server could not be queried: ${lastError.message}`,
+        `ttlMs (${record.ttlMs} ms) passed by this client's own clock and the server could not be queried: ${lastError.message}`,
       );
       return { kind: 'done' };
     }
@@ -769,10 +795,7 @@ export class TaskClient {
     }
     try {
       const task = parseGetTaskResult(raw, taskId);
-      const violation = progressionViolation(
-        { taskId, status: record.status, lastUpdatedAt: record.lastUpdatedAt },
-        task,
-      );
+      const violation = progressionViolation({ taskId, status: record.status }, task);
       if (violation) throw new ServerOutputError(violation);
     } catch (error) {
       if (!(error instanceof ServerOutputError)) throw error;
@@ -783,6 +806,7 @@ export class TaskClient {
   /** Stop following a record in this process (it was closed, detached, or taken by another process). */
   private release(recordId: string, record: TaskRecord | undefined): void {
     this.scheduler.remove(recordId);
+    this.seen.delete(recordId);
     this.inputs.abandon(recordId);
     const handle = this.handles.get(recordId);
     this.handles.delete(recordId);
@@ -932,18 +956,6 @@ export class TaskClient {
   private assertOpen(): void {
     if (this.closed) throw new TaskClientError('closed', 'the TaskClient is closed');
   }
-}
-
-/** createdAt + ttlMs in epoch ms, when the task has a limited TTL (S13). */
-function ttlDeadline(task: { createdAt: string; ttlMs: number | null }): number | undefined {
-  if (task.ttlMs === null) return undefined;
-  const createdAt = Date.parse(task.createdAt);
-  return Number.isNaN(createdAt) ? undefined : createdAt + task.ttlMs;
-}
-
-function ttlDeadlineOfRecord(record: TaskRecord): number | undefined {
-  if (record.createdAt === undefined || record.ttlMs === undefined) return undefined;
-  return ttlDeadline({ createdAt: record.createdAt, ttlMs: record.ttlMs });
 }
 
 function describe(error: unknown): string {

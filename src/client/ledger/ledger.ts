@@ -15,7 +15,8 @@ import { isTerminalStatus } from '../../protocol/index.js';
  * - `submitting`: the intent is recorded; `tools/call` may or may not have reached the server yet.
  * - `tracking`: a taskId is committed and the task is not terminal; some process follows it.
  * - `terminal`: closed out: an immediate result, a terminal task status, or a `tools/call` that failed outright.
- * - `expired`: the handle is no longer usable (-32602 from `tasks/get`, or `createdAt + ttlMs` passed) (S13).
+ * - `expired`: the handle is no longer usable (-32602 from `tasks/get`, or the TTL passed by this client's own clock)
+ *   (S13); it may be checked again, and is tracked again when the server still knows the task.
  * - `unknown-outcome`: `tools/call` was sent and no answer was recorded; never re-sent silently.
  * - `detached`: the application let go of the handle; the task is still open and any process may pick it up.
  */
@@ -105,6 +106,11 @@ export interface TaskRecord {
   leaseOwner: string | undefined;
   leaseExpiresAt: number | undefined;
   updatedAt: number;
+  /**
+   * How long this client has itself seen the task open, by its own monotonic clock, summed over the processes that
+   * followed it (time when none did is not counted): the TTL backstop's measure (DESIGN.md, rule 2).
+   */
+  observedAgeMs: number | undefined;
   /** Every input key seen for the task, in the order first seen. */
   inputs: InputAnswer[];
 }
@@ -178,6 +184,8 @@ export interface ScheduleNote {
   polledAt?: number | undefined;
   /** The next poll is planned at this local time; `null`: none planned. */
   nextPollAt?: number | null | undefined;
+  /** How long this client has seen the task open so far (see `TaskRecord.observedAgeMs`); never lowered. */
+  observedAgeMs?: number | undefined;
 }
 
 /** Result of recording an intent: a new record, or the live record that already holds the idempotency key. */

@@ -98,6 +98,18 @@ const MIGRATIONS: readonly string[] = [
      sent_at     INTEGER,
      PRIMARY KEY (record_id, key) -- keys are unique over a task's life (SEP-2663 "Task Update Requests")
    );`,
+  // 2: clocks, credentials and keys (DESIGN.md, rules 2 and 5)
+  `-- how long this client has itself seen the task open, by its own monotonic clock, summed over its processes
+   ALTER TABLE submissions ADD COLUMN observed_age_ms INTEGER;
+   -- a keyed fingerprint of the credential the record was created under (never the credential itself)
+   ALTER TABLE submissions ADD COLUMN credential TEXT;
+   -- the idempotency key as sent (derived from idempotency_key with the ledger's secret); NULL: sent as it is
+   ALTER TABLE submissions ADD COLUMN wire_idempotency_key TEXT;
+   -- the ledger's own secret, written once by the first process that opens it
+   CREATE TABLE ledger_secret (
+     id     INTEGER PRIMARY KEY CHECK (id = 1),
+     secret BLOB NOT NULL
+   );`,
 ];
 
 interface SubmissionRow {
@@ -131,6 +143,9 @@ interface SubmissionRow {
   lease_owner: string | null;
   lease_expires_at: number | null;
   updated_at: number;
+  observed_age_ms: number | null;
+  credential: string | null;
+  wire_idempotency_key: string | null;
 }
 
 interface InputRow {
@@ -166,6 +181,7 @@ interface PendingNote {
   owner: string;
   polledAt: number | undefined;
   nextPollAt: number | null | undefined;
+  observedAgeMs: number | undefined;
 }
 
 /** The ledger schema version this build writes. */
@@ -247,7 +263,9 @@ export class SqliteLedger implements Ledger {
            last_poll_at = CASE WHEN @polledAt IS NULL THEN last_poll_at
                                ELSE MAX(COALESCE(last_poll_at, @polledAt), @polledAt) END,
            updated_at = CASE WHEN @polledAt IS NULL THEN updated_at ELSE MAX(updated_at, @polledAt) END,
-           next_poll_at = CASE WHEN @setNext = 1 AND local_state = 'tracking' THEN @nextPollAt ELSE next_poll_at END
+           next_poll_at = CASE WHEN @setNext = 1 AND local_state = 'tracking' THEN @nextPollAt ELSE next_poll_at END,
+           observed_age_ms = CASE WHEN @observedAgeMs IS NULL THEN observed_age_ms
+                                  ELSE MAX(COALESCE(observed_age_ms, 0), @observedAgeMs) END
          WHERE record_id = @recordId AND lease_owner = @owner`,
       ),
       recordError: db.prepare(`UPDATE submissions SET last_error = ?, updated_at = ? WHERE record_id = ?`),
@@ -416,9 +434,14 @@ export class SqliteLedger implements Ledger {
   noteSchedule(recordId: string, owner: string, note: ScheduleNote): void {
     const pending = this.pendingNotes.get(recordId);
     const merged: PendingNote =
-      pending && pending.owner === owner ? pending : { owner, polledAt: undefined, nextPollAt: undefined };
+      pending && pending.owner === owner
+        ? pending
+        : { owner, polledAt: undefined, nextPollAt: undefined, observedAgeMs: undefined };
     if (note.polledAt !== undefined) merged.polledAt = Math.max(merged.polledAt ?? note.polledAt, note.polledAt);
     if (note.nextPollAt !== undefined) merged.nextPollAt = note.nextPollAt;
+    if (note.observedAgeMs !== undefined) {
+      merged.observedAgeMs = Math.max(merged.observedAgeMs ?? note.observedAgeMs, note.observedAgeMs);
+    }
     this.pendingNotes.set(recordId, merged);
     if (this.noteTimer === undefined) {
       this.noteTimer = setTimeout(() => this.flushNotes(), this.deferMs);
@@ -641,6 +664,7 @@ export class SqliteLedger implements Ledger {
         polledAt: note.polledAt ?? null,
         setNext: note.nextPollAt === undefined ? 0 : 1,
         nextPollAt: note.nextPollAt ?? null,
+        observedAgeMs: note.observedAgeMs ?? null,
       });
     }
     this.pendingNotes.clear();
@@ -766,6 +790,9 @@ export class SqliteLedger implements Ledger {
         row.updated_at = Math.max(row.updated_at, note.polledAt);
       }
       if (note.nextPollAt !== undefined && row.local_state === 'tracking') row.next_poll_at = note.nextPollAt;
+      if (note.observedAgeMs !== undefined) {
+        row.observed_age_ms = Math.max(row.observed_age_ms ?? 0, note.observedAgeMs);
+      }
     }
     return {
       recordId: row.record_id,
@@ -799,6 +826,7 @@ export class SqliteLedger implements Ledger {
       leaseOwner: row.lease_owner ?? undefined,
       leaseExpiresAt: row.lease_expires_at ?? undefined,
       updatedAt: row.updated_at,
+      observedAgeMs: row.observed_age_ms ?? undefined,
       inputs,
     };
   }
