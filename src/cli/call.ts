@@ -59,6 +59,7 @@ async function runCall(url: string, tool: string, flags: CallFlags): Promise<voi
   // the handlers are wired when the client connects, after `following` exists
   const session = ClientSession.open({
     ledgerPath,
+    namedServer: url,
     inputHandlers: (endpoint) => ({ elicitation: elicitationHandler(following, endpoint) }),
     onEvent: (event) => following.onClientEvent(event),
   });

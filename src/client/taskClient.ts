@@ -33,6 +33,7 @@ import type { TaskInputHandlers } from './inputRouter.js';
 import { capabilitiesForHandlers, InputRouter } from './inputRouter.js';
 import type { HistoryEntry, Ledger, LedgerFilter, ObservedTask, RecordedError, TaskRecord } from './ledger/ledger.js';
 import { isFollowable, observationChanges } from './ledger/ledger.js';
+import { credentialFingerprint, wireIdempotencyKey } from './ledgerKeys.js';
 import type { PollOutcome, PollPolicy, SchedulerClock } from './scheduler.js';
 import { nextPollDelay, PollScheduler, STEADY_CLOCK, SYSTEM_CLOCK } from './scheduler.js';
 import type { TaskResultCarrier } from './sdkGlue.js';
@@ -72,6 +73,12 @@ export interface TaskClientOptions {
    * before the record expires. Default 5 min.
    */
   ttlGraceMs?: number | undefined;
+  /**
+   * What identifies the caller to this server (e.g. its bearer token); only a fingerprint keyed with the ledger's
+   * secret is stored, on every record this client creates: a -32602 under another credential is not taken as expiry.
+   * `connectHttpTaskClient` takes it from the `authorization` header of `requestInit` when not given.
+   */
+  credential?: string | undefined;
   /** Close the SDK client too when this TaskClient closes. */
   ownsClient?: boolean | undefined;
   /** Dispose of the ledger too when this TaskClient closes. */
@@ -147,6 +154,7 @@ export class TaskClient {
   private readonly ttlGraceMs: number;
   private leaseTimer: unknown;
   private capabilitiesMeta: ClientCapabilities | undefined;
+  private ledgerKeys: Promise<{ secret: Uint8Array; credential: string }> | undefined;
   private closed = false;
 
   constructor(private readonly options: TaskClientOptions) {
@@ -224,6 +232,7 @@ export class TaskClient {
     digest: string,
     options: CallToolOptions,
   ): Promise<CallToolResult | TaskHandle> {
+    const keys = await this.keys();
     const now = this.clock.now();
     const intent = await this.ledger.recordIntent({
       recordId: randomUUID(),
@@ -233,6 +242,11 @@ export class TaskClient {
       argumentsDigest: digest,
       correlationId: options.correlationId,
       idempotencyKey: options.idempotencyKey,
+      wireIdempotencyKey:
+        options.idempotencyKey === undefined
+          ? undefined
+          : wireIdempotencyKey(keys.secret, this.endpoint, options.idempotencyKey),
+      credential: keys.credential,
       submittedAt: now,
       leaseOwner: this.owner,
       leaseExpiresAt: now + this.leaseMs,
@@ -346,6 +360,16 @@ export class TaskClient {
       await this.sendTaskRequest(TASK_METHODS.cancel, { taskId });
     } catch (error) {
       if (error instanceof ProtocolError && error.code === ErrorCode.InvalidParams) {
+        if (await this.underOtherCredential(record)) {
+          const message = `tasks/cancel answered ${error.code} under another credential than the one that created the task: not taken as expiry`;
+          await this.recordError(record.recordId, {
+            kind: 'protocol',
+            message,
+            at: this.clock.now(),
+            code: error.code,
+          });
+          throw new TaskClientError('wrong-credential', message, { record, cause: error });
+        }
         await this.serialized(record.recordId, () =>
           this.expire(record.recordId, `tasks/cancel answered ${error.code}: ${error.message}`),
         );
@@ -388,8 +412,27 @@ export class TaskClient {
       await this.serialized(record.recordId, () => this.poll(record.recordId));
     } else if (record.localState === 'terminal') {
       await this.serialized(record.recordId, () => this.verifyTerminal(record));
+    } else if (record.localState === 'expired') {
+      await this.serialized(record.recordId, () => this.recheckExpired(record, false));
     }
     return this.reload(record.recordId);
+  }
+
+  /**
+   * Check an `expired` record again (a wrong credential, a misconfigured or restored server can make a live task look
+   * gone): when the server still answers for the task, the record is tracked again by this process and what the
+   * server says is recorded; a terminal answer closes it out with its result. Resolves with the handle when the
+   * task is followed again, undefined when it stays expired (the answer is recorded as the last error).
+   */
+  async recheck(ref: string): Promise<TaskHandle | undefined> {
+    this.assertOpen();
+    const record = await this.resolve(ref);
+    if (record.localState !== 'expired' || !record.taskId) return undefined;
+    const reopened = await this.serialized(record.recordId, () => this.recheckExpired(record, true));
+    if (!reopened) return undefined;
+    const current = await this.reload(record.recordId);
+    if (current.localState !== 'tracking') return this.closedHandle(current);
+    return this.handles.get(record.recordId) ?? this.startFollowing(current, this.steady.now());
   }
 
   /**
@@ -416,6 +459,12 @@ export class TaskClient {
     const policy = options.idempotencyKey ?? (previous.localState === 'unknown-outcome' ? 'reuse' : 'new');
     const key =
       policy === 'reuse' ? (previous.idempotencyKey ?? randomUUID()) : policy === 'new' ? randomUUID() : policy;
+    const keys = await this.keys();
+    // a reused key goes out as it went before (records older than ledger schema 2 sent it as it is)
+    const wireKey =
+      key === previous.idempotencyKey
+        ? (previous.wireIdempotencyKey ?? previous.idempotencyKey)
+        : wireIdempotencyKey(keys.secret, this.endpoint, key);
     const now = this.clock.now();
     const intent = await this.ledger.recordResubmission(previous.recordId, {
       recordId: randomUUID(),
@@ -425,6 +474,8 @@ export class TaskClient {
       argumentsDigest: previous.argumentsDigest,
       correlationId: previous.correlationId,
       idempotencyKey: key,
+      wireIdempotencyKey: wireKey,
+      credential: keys.credential,
       submittedAt: now,
       leaseOwner: this.owner,
       leaseExpiresAt: now + this.leaseMs,
@@ -477,7 +528,8 @@ export class TaskClient {
   private async submit(record: TaskRecord, signal: AbortSignal | undefined): Promise<CallToolResult | TaskHandle> {
     const carrier = this.carrier();
     const meta: Record<string, unknown> = { ...this.tasksMeta() };
-    if (record.idempotencyKey !== undefined) meta[IDEMPOTENCY_KEY_META_KEY] = record.idempotencyKey;
+    const wireKey = record.wireIdempotencyKey ?? record.idempotencyKey;
+    if (wireKey !== undefined) meta[IDEMPOTENCY_KEY_META_KEY] = wireKey;
     // from here on, silence means unknown-outcome
     await this.ledger.markSent(record.recordId, this.owner, this.clock.now());
     let result: CallToolResult;
@@ -736,6 +788,26 @@ export class TaskClient {
   private async onPollError(record: TaskRecord, error: unknown): Promise<PollOutcome> {
     const now = this.clock.now();
     if (error instanceof ProtocolError && error.code === ErrorCode.InvalidParams) {
+      if (await this.underOtherCredential(record)) {
+        // another principal's task looks unknown to us: that says nothing about the task (DESIGN.md, rule 5); the
+        // record stays open, free for a process that holds the credential it was created under
+        const message = `tasks/get answered ${error.code} under another credential than the one that created the task: not taken as expiry`;
+        await this.ledger.recordPoll(record.recordId, this.owner, now, {
+          kind: 'protocol',
+          message,
+          at: now,
+          code: error.code,
+        });
+        this.emit({ type: 'error', recordId: record.recordId, error: { kind: 'protocol', message, at: now } });
+        this.scheduler.remove(record.recordId);
+        await this.ledger.release(record.recordId, this.owner);
+        const handle = this.handles.get(record.recordId);
+        this.handles.delete(record.recordId);
+        this.seen.delete(record.recordId);
+        this.inputs.abandon(record.recordId);
+        handle?.abandon(new TaskClientError('wrong-credential', message, { record }));
+        return { kind: 'done' };
+      }
       // spec: -32602 is an invalid, unknown or purged taskId: the handle is no longer usable (S13)
       await this.expire(record.recordId, `tasks/get answered ${error.code}: ${error.message}`);
       return { kind: 'done' };
@@ -775,6 +847,59 @@ export class TaskClient {
       this.emit({ type: 'closed', record });
     }
     this.release(recordId, record);
+  }
+
+  /**
+   * One tasks/get for an expired record; true when the record came back (tracked, or closed out terminal). A record
+   * tracked again keeps this process's lease only when `follow` (the caller then follows it).
+   */
+  private async recheckExpired(record: TaskRecord, follow: boolean): Promise<boolean> {
+    const taskId = record.taskId as string;
+    let task: ObservedTask;
+    try {
+      const raw = await this.client.request(
+        { method: TASK_METHODS.get, params: { taskId, _meta: this.tasksMeta() } },
+        JsonObjectSchema,
+        { timeout: this.requestTimeoutMs },
+      );
+      task = parseGetTaskResult(raw, taskId);
+    } catch (error) {
+      const lastError =
+        error instanceof ServerOutputError
+          ? { kind: 'server-output' as const, message: error.message, at: this.clock.now() }
+          : this.describeRequestError('tasks/get', error);
+      await this.recordError(record.recordId, lastError);
+      return false;
+    }
+    const now = this.clock.now();
+    const note = `checked again: the server still knows task ${taskId} (${task.status})`;
+    if (!(await this.ledger.reopen(record.recordId, this.owner, now + this.leaseMs, now, note))) return false;
+    this.seen.delete(record.recordId);
+    await this.ledger.recordObservation(record.recordId, this.owner, task, now);
+    const current = await this.reload(record.recordId);
+    this.emit({ type: 'status', record: current });
+    if (current.localState !== 'tracking') {
+      this.emit({ type: 'closed', record: current });
+    } else if (!follow) {
+      await this.ledger.release(record.recordId, this.owner);
+    }
+    return true;
+  }
+
+  /** Whether this client calls under another credential than the one `record` was created under. */
+  private async underOtherCredential(record: TaskRecord): Promise<boolean> {
+    // records older than ledger schema 2 carry no fingerprint: -32602 keeps meaning what it meant for them
+    if (record.credential === undefined) return false;
+    return record.credential !== (await this.keys()).credential;
+  }
+
+  /** The ledger's secret and this client's credential fingerprint, read once. */
+  private keys(): Promise<{ secret: Uint8Array; credential: string }> {
+    this.ledgerKeys ??= this.ledger.secret().then((secret) => ({
+      secret,
+      credential: credentialFingerprint(secret, this.options.credential),
+    }));
+    return this.ledgerKeys;
   }
 
   private async verifyTerminal(record: TaskRecord): Promise<void> {

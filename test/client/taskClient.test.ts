@@ -235,7 +235,10 @@ describe('TaskClient against a raw Tasks fixture', () => {
     expect(c).toBe(a);
     expect(fixture.count('tools/call')).toBe(1);
     const call = fixture.requests.find((request) => request.method === 'tools/call');
-    expect((call?.params['_meta'] as Record<string, unknown>)['io.closeout/idempotencyKey']).toBe('job-1');
+    // the key on the wire is derived from job-1 with the ledger's secret: nobody without the ledger can guess it
+    const wireKey = (call?.params['_meta'] as Record<string, unknown>)['io.closeout/idempotencyKey'];
+    expect(wireKey).toBe((await client.get('job-1'))?.wireIdempotencyKey);
+    expect(wireKey).toMatch(/^ck1\.[\w-]{43}$/);
     await expect(client.callTool('slow', { x: 2 }, { idempotencyKey: 'job-1' })).rejects.toMatchObject({
       code: 'idempotency-conflict',
     });

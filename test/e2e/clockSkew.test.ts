@@ -25,7 +25,7 @@ afterAll(async () => {
 });
 
 async function serve(env: Record<string, string> = {}): Promise<ServeProcess> {
-  const server = await startServe(['--store', file('server.db')], 15_000, env);
+  const server = await startServe(['--store', file('server.db')], 60_000, env);
   servers.push(server);
   return server;
 }

@@ -76,6 +76,17 @@ export interface TaskRecord {
   argumentsDigest: string;
   correlationId: string | undefined;
   idempotencyKey: string | undefined;
+  /**
+   * The key sent as `_meta["io.closeout/idempotencyKey"]`: derived from `idempotencyKey` with the ledger's secret, so
+   * nobody without the ledger can guess it from a business id (DESIGN.md, rule 5). Undefined on records written
+   * before ledger schema 2, which sent `idempotencyKey` as it is.
+   */
+  wireIdempotencyKey: string | undefined;
+  /**
+   * A keyed fingerprint of the credential the record was created under (never the credential): an answer under
+   * another one says nothing about the task (DESIGN.md, rule 5). Undefined on records older than ledger schema 2.
+   */
+  credential: string | undefined;
   taskId: string | undefined;
   localState: LocalState;
   status: TaskStatus | undefined;
@@ -137,6 +148,8 @@ export interface NewSubmission {
   argumentsDigest: string;
   correlationId?: string | undefined;
   idempotencyKey?: string | undefined;
+  wireIdempotencyKey?: string | undefined;
+  credential?: string | undefined;
   submittedAt: number;
   /** The recording process holds the lease from the start, so nobody else takes the submission for dead. */
   leaseOwner: string;
@@ -221,8 +234,13 @@ export interface Ledger {
   noteSchedule(recordId: string, owner: string, note: ScheduleNote): void;
   /** Record an error without a poll (input handlers, server output of cancel/update, storage). Any process. */
   recordError(recordId: string, lastError: RecordedError): Promise<void>;
-  /** Leave the open states for good. */
+  /** Leave the open states (an `expired` record may come back with `reopen`). */
   close(recordId: string, owner: string, closing: Closing, at: number): Promise<boolean>;
+  /**
+   * An `expired` record whose task the server still knows (it was checked again): tracked again, with `owner`
+   * holding the lease. False when the record is not expired.
+   */
+  reopen(recordId: string, owner: string, leaseExpiresAt: number, at: number, note: string): Promise<boolean>;
   /** Mark records stuck in `submitting` whose lease expired as `unknown-outcome` (S13: surfaced, never re-sent). */
   settleAbandonedSubmissions(endpoint: string, now: number, reason: string): Promise<TaskRecord[]>;
   /** Let go of a followed task without closing it. */
@@ -262,6 +280,9 @@ export interface Ledger {
   findByIdempotencyKey(endpoint: string, idempotencyKey: string): Promise<TaskRecord | undefined>;
   list(filter?: LedgerFilter): Promise<TaskRecord[]>;
   history(recordId: string): Promise<HistoryEntry[]>;
+
+  /** The ledger's own random secret (created with the ledger): keys fingerprints and wire idempotency keys. */
+  secret(): Promise<Uint8Array>;
 
   /** Close the underlying storage. */
   dispose(): Promise<void>;

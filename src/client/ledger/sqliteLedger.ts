@@ -4,6 +4,8 @@
  * memory and ride along with the next transaction, or are committed together at most `deferMs` later: a client
  * polling thousands of tasks then commits once per batch of polls, not twice per poll.
  */
+import { randomBytes } from 'node:crypto';
+
 import type Database from 'better-sqlite3';
 
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
@@ -209,9 +211,11 @@ export class SqliteLedger implements Ledger {
     this.stmt = {
       insert: db.prepare(
         `INSERT INTO submissions (record_id, endpoint, tool_name, arguments, arguments_digest, correlation_id,
-           idempotency_key, local_state, submitted_at, resubmitted_from, lease_owner, lease_expires_at, updated_at)
+           idempotency_key, wire_idempotency_key, credential, local_state, submitted_at, resubmitted_from,
+           lease_owner, lease_expires_at, updated_at)
          VALUES (@recordId, @endpoint, @toolName, @arguments, @argumentsDigest, @correlationId,
-           @idempotencyKey, 'submitting', @submittedAt, @resubmittedFrom, @leaseOwner, @leaseExpiresAt, @submittedAt)`,
+           @idempotencyKey, @wireIdempotencyKey, @credential, 'submitting', @submittedAt, @resubmittedFrom,
+           @leaseOwner, @leaseExpiresAt, @submittedAt)`,
       ),
       supersede: db.prepare(
         `UPDATE submissions SET superseded_by = ?, updated_at = ? WHERE record_id = ? AND superseded_by IS NULL`,
@@ -276,6 +280,14 @@ export class SqliteLedger implements Ledger {
            lease_owner = NULL, lease_expires_at = NULL, updated_at = @at
          WHERE record_id = @recordId AND lease_owner = @owner AND local_state IN ('submitting','tracking')`,
       ),
+      // checked again: the server still knows the task, so it is followed again by the one checking
+      reopen: db.prepare(
+        `UPDATE submissions SET local_state = 'tracking', terminal_reason = NULL, terminal_at = NULL,
+           lease_owner = @owner, lease_expires_at = @leaseExpiresAt, updated_at = @at
+         WHERE record_id = @recordId AND local_state = 'expired' AND task_id IS NOT NULL`,
+      ),
+      secret: db.prepare(`SELECT secret FROM ledger_secret WHERE id = 1`),
+      insertSecret: db.prepare(`INSERT OR IGNORE INTO ledger_secret (id, secret) VALUES (1, ?)`),
       abandonedSubmissions: db.prepare(
         `SELECT * FROM submissions
          WHERE endpoint = ? AND local_state = 'submitting' AND (lease_expires_at IS NULL OR lease_expires_at < ?)`,
@@ -383,6 +395,8 @@ export class SqliteLedger implements Ledger {
       argumentsDigest: submission.argumentsDigest,
       correlationId: submission.correlationId ?? null,
       idempotencyKey: submission.idempotencyKey ?? null,
+      wireIdempotencyKey: submission.wireIdempotencyKey ?? null,
+      credential: submission.credential ?? null,
       submittedAt: submission.submittedAt,
       resubmittedFrom: submission.resubmittedFrom ?? null,
       leaseOwner: submission.leaseOwner,
@@ -472,6 +486,23 @@ export class SqliteLedger implements Ledger {
       this.appendLocalChange(before, closing.localState, at, closing.reason);
       return true;
     });
+  }
+
+  async reopen(recordId: string, owner: string, leaseExpiresAt: number, at: number, note: string): Promise<boolean> {
+    return this.write((): boolean => {
+      const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
+      if (!before || this.stmt.reopen.run({ recordId, owner, leaseExpiresAt, at }).changes !== 1) return false;
+      this.appendLocalChange(before, 'tracking', at, note);
+      return true;
+    });
+  }
+
+  async secret(): Promise<Uint8Array> {
+    const row = this.stmt.secret.get() as { secret: Buffer } | undefined;
+    if (row) return row.secret;
+    // the first process to need it writes it; a racing one's insert is ignored and both read the same secret
+    this.write(() => this.stmt.insertSecret.run(randomBytes(32)));
+    return (this.stmt.secret.get() as { secret: Buffer }).secret;
   }
 
   async settleAbandonedSubmissions(endpoint: string, now: number, reason: string): Promise<TaskRecord[]> {
@@ -802,6 +833,8 @@ export class SqliteLedger implements Ledger {
       argumentsDigest: row.arguments_digest,
       correlationId: row.correlation_id ?? undefined,
       idempotencyKey: row.idempotency_key ?? undefined,
+      wireIdempotencyKey: row.wire_idempotency_key ?? undefined,
+      credential: row.credential ?? undefined,
       taskId: row.task_id ?? undefined,
       localState: row.local_state,
       status: row.status ?? undefined,
