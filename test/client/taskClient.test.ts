@@ -400,6 +400,31 @@ describe('TaskClient against a misbehaving server', () => {
 });
 
 describe('TaskClient recovery', () => {
+  it('sums the time each process saw a task open, so a restart never resets the TTL backstop', async () => {
+    // invariant (DESIGN.md rule 2): the age the backstop uses is the client's own, kept in the ledger across processes
+    const first = await connect();
+    const handle = await task(first, 'cancellable');
+    const seen = async (client: TaskClient, atLeast: number) => {
+      for (let i = 0; i < 200; i++) {
+        const age = (await client.get(handle.taskId))?.observedAgeMs ?? 0;
+        if (age >= atLeast) return age;
+        await sleep(20);
+      }
+      throw new Error(`the task was never seen open for ${atLeast} ms`);
+    };
+    await seen(first, 200);
+    await first.close();
+    const reader = new SqliteLedger(ledgerPath);
+    const kept = (await reader.get(handle.recordId))?.observedAgeMs ?? 0;
+    await reader.dispose();
+    expect(kept).toBeGreaterThanOrEqual(200);
+
+    const second = await connect();
+    await second.resumeAll();
+    expect(await seen(second, kept + 100)).toBeGreaterThanOrEqual(kept + 100);
+    await second.cancel(handle.taskId);
+  });
+
   it('resumes an open task in a new client on the same ledger, querying it once first', async () => {
     const first = await connect();
     const handle = await task(first, 'slow');
