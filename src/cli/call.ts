@@ -61,6 +61,7 @@ async function runCall(url: string, tool: string, flags: CallFlags): Promise<voi
   const session = ClientSession.open({
     ledgerPath,
     token: flags.token,
+    namedServer: url,
     inputHandlers: (endpoint) => ({ elicitation: elicitationHandler(following, endpoint) }),
     onEvent: (event) => following.onClientEvent(event),
   });

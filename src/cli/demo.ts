@@ -66,6 +66,7 @@ async function runDemo(flags: DemoFlags): Promise<void> {
       : { action: 'accept', content: {} };
   const session = ClientSession.open({
     ledgerPath,
+    namedServer: url,
     inputHandlers: (endpoint) => ({ elicitation: elicitationHandler(current, endpoint) }),
     onEvent: (event) => current.onClientEvent(event),
   });

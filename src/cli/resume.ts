@@ -1,7 +1,8 @@
 /**
  * `closeout resume [TASK_ID]`: take up every open task in the ledger (or one) after a detach, a Ctrl-C or a crash
  * (S12): each is queried once first (S7), then followed until it closes out, with input asked where needed. One
- * line per task as it closes out.
+ * line per task as it closes out. An `expired` record named by TASK_ID is checked again, and followed when the server
+ * still knows its task.
  */
 import type { Command } from 'commander';
 
@@ -59,7 +60,13 @@ async function runResume(ref: string | undefined, flags: ResumeFlags): Promise<v
       const record = await session.require(ref);
       endpoint = record.endpoint;
       out.event({ event: 'resume', ledger: ledgerPath, open: isFollowable(record.localState) ? 1 : 0 });
-      if (!isFollowable(record.localState)) {
+      if (record.localState === 'expired' && record.taskId) {
+        // checked again: a wrong credential or a restored server can make a live task look gone
+        const client = await session.client(record.endpoint);
+        const handle = await client.recheck(record.recordId);
+        if (handle) following.follow(handle, record.endpoint, 'resumed');
+        else codes.push(reportClosed(out, (await session.ledger.get(record.recordId)) ?? record));
+      } else if (!isFollowable(record.localState)) {
         codes.push(reportClosed(out, record));
       } else {
         const client = await session.client(record.endpoint);

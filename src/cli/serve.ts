@@ -7,6 +7,7 @@ import { dirname, resolve } from 'node:path';
 import { InMemoryServerEventBus } from '@modelcontextprotocol/server';
 import type { Command } from 'commander';
 import { InvalidArgumentError } from 'commander';
+import { parse as parseConnectionString } from 'pg-connection-string';
 
 import { conformanceDiagnostics, registerConformanceTools } from '../demo/conformanceTools.js';
 import { registerDemoTools } from '../demo/demoTools.js';
@@ -68,7 +69,7 @@ export function registerServe(program: Command): void {
       }
       process.stdout.write(`${serving.url}\n`);
       console.error(
-        `closeout serve: ${flags.tools} tools, store ${withoutPassword(flags.store)}, instance ${tasks.instanceId}`,
+        `closeout serve: ${flags.tools} tools, store ${describeStoreLocation(flags.store)}, instance ${tasks.instanceId}`,
       );
       const stop = async () => {
         await serving.close();
@@ -91,17 +92,28 @@ function assertStoreFolder(location: string): void {
   }
 }
 
-/** The store's location as logged: a postgres:// URL keeps its user and host but never its password. */
-function withoutPassword(location: string): string {
-  if (!/^postgres(ql)?:\/\//.test(location)) return location;
+/**
+ * The store's location as logged. A PostgreSQL connection string is parsed the way pg parses it (pg-connection-string)
+ * and the line is rebuilt from its user, host, port and database only: a password can hide in the authority, in the
+ * query, percent-encoded or behind any letter case of the scheme, and none of them is ever printed.
+ */
+export function describeStoreLocation(location: string): string {
+  if (!POSTGRES_URL.test(location)) return location;
+  let config: ReturnType<typeof parseConnectionString>;
   try {
-    const url = new URL(location);
-    if (url.password) url.password = '***';
-    return url.href;
+    config = parseConnectionString(location);
   } catch {
-    return 'a postgres:// URL';
+    return 'a postgres:// URL (unparsable)';
   }
+  const user = config.user ? `${config.user}@` : '';
+  const port = config.port ? `:${config.port}` : '';
+  const host = config.host?.includes(':') ? `[${config.host}]` : (config.host ?? '');
+  const secret = config.password ? ' (password hidden)' : '';
+  return `postgres://${user}${host}${port}/${config.database ?? ''}${secret}`;
 }
+
+/** The --store values openTaskStore takes for PostgreSQL. */
+const POSTGRES_URL = /^postgres(ql)?:\/\//i;
 
 function parseToolSet(value: string): 'demo' | 'conformance' {
   if (value === 'demo' || value === 'conformance') return value;

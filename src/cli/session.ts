@@ -11,6 +11,13 @@ import { openLedger } from './ledgerFile.js';
 /** A bearer token for the servers the CLI talks to (the ledger never stores it). */
 export const TOKEN_ENV = 'CLOSEOUT_TOKEN';
 
+/**
+ * The server (URL or origin) `CLOSEOUT_TOKEN` is for, when the command does not name it: the token goes there and
+ * nowhere else. Without it the token goes only to the server named on the command line (`call URL`) and to servers
+ * whose ledger records were created under that same token (DESIGN.md, rule 5).
+ */
+export const TOKEN_SERVER_ENV = 'CLOSEOUT_TOKEN_SERVER';
+
 export interface SessionOptions {
   ledgerPath: string;
   /** Input handlers for a server's tasks (elicitation prompts or preset answers). */
@@ -18,6 +25,8 @@ export interface SessionOptions {
   onEvent?: ((event: TaskClientEvent, endpoint: string) => void) | undefined;
   /** A bearer token for the one server a command names (`call --token`); else CLOSEOUT_TOKEN. Never stored. */
   token?: string | undefined;
+  /** The server named on the command line: `CLOSEOUT_TOKEN` is given for it. */
+  namedServer?: string | undefined;
 }
 
 export class ClientSession {
@@ -61,7 +70,8 @@ export class ClientSession {
     if (!/^https?:\/\//.test(endpoint)) {
       throw new CliError(`the ledger record's server ${endpoint} is not an HTTP endpoint: the CLI only speaks HTTP`);
     }
-    const token = this.options.token ?? process.env[TOKEN_ENV];
+    // a token given on the command line is for the one server the command names; else CLOSEOUT_TOKEN, kept to its server
+    const token = this.options.token ?? (await this.tokenFor(endpoint));
     // the SDK is loaded only by commands that talk to a server
     const { connectHttpTaskClient } = await import('../client/connect.js');
     let client: TaskClient;
@@ -79,6 +89,23 @@ export class ClientSession {
     }
     this.clients.set(endpoint, client);
     return client;
+  }
+
+  /**
+   * `CLOSEOUT_TOKEN` when it belongs to `endpoint`, else undefined: a token goes only to the server it was given for
+   * (CLOSEOUT_TOKEN_SERVER, the server the command names, or one that already holds records created under it), never
+   * to every server with an open record.
+   */
+  private async tokenFor(endpoint: string): Promise<string | undefined> {
+    const token = process.env[TOKEN_ENV];
+    if (!token) return undefined;
+    const given = process.env[TOKEN_SERVER_ENV] || this.options.namedServer;
+    if (given) return sameServer(given, endpoint) ? token : undefined;
+    if (!this.opened) return undefined;
+    const { credentialFingerprint } = await import('../client/ledgerKeys.js');
+    const fingerprint = credentialFingerprint(await this.ledger.secret(), `Bearer ${token}`);
+    const records = await this.ledger.list({ endpoint });
+    return records.some((record) => record.credential === fingerprint) ? token : undefined;
   }
 
   /** A record by taskId, record id or idempotency key, over every server in the ledger. */
@@ -122,4 +149,13 @@ export function unknownTask(ref: string, ledgerPath: string): CliError {
 
 function unique<T>(items: T[]): T | undefined {
   return items.length === 1 ? items[0] : undefined;
+}
+
+/** Whether two server URLs (or origins) name the same server: a token is given for an origin. */
+function sameServer(given: string, endpoint: string): boolean {
+  try {
+    return new URL(given).origin === new URL(endpoint).origin;
+  } catch {
+    return false;
+  }
 }

@@ -53,8 +53,10 @@ export async function connectHttpTaskClient(url: string | URL, options: ConnectH
   const transport = pool
     ? new PooledHttpClientTransport(target, transportOptions, pool)
     : new StreamableHTTPClientTransport(target, transportOptions);
+  // the credential a record is created under, as a keyed fingerprint (TaskClientOptions.credential)
+  const credential = options.credential ?? new Headers(options.requestInit?.headers).get('authorization') ?? undefined;
   try {
-    return await connectWith(transport, options.endpoint ?? target.href, options);
+    return await connectWith(transport, options.endpoint ?? target.href, { ...options, credential });
   } catch (error) {
     await pool?.close();
     throw error;

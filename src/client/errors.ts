@@ -16,8 +16,13 @@ export type TaskClientErrorCode =
   | 'idempotency-conflict'
   /** Another live process holds the lease on this record. */
   | 'leased-elsewhere'
-  /** The task handle is no longer usable (-32602, or createdAt + ttlMs passed). */
+  /** The task handle is no longer usable (-32602, or its ttlMs passed by this client's own clock). */
   | 'expired'
+  /**
+   * The server answered -32602 for a task created under another credential: that says nothing about the task, and
+   * the record stays open for a process that holds the credential it was created under.
+   */
+  | 'wrong-credential'
   /** The task ended `failed`; `error` is the server's JSON-RPC error. */
   | 'failed'
   /** The task ended `cancelled`. */

@@ -30,6 +30,17 @@ export const SYSTEM_CLOCK: SchedulerClock = {
   clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
 };
 
+/**
+ * The system clock for scheduling and for how long a task has been seen open: the wall time when this process started
+ * plus the monotonic time since, so a step of the wall clock (NTP, a VM restored) neither stalls nor rushes a poll and
+ * never ages a task (DESIGN.md, rule 2). Ledger times and leases keep the wall clock (SYSTEM_CLOCK).
+ */
+export const STEADY_CLOCK: SchedulerClock = {
+  now: () => performance.timeOrigin + performance.now(),
+  setTimeout: SYSTEM_CLOCK.setTimeout,
+  clearTimeout: SYSTEM_CLOCK.clearTimeout,
+};
+
 export interface PollPolicy {
   /** Never poll one task more often than this, whatever the server suggests. */
   floorMs: number;

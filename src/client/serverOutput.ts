@@ -25,11 +25,14 @@ export class ServerOutputError extends Error {
   }
 }
 
-/** The previous state a new answer is checked against. */
+/**
+ * The previous state a new answer is checked against. Timestamps are not part of it: `lastUpdatedAt` comes from the
+ * server's clock (or from several instances' clocks), and no order is taken from two hosts' wall clocks (DESIGN.md,
+ * rule 2). Answers to one record's polls arrive one after another, so the latest answer is the server's latest word.
+ */
 export interface KnownTaskState {
   taskId: string;
   status: ObservedTask['status'] | undefined;
-  lastUpdatedAt: string | undefined;
 }
 
 /** Validate a CreateTaskResult (the `tools/call` answer with `resultType: "task"`). */
@@ -72,7 +75,8 @@ export function parseGetTaskResult(raw: unknown, expectedTaskId: string): Observ
 
 /**
  * Whether `next` may follow `known` (SEP-2663 "Task Status": a terminal task never changes state). Returns the
- * violation, or undefined when the answer is acceptable. An identical terminal answer is acceptable.
+ * violation, or undefined when the answer is acceptable. An identical terminal answer is acceptable, and a terminal
+ * answer is always acceptable after a non-terminal one, whatever its timestamps say (DESIGN.md, rule 2).
  */
 export function progressionViolation(known: KnownTaskState, next: ObservedTask): string | undefined {
   if (next.taskId !== known.taskId) return `taskId changed from ${known.taskId} to ${next.taskId}`;
@@ -80,11 +84,6 @@ export function progressionViolation(known: KnownTaskState, next: ObservedTask):
     return isTerminalStatus(next.status)
       ? `status changed after terminal: ${known.status} -> ${next.status}`
       : `status went backwards: terminal ${known.status} -> ${next.status}`;
-  }
-  const before = known.lastUpdatedAt === undefined ? NaN : Date.parse(known.lastUpdatedAt);
-  const after = Date.parse(next.lastUpdatedAt);
-  if (!Number.isNaN(before) && !Number.isNaN(after) && after < before) {
-    return `status went backwards in time: lastUpdatedAt ${next.lastUpdatedAt} is before ${known.lastUpdatedAt}`;
   }
   return undefined;
 }
@@ -135,7 +134,7 @@ function checkInputRequests(inputRequests: Record<string, unknown>, what: string
   }
 }
 
-/** createdAt + ttlMs is the client's expiry backstop (S13): it must be a time. */
+/** createdAt is shown to people and kept in the ledger: it must be a time (never compared with the client's clock). */
 function checkCreatedAt(createdAt: string, what: string): void {
   if (Number.isNaN(Date.parse(createdAt))) {
     throw new ServerOutputError(`${what} has createdAt ${JSON.stringify(createdAt)}, not an ISO 8601 time`);

@@ -34,8 +34,9 @@ import type { TaskInputHandlers } from './inputRouter.js';
 import { capabilitiesForHandlers, InputRouter } from './inputRouter.js';
 import type { HistoryEntry, Ledger, LedgerFilter, ObservedTask, RecordedError, TaskRecord } from './ledger/ledger.js';
 import { isFollowable, observationChanges } from './ledger/ledger.js';
+import { credentialFingerprint, wireIdempotencyKey } from './ledgerKeys.js';
 import type { PollOutcome, PollPolicy, SchedulerClock } from './scheduler.js';
-import { nextPollDelay, PollScheduler, SYSTEM_CLOCK } from './scheduler.js';
+import { nextPollDelay, PollScheduler, STEADY_CLOCK, SYSTEM_CLOCK } from './scheduler.js';
 import type { TaskResultCarrier } from './sdkGlue.js';
 import { attachTaskResultCarrier } from './sdkGlue.js';
 import {
@@ -68,8 +69,17 @@ export interface TaskClientOptions {
   requestTimeoutMs?: number | undefined;
   /** A stored input answer the server still lists is sent again after this long. Default 5 s. */
   inputResendAfterMs?: number | undefined;
-  /** After createdAt + ttlMs, how long an unreachable server is retried before the record expires. Default 5 min. */
+  /**
+   * Once this client has itself seen a task open for its `ttlMs`, how much longer an unreachable server is retried
+   * before the record expires. Default 5 min.
+   */
   ttlGraceMs?: number | undefined;
+  /**
+   * What identifies the caller to this server (e.g. its bearer token); only a fingerprint keyed with the ledger's
+   * secret is stored, on every record this client creates: a -32602 under another credential is not taken as expiry.
+   * `connectHttpTaskClient` takes it from the `authorization` header of `requestInit` when not given.
+   */
+  credential?: string | undefined;
   /** Close the SDK client too when this TaskClient closes. */
   ownsClient?: boolean | undefined;
   /** Dispose of the ledger too when this TaskClient closes. */
@@ -133,6 +143,10 @@ export class TaskClient {
   readonly ledger: Ledger;
   readonly client: Client;
   private readonly clock: SchedulerClock;
+  /** Scheduling and task ages: never steps with the wall clock (the `clock` option replaces both, for tests). */
+  private readonly steady: SchedulerClock;
+  /** Per followed record: when (steady clock) this process started counting its age, and the age it had then. */
+  private readonly seen = new Map<string, { since: number; ageMs: number }>();
   private readonly random: () => number;
   private readonly scheduler: PollScheduler;
   private readonly inputs: InputRouter;
@@ -151,6 +165,7 @@ export class TaskClient {
   private readonly ttlGraceMs: number;
   private leaseTimer: unknown;
   private capabilitiesMeta: ClientCapabilities | undefined;
+  private ledgerKeys: Promise<{ secret: Uint8Array; credential: string }> | undefined;
   private closed = false;
   /** Set while the client recovers from a connection that closed under it. */
   private recovering: Promise<void> | undefined;
@@ -163,6 +178,7 @@ export class TaskClient {
     this.endpoint = options.endpoint;
     this.owner = options.owner ?? newLeaseOwner();
     this.clock = options.clock ?? SYSTEM_CLOCK;
+    this.steady = options.clock ?? STEADY_CLOCK;
     this.random = options.random ?? Math.random;
     this.leaseMs = options.leaseMs ?? DEFAULT_LEASE_MS;
     this.requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
@@ -170,7 +186,7 @@ export class TaskClient {
     this.scheduler = new PollScheduler({
       poll: (recordId) => this.serialized(recordId, () => this.poll(recordId)),
       policy: options.pollPolicy,
-      clock: this.clock,
+      clock: this.steady,
       random: this.random,
       onScheduled: (recordId, nextPollAt) => {
         this.ledger.noteSchedule(recordId, this.owner, { nextPollAt: nextPollAt ?? null });
@@ -236,6 +252,7 @@ export class TaskClient {
     digest: string,
     options: CallToolOptions,
   ): Promise<CallToolResult | TaskHandle> {
+    const keys = await this.keys();
     const now = this.clock.now();
     const intent = await this.ledger.recordIntent({
       recordId: randomUUID(),
@@ -245,6 +262,11 @@ export class TaskClient {
       argumentsDigest: digest,
       correlationId: options.correlationId,
       idempotencyKey: options.idempotencyKey,
+      wireIdempotencyKey:
+        options.idempotencyKey === undefined
+          ? undefined
+          : wireIdempotencyKey(keys.secret, this.endpoint, options.idempotencyKey),
+      credential: keys.credential,
       submittedAt: now,
       leaseOwner: this.owner,
       leaseExpiresAt: now + this.leaseMs,
@@ -302,7 +324,7 @@ export class TaskClient {
       }
       // what the claim changed, without reading 10,000 records back; the first poll (now) refreshes the rest
       const mine: TaskRecord = { ...record, localState: 'tracking', leaseOwner: this.owner, leaseExpiresAt };
-      resumed.push(this.startFollowing(mine, now));
+      resumed.push(this.startFollowing(mine, this.steady.now()));
     }
     return { resumed, unknownOutcome, leasedElsewhere };
   }
@@ -362,6 +384,16 @@ export class TaskClient {
       await this.sendTaskRequest(TASK_METHODS.cancel, { taskId });
     } catch (error) {
       if (error instanceof ProtocolError && error.code === ErrorCode.InvalidParams) {
+        if (await this.underOtherCredential(record)) {
+          const message = `tasks/cancel answered ${error.code} under another credential than the one that created the task: not taken as expiry`;
+          await this.recordError(record.recordId, {
+            kind: 'protocol',
+            message,
+            at: this.clock.now(),
+            code: error.code,
+          });
+          throw new TaskClientError('wrong-credential', message, { record, cause: error });
+        }
         await this.serialized(record.recordId, () =>
           this.expire(record.recordId, `tasks/cancel answered ${error.code}: ${error.message}`),
         );
@@ -404,8 +436,27 @@ export class TaskClient {
       await this.serialized(record.recordId, () => this.poll(record.recordId));
     } else if (record.localState === 'terminal') {
       await this.serialized(record.recordId, () => this.verifyTerminal(record));
+    } else if (record.localState === 'expired') {
+      await this.serialized(record.recordId, () => this.recheckExpired(record, false));
     }
     return this.reload(record.recordId);
+  }
+
+  /**
+   * Check an `expired` record again (a wrong credential, a misconfigured or restored server can make a live task look
+   * gone): when the server still answers for the task, the record is tracked again by this process and what the
+   * server says is recorded; a terminal answer closes it out with its result. Resolves with the handle when the
+   * task is followed again, undefined when it stays expired (the answer is recorded as the last error).
+   */
+  async recheck(ref: string): Promise<TaskHandle | undefined> {
+    this.assertOpen();
+    const record = await this.resolve(ref);
+    if (record.localState !== 'expired' || !record.taskId) return undefined;
+    const reopened = await this.serialized(record.recordId, () => this.recheckExpired(record, true));
+    if (!reopened) return undefined;
+    const current = await this.reload(record.recordId);
+    if (current.localState !== 'tracking') return this.closedHandle(current);
+    return this.handles.get(record.recordId) ?? this.startFollowing(current, this.steady.now());
   }
 
   /**
@@ -436,6 +487,12 @@ export class TaskClient {
     const policy = options.idempotencyKey ?? (previous.localState === 'unknown-outcome' ? 'reuse' : 'new');
     const key =
       policy === 'reuse' ? (previous.idempotencyKey ?? randomUUID()) : policy === 'new' ? randomUUID() : policy;
+    const keys = await this.keys();
+    // a reused key goes out as it went before (records older than ledger schema 2 sent it as it is)
+    const wireKey =
+      key === previous.idempotencyKey
+        ? (previous.wireIdempotencyKey ?? previous.idempotencyKey)
+        : wireIdempotencyKey(keys.secret, this.endpoint, key);
     const now = this.clock.now();
     const intent = await this.ledger.recordResubmission(previous.recordId, {
       recordId: randomUUID(),
@@ -445,6 +502,8 @@ export class TaskClient {
       argumentsDigest: previous.argumentsDigest,
       correlationId: previous.correlationId,
       idempotencyKey: key,
+      wireIdempotencyKey: wireKey,
+      credential: keys.credential,
       submittedAt: now,
       leaseOwner: this.owner,
       leaseExpiresAt: now + this.leaseMs,
@@ -512,7 +571,8 @@ export class TaskClient {
   private async submit(record: TaskRecord, signal: AbortSignal | undefined): Promise<CallToolResult | TaskHandle> {
     const carrier = this.carrier();
     const meta: Record<string, unknown> = { ...this.tasksMeta() };
-    if (record.idempotencyKey !== undefined) meta[IDEMPOTENCY_KEY_META_KEY] = record.idempotencyKey;
+    const wireKey = record.wireIdempotencyKey ?? record.idempotencyKey;
+    if (wireKey !== undefined) meta[IDEMPOTENCY_KEY_META_KEY] = wireKey;
     // from here on, silence means unknown-outcome
     await this.ledger.markSent(record.recordId, this.owner, this.clock.now());
     let result: CallToolResult;
@@ -569,8 +629,9 @@ export class TaskClient {
     // state already asks for something only tasks/get carries (a terminal result, the inputRequests)
     const needsDetail = isTerminalStatus(task.status) || task.status === 'input_required';
     const delay = needsDetail ? 0 : nextPollDelay(task.pollIntervalMs, this.scheduler.policy, this.random);
+    this.seen.set(record.recordId, { since: this.steady.now(), ageMs: 0 });
     // an attach() or resumeAll() that ran while the taskId was being committed may hold the handle already
-    return this.startFollowing(committed, now + delay);
+    return this.startFollowing(committed, this.steady.now() + delay);
   }
 
   /**
@@ -702,7 +763,10 @@ export class TaskClient {
     if (!(await this.claimLease(record.recordId, now))) return undefined;
     const claimed = await this.reload(record.recordId);
     // on resume the first thing is one query (S7, S12); a live handle waits for the suggested interval
-    const at = queryNow ? now : now + nextPollDelay(claimed.pollIntervalMs, this.scheduler.policy, this.random);
+    const steadyNow = this.steady.now();
+    const at = queryNow
+      ? steadyNow
+      : steadyNow + nextPollDelay(claimed.pollIntervalMs, this.scheduler.policy, this.random);
     return this.startFollowing(claimed, at);
   }
 
@@ -730,7 +794,22 @@ export class TaskClient {
   }
 
   /**
-   * Follow a record this process just claimed: a handle, and its first poll at `at`. One record has one live handle
+   * How long this client has seen a followed task open: what the ledger holds from earlier processes plus this
+   * process's steady time since it took the record up. Time when no process followed it is not counted, so after a
+   * restart the backstop comes later, never earlier (RELIABILITY.md, "Clocks").
+   */
+  private observedAge(record: TaskRecord): number {
+    const now = this.steady.now();
+    let seen = this.seen.get(record.recordId);
+    if (!seen) {
+      seen = { since: now, ageMs: record.observedAgeMs ?? 0 };
+      this.seen.set(record.recordId, seen);
+    }
+    return seen.ageMs + Math.max(0, now - seen.since);
+  }
+
+  /**
+   * Follow a record this process just claimed: a handle, and its first poll at `at` (steady clock). One record has one live handle
    * (issue 13 item 7): when concurrent attach(), resumeAll() or callTool() calls claimed it too (a claim of a lease
    * already ours succeeds), they all get the handle the first one made, which is the one every poll updates.
    */
@@ -774,10 +853,7 @@ export class TaskClient {
     let task: ObservedTask;
     try {
       task = parseGetTaskResult(raw, taskId);
-      const violation = progressionViolation(
-        { taskId, status: record.status, lastUpdatedAt: record.lastUpdatedAt },
-        task,
-      );
+      const violation = progressionViolation({ taskId, status: record.status }, task);
       if (violation) throw new ServerOutputError(violation);
     } catch (error) {
       if (!(error instanceof ServerOutputError)) throw error;
@@ -790,7 +866,8 @@ export class TaskClient {
       this.release(recordId, await this.ledger.get(recordId));
       return { kind: 'done' };
     }
-    this.ledger.noteSchedule(recordId, this.owner, { polledAt: now });
+    const ageMs = this.observedAge(record);
+    this.ledger.noteSchedule(recordId, this.owner, { polledAt: now, observedAgeMs: ageMs });
     // input routing reads the stored answers, so an input_required record is read afresh even when unchanged
     const observed = changed || task.status === 'input_required' ? await this.reload(recordId) : record;
     if (changed) this.handles.get(recordId)?.observe(observed);
@@ -804,11 +881,11 @@ export class TaskClient {
     if (task.status === 'input_required' && task.inputRequests) {
       await this.inputs.route(observed, taskId, task.inputRequests);
     }
-    const deadline = ttlDeadline(task);
-    if (deadline !== undefined && now >= deadline) {
+    // the TTL backstop (S13) on this client's own clock, never createdAt against it (DESIGN.md, rule 2)
+    if (task.ttlMs !== null && ageMs >= task.ttlMs) {
       await this.expire(
         recordId,
-        `createdAt + ttlMs (${new Date(deadline).toISOString()}) passed without a terminal status`,
+        `ttlMs (${task.ttlMs} ms) passed by this client's own clock without a terminal status (seen open ${Math.round(ageMs)} ms)`,
       );
       return { kind: 'done' };
     }
@@ -818,6 +895,26 @@ export class TaskClient {
   private async onPollError(record: TaskRecord, error: unknown): Promise<PollOutcome> {
     const now = this.clock.now();
     if (error instanceof ProtocolError && error.code === ErrorCode.InvalidParams) {
+      if (await this.underOtherCredential(record)) {
+        // another principal's task looks unknown to us: that says nothing about the task (DESIGN.md, rule 5); the
+        // record stays open, free for a process that holds the credential it was created under
+        const message = `tasks/get answered ${error.code} under another credential than the one that created the task: not taken as expiry`;
+        await this.ledger.recordPoll(record.recordId, this.owner, now, {
+          kind: 'protocol',
+          message,
+          at: now,
+          code: error.code,
+        });
+        this.emit({ type: 'error', recordId: record.recordId, error: { kind: 'protocol', message, at: now } });
+        this.scheduler.remove(record.recordId);
+        await this.ledger.release(record.recordId, this.owner);
+        const handle = this.handles.get(record.recordId);
+        this.handles.delete(record.recordId);
+        this.seen.delete(record.recordId);
+        this.inputs.abandon(record.recordId);
+        handle?.abandon(new TaskClientError('wrong-credential', message, { record }));
+        return { kind: 'done' };
+      }
       // spec: -32602 is an invalid, unknown or purged taskId: the handle is no longer usable (S13)
       await this.expire(record.recordId, `tasks/get answered ${error.code}: ${error.message}`);
       return { kind: 'done' };
@@ -827,12 +924,13 @@ export class TaskClient {
       badOutput !== undefined
         ? { kind: 'server-output', message: `tasks/get: ${badOutput}`, at: now }
         : this.describeRequestError('tasks/get', error);
-    const deadline = record.taskId ? ttlDeadlineOfRecord(record) : undefined;
-    if (deadline !== undefined && now >= deadline + this.ttlGraceMs) {
+    const ageMs = this.observedAge(record);
+    this.ledger.noteSchedule(record.recordId, this.owner, { observedAgeMs: ageMs });
+    if (typeof record.ttlMs === 'number' && ageMs >= record.ttlMs + this.ttlGraceMs) {
       await this.ledger.recordPoll(record.recordId, this.owner, now, lastError);
       await this.expire(
         record.recordId,
-        `createdAt + ttlMs (${new Date(deadline).toISOString()}) passed and the server could not be queried: ${lastError.message}`,
+        `ttlMs (${record.ttlMs} ms) passed by this client's own clock and the server could not be queried: ${lastError.message}`,
       );
       return { kind: 'done' };
     }
@@ -858,6 +956,59 @@ export class TaskClient {
     this.release(recordId, record);
   }
 
+  /**
+   * One tasks/get for an expired record; true when the record came back (tracked, or closed out terminal). A record
+   * tracked again keeps this process's lease only when `follow` (the caller then follows it).
+   */
+  private async recheckExpired(record: TaskRecord, follow: boolean): Promise<boolean> {
+    const taskId = record.taskId as string;
+    let task: ObservedTask;
+    try {
+      const raw = await this.client.request(
+        { method: TASK_METHODS.get, params: { taskId, _meta: this.tasksMeta() } },
+        JsonObjectSchema,
+        { timeout: this.requestTimeoutMs },
+      );
+      task = parseGetTaskResult(raw, taskId);
+    } catch (error) {
+      const lastError =
+        error instanceof ServerOutputError
+          ? { kind: 'server-output' as const, message: error.message, at: this.clock.now() }
+          : this.describeRequestError('tasks/get', error);
+      await this.recordError(record.recordId, lastError);
+      return false;
+    }
+    const now = this.clock.now();
+    const note = `checked again: the server still knows task ${taskId} (${task.status})`;
+    if (!(await this.ledger.reopen(record.recordId, this.owner, now + this.leaseMs, now, note))) return false;
+    this.seen.delete(record.recordId);
+    await this.ledger.recordObservation(record.recordId, this.owner, task, now);
+    const current = await this.reload(record.recordId);
+    this.emit({ type: 'status', record: current });
+    if (current.localState !== 'tracking') {
+      this.emit({ type: 'closed', record: current });
+    } else if (!follow) {
+      await this.ledger.release(record.recordId, this.owner);
+    }
+    return true;
+  }
+
+  /** Whether this client calls under another credential than the one `record` was created under. */
+  private async underOtherCredential(record: TaskRecord): Promise<boolean> {
+    // records older than ledger schema 2 carry no fingerprint: -32602 keeps meaning what it meant for them
+    if (record.credential === undefined) return false;
+    return record.credential !== (await this.keys()).credential;
+  }
+
+  /** The ledger's secret and this client's credential fingerprint, read once. */
+  private keys(): Promise<{ secret: Uint8Array; credential: string }> {
+    this.ledgerKeys ??= this.ledger.secret().then((secret) => ({
+      secret,
+      credential: credentialFingerprint(secret, this.options.credential),
+    }));
+    return this.ledgerKeys;
+  }
+
   private async verifyTerminal(record: TaskRecord): Promise<void> {
     const taskId = record.taskId as string;
     let raw: unknown;
@@ -876,10 +1027,7 @@ export class TaskClient {
     }
     try {
       const task = parseGetTaskResult(raw, taskId);
-      const violation = progressionViolation(
-        { taskId, status: record.status, lastUpdatedAt: record.lastUpdatedAt },
-        task,
-      );
+      const violation = progressionViolation({ taskId, status: record.status }, task);
       if (violation) throw new ServerOutputError(violation);
     } catch (error) {
       if (!(error instanceof ServerOutputError)) throw error;
@@ -890,6 +1038,7 @@ export class TaskClient {
   /** Stop following a record in this process (it was closed, detached, or taken by another process). */
   private release(recordId: string, record: TaskRecord | undefined): void {
     this.scheduler.remove(recordId);
+    this.seen.delete(recordId);
     this.inputs.abandon(recordId);
     const handle = this.handles.get(recordId);
     this.handles.delete(recordId);
@@ -1074,7 +1223,8 @@ export class TaskClient {
         }
         try {
           await reconnect();
-          const now = this.clock.now();
+          // the scheduler runs on the steady clock (RELIABILITY.md, "Clocks, credentials and keys")
+          const now = this.steady.now();
           for (const recordId of this.handles.keys()) this.scheduler.schedule(recordId, now);
           return;
         } catch (error) {
@@ -1109,18 +1259,6 @@ export class TaskClient {
   private assertOpen(): void {
     if (this.closed) throw new TaskClientError('closed', 'the TaskClient is closed');
   }
-}
-
-/** createdAt + ttlMs in epoch ms, when the task has a limited TTL (S13). */
-function ttlDeadline(task: { createdAt: string; ttlMs: number | null }): number | undefined {
-  if (task.ttlMs === null) return undefined;
-  const createdAt = Date.parse(task.createdAt);
-  return Number.isNaN(createdAt) ? undefined : createdAt + task.ttlMs;
-}
-
-function ttlDeadlineOfRecord(record: TaskRecord): number | undefined {
-  if (record.createdAt === undefined || record.ttlMs === undefined) return undefined;
-  return ttlDeadline({ createdAt: record.createdAt, ttlMs: record.ttlMs });
 }
 
 function describe(error: unknown): string {

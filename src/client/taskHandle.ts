@@ -13,7 +13,7 @@ export type TaskOutcome =
   | { kind: 'completed'; result: CallToolResult; record: TaskRecord }
   | { kind: 'failed'; error: JsonRpcError; record: TaskRecord }
   | { kind: 'cancelled'; record: TaskRecord }
-  /** The handle is no longer usable: -32602 from tasks/get, or createdAt + ttlMs passed (S13). */
+  /** The handle is no longer usable: -32602 from tasks/get, or its ttlMs passed by this client's own clock (S13). */
   | { kind: 'expired'; reason: string; record: TaskRecord }
   /** The application detached the handle; the task is still open on the server. */
   | { kind: 'detached'; record: TaskRecord };

@@ -3,6 +3,7 @@
  * constants, zod schemas with their types, and the status machine. Named exports only, no wildcards;
  * `test/publicSurface.test.ts` pins the list.
  */
+export { canonicalJson } from './canonicalJson.js';
 export {
   CLIENT_CAPABILITIES_META_KEY,
   ErrorCode,

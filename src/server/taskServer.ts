@@ -17,7 +17,7 @@ import type {
   JsonObject,
   JsonRpcError,
 } from '../protocol/index.js';
-import { ErrorCode, InputKeySchema, InputRequestSchema, isTerminalStatus } from '../protocol/index.js';
+import { canonicalJson, ErrorCode, InputKeySchema, InputRequestSchema, isTerminalStatus } from '../protocol/index.js';
 import { undeclaredInput } from './inputCapabilities.js';
 import { describeRefusal, measureJson, resolveLimits, type TaskLimits } from './limits.js';
 import { toPollIntervalPolicy } from './pollInterval.js';
@@ -232,6 +232,7 @@ export class TaskServer {
       }),
     );
     if (created) void this.launchWhileHeld(tool, task).catch(this.report);
+    else assertSameCall(task, tool.name, args, idempotencyKey);
     return { resultType: 'task', ...this.taskFields(task, now) };
   }
 
@@ -613,4 +614,23 @@ function asJsonRpcError(error: unknown): JsonRpcError | undefined {
   const { code, message, data } = error as { code?: unknown; message?: unknown; data?: unknown };
   if (!Number.isSafeInteger(code) || typeof message !== 'string') return undefined;
   return { code: code as number, message, ...(data !== undefined && { data }) };
+}
+
+/**
+ * An idempotency key is bound to the tool and the arguments it created its task with (DESIGN.md, rule 5): a reuse
+ * with others is refused, so a business id reused by another caller never hands over the first call's task.
+ */
+function assertSameCall(task: StoredTask, toolName: string, args: JsonObject, key: string | undefined): void {
+  if (task.toolName !== toolName) {
+    throw new ProtocolError(
+      ProtocolErrorCode.InvalidParams,
+      `Idempotency key ${JSON.stringify(key)} is bound to a call of tool ${task.toolName}, not ${toolName}: use another key`,
+    );
+  }
+  if (canonicalJson(task.arguments) !== canonicalJson(args)) {
+    throw new ProtocolError(
+      ProtocolErrorCode.InvalidParams,
+      `Idempotency key ${JSON.stringify(key)} is bound to a call of tool ${toolName} with other arguments: use another key`,
+    );
+  }
 }

@@ -189,11 +189,16 @@ describe('TaskClient against a raw Tasks fixture', () => {
     expect((await client.get(handle.taskId))?.localState).toBe('expired');
   });
 
-  it('marks a task still working after createdAt + ttlMs as expired (S13)', async () => {
+  it('marks a task still working after its ttlMs, by the client’s own clock, as expired (S13)', async () => {
     const client = await connect();
     const handle = await task(client, 'expiring');
     const outcome = await handle.outcome();
-    expect(outcome).toMatchObject({ kind: 'expired', reason: expect.stringMatching(/createdAt \+ ttlMs/) });
+    expect(outcome).toMatchObject({
+      kind: 'expired',
+      reason: expect.stringMatching(/ttlMs \(150 ms\) passed by this client's own clock/),
+    });
+    // measured from when the client first saw the handle, and kept in the ledger
+    expect((await client.get(handle.taskId))?.observedAgeMs).toBeGreaterThanOrEqual(150);
     expect(fixture.runs.get('expiring')).toBe(1); // never resubmitted on its own
   });
 
@@ -230,7 +235,10 @@ describe('TaskClient against a raw Tasks fixture', () => {
     expect(c).toBe(a);
     expect(fixture.count('tools/call')).toBe(1);
     const call = fixture.requests.find((request) => request.method === 'tools/call');
-    expect((call?.params['_meta'] as Record<string, unknown>)['io.closeout/idempotencyKey']).toBe('job-1');
+    // the key on the wire is derived from job-1 with the ledger's secret: nobody without the ledger can guess it
+    const wireKey = (call?.params['_meta'] as Record<string, unknown>)['io.closeout/idempotencyKey'];
+    expect(wireKey).toBe((await client.get('job-1'))?.wireIdempotencyKey);
+    expect(wireKey).toMatch(/^ck1\.[\w-]{43}$/);
     await expect(client.callTool('slow', { x: 2 }, { idempotencyKey: 'job-1' })).rejects.toMatchObject({
       code: 'idempotency-conflict',
     });
@@ -356,7 +364,6 @@ describe('TaskClient against a misbehaving server', () => {
     ['get-bad-resulttype', /banana/],
     ['get-mismatch', /answered with taskId someone-elses-task/],
     ['get-missing-fields', /not a valid task/],
-    ['backwards', /went backwards in time/],
   ])('records %s on the record and still closes the task out', async (tool, message) => {
     const client = await connect();
     const other = await task(client, 'unlimited');
@@ -369,6 +376,14 @@ describe('TaskClient against a misbehaving server', () => {
     expect(record?.status).toBe('completed');
     await other.result();
     expect((await client.get(other.taskId))?.lastError).toBeUndefined();
+  });
+
+  it('takes an answer whose lastUpdatedAt is earlier than the last one (a server clock stepped back)', async () => {
+    // invariant (DESIGN.md rule 2): no order is taken from the server's timestamps; the terminal answer closes out
+    const client = await connect();
+    const handle = await task(client, 'backwards');
+    expect(textOf(await handle.result())).toBe('backwards done');
+    expect((await client.get(handle.taskId))?.lastError).toBeUndefined();
   });
 
   it.each([
@@ -385,6 +400,31 @@ describe('TaskClient against a misbehaving server', () => {
 });
 
 describe('TaskClient recovery', () => {
+  it('sums the time each process saw a task open, so a restart never resets the TTL backstop', async () => {
+    // invariant (DESIGN.md rule 2): the age the backstop uses is the client's own, kept in the ledger across processes
+    const first = await connect();
+    const handle = await task(first, 'cancellable');
+    const seen = async (client: TaskClient, atLeast: number) => {
+      for (let i = 0; i < 200; i++) {
+        const age = (await client.get(handle.taskId))?.observedAgeMs ?? 0;
+        if (age >= atLeast) return age;
+        await sleep(20);
+      }
+      throw new Error(`the task was never seen open for ${atLeast} ms`);
+    };
+    await seen(first, 200);
+    await first.close();
+    const reader = new SqliteLedger(ledgerPath);
+    const kept = (await reader.get(handle.recordId))?.observedAgeMs ?? 0;
+    await reader.dispose();
+    expect(kept).toBeGreaterThanOrEqual(200);
+
+    const second = await connect();
+    await second.resumeAll();
+    expect(await seen(second, kept + 100)).toBeGreaterThanOrEqual(kept + 100);
+    await second.cancel(handle.taskId);
+  });
+
   it('resumes an open task in a new client on the same ledger, querying it once first', async () => {
     const first = await connect();
     const handle = await task(first, 'slow');

@@ -598,10 +598,12 @@ class BackendRun {
       const askersOf = (taskId: string) => new Set(asked.filter((ask) => ask.taskId === taskId).map((a) => a.pid));
 
       for (const job of slot.plan) {
-        jobIds.add(`${slot.owner}\0${job.jobId}`);
         const chain = records.filter((record) => record.idempotencyKey === job.jobId);
         const current = chain.find((record) => record.supersededBy === undefined);
-        const row = byKey.get(`${slot.owner}\0${job.jobId}`);
+        // the key on the wire is derived from the job id with the ledger's secret; a resubmission reuses it
+        const wireKey = chain[0]?.wireIdempotencyKey ?? job.jobId;
+        jobIds.add(`${slot.owner}\0${wireKey}`);
+        const row = byKey.get(`${slot.owner}\0${wireKey}`);
         const problem = agreement(job, current, row);
         if (problem) {
           lost.push(`${job.jobId} (${job.kind}): ${problem}`);

@@ -369,6 +369,32 @@ describe('idempotent creation', () => {
     const bobs = await call('counted', { n: 42 }, BOB, true, meta);
     expect(bobs.result?.['taskId']).not.toBe(first.result?.['taskId']);
   });
+
+  it('refuses a key reused for another tool or other arguments, naming the conflict, and runs nothing', async () => {
+    // invariant (DESIGN.md rule 5): a key is bound to its tool and arguments; a business id reused by another caller of
+    // the same principal (`anonymous` without auth) never hands over the first call's task or result
+    const before = runs.get('counted') ?? 0;
+    const meta = { 'io.closeout/idempotencyKey': 'release-42' };
+    const first = await call('counted', { n: 7 }, ALICE, true, meta);
+    const taskId = first.result?.['taskId'] as string;
+    await settled(taskId);
+    const otherTool = await call('gated', { id: 'release-42' }, ALICE, true, meta);
+    expect(otherTool.error).toMatchObject({
+      code: -32602,
+      message: expect.stringMatching(/release-42.*counted.*not gated/),
+    });
+    const otherArgs = await call('counted', { n: 8 }, ALICE, true, meta);
+    expect(otherArgs.error).toMatchObject({
+      code: -32602,
+      message: expect.stringMatching(/release-42.*other arguments/),
+    });
+    expect(JSON.stringify([otherTool, otherArgs])).not.toContain(taskId);
+    // the same call still gets its task back, arguments compared as values (key order does not matter)
+    const again = await call('counted', { n: 7 }, ALICE, true, meta);
+    expect(again.result?.['taskId']).toBe(taskId);
+    expect(runs.get('counted')).toBe(before + 1);
+    expect(runs.get('gated:release-42')).toBeUndefined();
+  });
 });
 
 describe('storage failure', () => {

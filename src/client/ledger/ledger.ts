@@ -15,7 +15,8 @@ import { isTerminalStatus } from '../../protocol/index.js';
  * - `submitting`: the intent is recorded; `tools/call` may or may not have reached the server yet.
  * - `tracking`: a taskId is committed and the task is not terminal; some process follows it.
  * - `terminal`: closed out: an immediate result, a terminal task status, or a `tools/call` that failed outright.
- * - `expired`: the handle is no longer usable (-32602 from `tasks/get`, or `createdAt + ttlMs` passed) (S13).
+ * - `expired`: the handle is no longer usable (-32602 from `tasks/get`, or the TTL passed by this client's own clock)
+ *   (S13); it may be checked again, and is tracked again when the server still knows the task.
  * - `unknown-outcome`: `tools/call` was sent and no answer was recorded; never re-sent silently.
  * - `detached`: the application let go of the handle; the task is still open and any process may pick it up.
  */
@@ -75,6 +76,17 @@ export interface TaskRecord {
   argumentsDigest: string;
   correlationId: string | undefined;
   idempotencyKey: string | undefined;
+  /**
+   * The key sent as `_meta["io.closeout/idempotencyKey"]`: derived from `idempotencyKey` with the ledger's secret, so
+   * nobody without the ledger can guess it from a business id (DESIGN.md, rule 5). Undefined on records written
+   * before ledger schema 2, which sent `idempotencyKey` as it is.
+   */
+  wireIdempotencyKey: string | undefined;
+  /**
+   * A keyed fingerprint of the credential the record was created under (never the credential): an answer under
+   * another one says nothing about the task (DESIGN.md, rule 5). Undefined on records older than ledger schema 2.
+   */
+  credential: string | undefined;
   taskId: string | undefined;
   localState: LocalState;
   status: TaskStatus | undefined;
@@ -105,6 +117,11 @@ export interface TaskRecord {
   leaseOwner: string | undefined;
   leaseExpiresAt: number | undefined;
   updatedAt: number;
+  /**
+   * How long this client has itself seen the task open, by its own monotonic clock, summed over the processes that
+   * followed it (time when none did is not counted): the TTL backstop's measure (DESIGN.md, rule 2).
+   */
+  observedAgeMs: number | undefined;
   /** Every input key seen for the task, in the order first seen. */
   inputs: InputAnswer[];
 }
@@ -131,6 +148,8 @@ export interface NewSubmission {
   argumentsDigest: string;
   correlationId?: string | undefined;
   idempotencyKey?: string | undefined;
+  wireIdempotencyKey?: string | undefined;
+  credential?: string | undefined;
   submittedAt: number;
   /** The recording process holds the lease from the start, so nobody else takes the submission for dead. */
   leaseOwner: string;
@@ -178,6 +197,8 @@ export interface ScheduleNote {
   polledAt?: number | undefined;
   /** The next poll is planned at this local time; `null`: none planned. */
   nextPollAt?: number | null | undefined;
+  /** How long this client has seen the task open so far (see `TaskRecord.observedAgeMs`); never lowered. */
+  observedAgeMs?: number | undefined;
 }
 
 /** Result of recording an intent: a new record, or the live record that already holds the idempotency key. */
@@ -213,8 +234,13 @@ export interface Ledger {
   noteSchedule(recordId: string, owner: string, note: ScheduleNote): void;
   /** Record an error without a poll (input handlers, server output of cancel/update, storage). Any process. */
   recordError(recordId: string, lastError: RecordedError): Promise<void>;
-  /** Leave the open states for good. */
+  /** Leave the open states (an `expired` record may come back with `reopen`). */
   close(recordId: string, owner: string, closing: Closing, at: number): Promise<boolean>;
+  /**
+   * An `expired` record whose task the server still knows (it was checked again): tracked again, with `owner`
+   * holding the lease. False when the record is not expired.
+   */
+  reopen(recordId: string, owner: string, leaseExpiresAt: number, at: number, note: string): Promise<boolean>;
   /** Mark records stuck in `submitting` whose lease expired as `unknown-outcome` (S13: surfaced, never re-sent). */
   settleAbandonedSubmissions(endpoint: string, now: number, reason: string): Promise<TaskRecord[]>;
   /** Let go of a followed task without closing it. */
@@ -254,6 +280,9 @@ export interface Ledger {
   findByIdempotencyKey(endpoint: string, idempotencyKey: string): Promise<TaskRecord | undefined>;
   list(filter?: LedgerFilter): Promise<TaskRecord[]>;
   history(recordId: string): Promise<HistoryEntry[]>;
+
+  /** The ledger's own random secret (created with the ledger): keys fingerprints and wire idempotency keys. */
+  secret(): Promise<Uint8Array>;
 
   /** Close the underlying storage. */
   dispose(): Promise<void>;

@@ -4,6 +4,8 @@
  * memory and ride along with the next transaction, or are committed together at most `deferMs` later: a client
  * polling thousands of tasks then commits once per batch of polls, not twice per poll.
  */
+import { randomBytes } from 'node:crypto';
+
 import type Database from 'better-sqlite3';
 
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
@@ -99,6 +101,18 @@ const MIGRATIONS: readonly string[] = [
      sent_at     INTEGER,
      PRIMARY KEY (record_id, key) -- keys are unique over a task's life (SEP-2663 "Task Update Requests")
    );`,
+  // 2: clocks, credentials and keys (DESIGN.md, rules 2 and 5)
+  `-- how long this client has itself seen the task open, by its own monotonic clock, summed over its processes
+   ALTER TABLE submissions ADD COLUMN observed_age_ms INTEGER;
+   -- a keyed fingerprint of the credential the record was created under (never the credential itself)
+   ALTER TABLE submissions ADD COLUMN credential TEXT;
+   -- the idempotency key as sent (derived from idempotency_key with the ledger's secret); NULL: sent as it is
+   ALTER TABLE submissions ADD COLUMN wire_idempotency_key TEXT;
+   -- the ledger's own secret, written once by the first process that opens it
+   CREATE TABLE ledger_secret (
+     id     INTEGER PRIMARY KEY CHECK (id = 1),
+     secret BLOB NOT NULL
+   );`,
 ];
 
 interface SubmissionRow {
@@ -132,6 +146,9 @@ interface SubmissionRow {
   lease_owner: string | null;
   lease_expires_at: number | null;
   updated_at: number;
+  observed_age_ms: number | null;
+  credential: string | null;
+  wire_idempotency_key: string | null;
 }
 
 interface InputRow {
@@ -167,6 +184,7 @@ interface PendingNote {
   owner: string;
   polledAt: number | undefined;
   nextPollAt: number | null | undefined;
+  observedAgeMs: number | undefined;
 }
 
 /** The ledger schema version this build writes. */
@@ -196,9 +214,11 @@ export class SqliteLedger implements Ledger {
     this.stmt = {
       insert: db.prepare(
         `INSERT INTO submissions (record_id, endpoint, tool_name, arguments, arguments_digest, correlation_id,
-           idempotency_key, local_state, submitted_at, resubmitted_from, lease_owner, lease_expires_at, updated_at)
+           idempotency_key, wire_idempotency_key, credential, local_state, submitted_at, resubmitted_from,
+           lease_owner, lease_expires_at, updated_at)
          VALUES (@recordId, @endpoint, @toolName, @arguments, @argumentsDigest, @correlationId,
-           @idempotencyKey, 'submitting', @submittedAt, @resubmittedFrom, @leaseOwner, @leaseExpiresAt, @submittedAt)`,
+           @idempotencyKey, @wireIdempotencyKey, @credential, 'submitting', @submittedAt, @resubmittedFrom,
+           @leaseOwner, @leaseExpiresAt, @submittedAt)`,
       ),
       supersede: db.prepare(
         `UPDATE submissions SET superseded_by = ?, updated_at = ? WHERE record_id = ? AND superseded_by IS NULL`,
@@ -250,7 +270,9 @@ export class SqliteLedger implements Ledger {
            last_poll_at = CASE WHEN @polledAt IS NULL THEN last_poll_at
                                ELSE MAX(COALESCE(last_poll_at, @polledAt), @polledAt) END,
            updated_at = CASE WHEN @polledAt IS NULL THEN updated_at ELSE MAX(updated_at, @polledAt) END,
-           next_poll_at = CASE WHEN @setNext = 1 AND local_state = 'tracking' THEN @nextPollAt ELSE next_poll_at END
+           next_poll_at = CASE WHEN @setNext = 1 AND local_state = 'tracking' THEN @nextPollAt ELSE next_poll_at END,
+           observed_age_ms = CASE WHEN @observedAgeMs IS NULL THEN observed_age_ms
+                                  ELSE MAX(COALESCE(observed_age_ms, 0), @observedAgeMs) END
          WHERE record_id = @recordId AND lease_owner = @owner`,
       ),
       recordError: db.prepare(`UPDATE submissions SET last_error = ?, updated_at = ? WHERE record_id = ?`),
@@ -276,6 +298,14 @@ export class SqliteLedger implements Ledger {
                  SELECT 1 FROM submissions AS mine WHERE mine.endpoint = @kept
                    AND mine.idempotency_key = submissions.idempotency_key AND mine.superseded_by IS NULL))`,
       ),
+      // checked again: the server still knows the task, so it is followed again by the one checking
+      reopen: db.prepare(
+        `UPDATE submissions SET local_state = 'tracking', terminal_reason = NULL, terminal_at = NULL,
+           lease_owner = @owner, lease_expires_at = @leaseExpiresAt, updated_at = @at
+         WHERE record_id = @recordId AND local_state = 'expired' AND task_id IS NOT NULL`,
+      ),
+      secret: db.prepare(`SELECT secret FROM ledger_secret WHERE id = 1`),
+      insertSecret: db.prepare(`INSERT OR IGNORE INTO ledger_secret (id, secret) VALUES (1, ?)`),
       abandonedSubmissions: db.prepare(
         `SELECT * FROM submissions
          WHERE endpoint = ? AND local_state = 'submitting' AND (lease_expires_at IS NULL OR lease_expires_at < ?)`,
@@ -384,6 +414,8 @@ export class SqliteLedger implements Ledger {
       argumentsDigest: submission.argumentsDigest,
       correlationId: submission.correlationId ?? null,
       idempotencyKey: submission.idempotencyKey ?? null,
+      wireIdempotencyKey: submission.wireIdempotencyKey ?? null,
+      credential: submission.credential ?? null,
       submittedAt: submission.submittedAt,
       resubmittedFrom: submission.resubmittedFrom ?? null,
       leaseOwner: submission.leaseOwner,
@@ -435,9 +467,14 @@ export class SqliteLedger implements Ledger {
   noteSchedule(recordId: string, owner: string, note: ScheduleNote): void {
     const pending = this.pendingNotes.get(recordId);
     const merged: PendingNote =
-      pending && pending.owner === owner ? pending : { owner, polledAt: undefined, nextPollAt: undefined };
+      pending && pending.owner === owner
+        ? pending
+        : { owner, polledAt: undefined, nextPollAt: undefined, observedAgeMs: undefined };
     if (note.polledAt !== undefined) merged.polledAt = Math.max(merged.polledAt ?? note.polledAt, note.polledAt);
     if (note.nextPollAt !== undefined) merged.nextPollAt = note.nextPollAt;
+    if (note.observedAgeMs !== undefined) {
+      merged.observedAgeMs = Math.max(merged.observedAgeMs ?? note.observedAgeMs, note.observedAgeMs);
+    }
     this.pendingNotes.set(recordId, merged);
     if (this.noteTimer === undefined) {
       this.noteTimer = setTimeout(() => this.flushNotes(), this.deferMs);
@@ -468,6 +505,23 @@ export class SqliteLedger implements Ledger {
       this.appendLocalChange(before, closing.localState, at, closing.reason);
       return true;
     });
+  }
+
+  async reopen(recordId: string, owner: string, leaseExpiresAt: number, at: number, note: string): Promise<boolean> {
+    return this.write((): boolean => {
+      const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
+      if (!before || this.stmt.reopen.run({ recordId, owner, leaseExpiresAt, at }).changes !== 1) return false;
+      this.appendLocalChange(before, 'tracking', at, note);
+      return true;
+    });
+  }
+
+  async secret(): Promise<Uint8Array> {
+    const row = this.stmt.secret.get() as { secret: Buffer } | undefined;
+    if (row) return row.secret;
+    // the first process to need it writes it; a racing one's insert is ignored and both read the same secret
+    this.write(() => this.stmt.insertSecret.run(randomBytes(32)));
+    return (this.stmt.secret.get() as { secret: Buffer }).secret;
   }
 
   async settleAbandonedSubmissions(endpoint: string, now: number, reason: string): Promise<TaskRecord[]> {
@@ -684,6 +738,7 @@ export class SqliteLedger implements Ledger {
         polledAt: note.polledAt ?? null,
         setNext: note.nextPollAt === undefined ? 0 : 1,
         nextPollAt: note.nextPollAt ?? null,
+        observedAgeMs: note.observedAgeMs ?? null,
       });
     }
     this.pendingNotes.clear();
@@ -809,6 +864,9 @@ export class SqliteLedger implements Ledger {
         row.updated_at = Math.max(row.updated_at, note.polledAt);
       }
       if (note.nextPollAt !== undefined && row.local_state === 'tracking') row.next_poll_at = note.nextPollAt;
+      if (note.observedAgeMs !== undefined) {
+        row.observed_age_ms = Math.max(row.observed_age_ms ?? 0, note.observedAgeMs);
+      }
     }
     return {
       recordId: row.record_id,
@@ -818,6 +876,8 @@ export class SqliteLedger implements Ledger {
       argumentsDigest: row.arguments_digest,
       correlationId: row.correlation_id ?? undefined,
       idempotencyKey: row.idempotency_key ?? undefined,
+      wireIdempotencyKey: row.wire_idempotency_key ?? undefined,
+      credential: row.credential ?? undefined,
       taskId: row.task_id ?? undefined,
       localState: row.local_state,
       status: row.status ?? undefined,
@@ -842,6 +902,7 @@ export class SqliteLedger implements Ledger {
       leaseOwner: row.lease_owner ?? undefined,
       leaseExpiresAt: row.lease_expires_at ?? undefined,
       updatedAt: row.updated_at,
+      observedAgeMs: row.observed_age_ms ?? undefined,
       inputs,
     };
   }
