@@ -27,7 +27,9 @@ export type TaskClientErrorCode =
   /** No record matches the reference. */
   | 'not-found'
   /** The TaskClient was closed. */
-  | 'closed';
+  | 'closed'
+  /** The ledger could not record something that arrived (a taskId, an answer); the message names it. */
+  | 'storage';
 
 export class TaskClientError extends Error {
   readonly code: TaskClientErrorCode;

@@ -32,7 +32,7 @@ import { TaskClientError } from './errors.js';
 import type { TaskInputHandlers } from './inputRouter.js';
 import { capabilitiesForHandlers, InputRouter } from './inputRouter.js';
 import type { HistoryEntry, Ledger, LedgerFilter, ObservedTask, RecordedError, TaskRecord } from './ledger/ledger.js';
-import { isFollowable, observationChanges } from './ledger/ledger.js';
+import { isFollowable, isTransientStorageError, observationChanges } from './ledger/ledger.js';
 import type { PollOutcome, PollPolicy, SchedulerClock } from './scheduler.js';
 import { nextPollDelay, PollScheduler, SYSTEM_CLOCK } from './scheduler.js';
 import type { TaskResultCarrier } from './sdkGlue.js';
@@ -67,6 +67,11 @@ export interface TaskClientOptions {
   requestTimeoutMs?: number | undefined;
   /** A stored input answer the server still lists is sent again after this long. Default 5 s. */
   inputResendAfterMs?: number | undefined;
+  /**
+   * How long something that arrived (a taskId, an input answer) is retried into a busy or failing ledger before the
+   * client gives up on recording it (DESIGN.md rule 10). Default 10 min.
+   */
+  storagePatienceMs?: number | undefined;
   /** After createdAt + ttlMs, how long an unreachable server is retried before the record expires. Default 5 min. */
   ttlGraceMs?: number | undefined;
   /** Close the SDK client too when this TaskClient closes. */
@@ -80,7 +85,9 @@ export interface TaskClientOptions {
 export type TaskClientEvent =
   | { type: 'status'; record: TaskRecord }
   | { type: 'closed'; record: TaskRecord }
-  | { type: 'error'; recordId: string; error: RecordedError };
+  | { type: 'error'; recordId: string; error: RecordedError }
+  /** The server created task `taskId` and the ledger cannot record it yet: retried for `storagePatienceMs`. */
+  | { type: 'unrecorded'; recordId: string; taskId: string; error: RecordedError };
 
 export interface CallToolOptions {
   /** Your business id for the call, kept on the record (S6). */
@@ -117,6 +124,7 @@ export function isTaskHandle(value: CallToolResult | TaskHandle): value is TaskH
 
 const DEFAULT_LEASE_MS = 30_000;
 const DEFAULT_REQUEST_TIMEOUT_MS = 60_000;
+const DEFAULT_STORAGE_PATIENCE_MS = 600_000;
 
 export class TaskClient {
   readonly endpoint: string;
@@ -138,6 +146,7 @@ export class TaskClient {
   private readonly leaseMs: number;
   private readonly requestTimeoutMs: number;
   private readonly ttlGraceMs: number;
+  private readonly storagePatienceMs: number;
   private leaseTimer: unknown;
   private capabilitiesMeta: ClientCapabilities | undefined;
   private closed = false;
@@ -152,6 +161,7 @@ export class TaskClient {
     this.leaseMs = options.leaseMs ?? DEFAULT_LEASE_MS;
     this.requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
     this.ttlGraceMs = options.ttlGraceMs ?? 300_000;
+    this.storagePatienceMs = options.storagePatienceMs ?? DEFAULT_STORAGE_PATIENCE_MS;
     this.scheduler = new PollScheduler({
       poll: (recordId) => this.serialized(recordId, () => this.poll(recordId)),
       policy: options.pollPolicy,
@@ -494,19 +504,27 @@ export class TaskClient {
   }
 
   /** The server created a task: commit its taskId first (S4), then follow it. */
-  private async acceptTask(record: TaskRecord, raw: Record<string, unknown>): Promise<TaskHandle> {
+  private async acceptTask(record: TaskRecord, raw: Record<string, unknown>): Promise<CallToolResult | TaskHandle> {
     let task: ObservedTask;
     try {
       task = parseCreateTaskResult(raw);
     } catch (error) {
       throw await this.failSubmission(record, error);
     }
-    const now = this.clock.now();
-    if (!(await this.ledger.commitTask(record.recordId, this.owner, task, now))) {
-      throw new TaskClientError('leased-elsewhere', `lost the lease on ${record.recordId} before its task was saved`, {
-        record,
-      });
+    if (!(await this.commitArrived(record, task))) {
+      // another record follows this task already (a resubmission that reused the key): that one is the handle
+      const holder = await this.ledger.findByTaskId(this.endpoint, task.taskId);
+      if (holder && holder.recordId !== record.recordId) {
+        return this.fromExisting(holder, holder.toolName, holder.argumentsDigest);
+      }
+      const now = await this.ledger.get(record.recordId);
+      throw new TaskClientError(
+        'invalid-state',
+        `tools/call answered task ${task.taskId}, and record ${record.recordId} cannot take it (${now?.localState ?? 'gone'}${now?.taskId ? `, task ${now.taskId}` : ''})`,
+        { record: now ?? record },
+      );
     }
+    const now = this.clock.now();
     const committed = await this.reload(record.recordId);
     const handle = new TaskHandle(committed as TaskRecord & { taskId: string }, this.driver());
     this.emit({ type: 'status', record: committed });
@@ -521,6 +539,40 @@ export class TaskClient {
     const delay = needsDetail ? 0 : nextPollDelay(task.pollIntervalMs, this.scheduler.policy, this.random);
     this.scheduler.schedule(record.recordId, now + delay);
     return handle;
+  }
+
+  /**
+   * Commit a taskId that arrived (DESIGN.md rule 10): a ledger another process holds locked (or a full disk) is
+   * retried with backoff for `storagePatienceMs`, and an `unrecorded` event names the taskId meanwhile, so it is
+   * never only in this process's memory. After that, the error says which task the server created.
+   */
+  private async commitArrived(record: TaskRecord, task: ObservedTask): Promise<boolean> {
+    const started = this.clock.now();
+    let delayMs = 50;
+    for (let attempt = 1; ; attempt += 1) {
+      const now = this.clock.now();
+      try {
+        return await this.ledger.commitTask(record.recordId, this.owner, task, now, now + this.leaseMs);
+      } catch (error) {
+        if (!isTransientStorageError(error)) throw error;
+        const lastError: RecordedError = {
+          kind: 'storage',
+          message: `the ledger cannot record task ${task.taskId} yet: ${describe(error)}`,
+          at: this.clock.now(),
+        };
+        if (attempt === 1)
+          this.emit({ type: 'unrecorded', recordId: record.recordId, taskId: task.taskId, error: lastError });
+        if (this.clock.now() - started >= this.storagePatienceMs) {
+          throw new TaskClientError(
+            'storage',
+            `the server created task ${task.taskId}, and the ledger could not record it for ${Math.round(this.storagePatienceMs / 1000)} s (${describe(error)}); record ${record.recordId} stays as it was: call again with its idempotency key, or resume, once the ledger is free`,
+            { record, cause: error },
+          );
+        }
+        await new Promise<void>((resolve) => this.clock.setTimeout(resolve, delayMs));
+        delayMs = Math.min(delayMs * 2, 2_000);
+      }
+    }
   }
 
   /** Record why a submission did not produce a result or handle, and build the error to throw. */

@@ -197,8 +197,20 @@ export interface Ledger {
   recordResubmission(previousRecordId: string, submission: NewSubmission): Promise<IntentOutcome>;
   /** `tools/call` is about to leave: from here on, silence means `unknown-outcome`. */
   markSent(recordId: string, owner: string, at: number): Promise<boolean>;
-  /** The first thing done with a handle: commit its taskId and seed state (S4). */
-  commitTask(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean>;
+  /**
+   * The first thing done with a handle: commit its taskId and seed state (S4). An answer that arrived is a fact
+   * (DESIGN.md rule 10): it is recorded on a record still `submitting` or already settled `unknown-outcome`, whoever
+   * held the lease, and `owner` holds the lease from then on (until `leaseExpiresAt`, when given). `true` when the
+   * record holds the taskId now; `false` when the record is gone, holds another task, or another record of the
+   * endpoint holds this task already (a resubmission with the same idempotency key: `findByTaskId` names it).
+   */
+  commitTask(
+    recordId: string,
+    owner: string,
+    task: ObservedTask,
+    at: number,
+    leaseExpiresAt?: number,
+  ): Promise<boolean>;
   /** A `tasks/get` answer: status fields, result or error, a history line when the status changed. */
   recordObservation(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean>;
   /** A poll happened (or failed): the last poll time and, when something went wrong, the error. */
@@ -257,6 +269,16 @@ export interface Ledger {
 
   /** Close the underlying storage. */
   dispose(): Promise<void>;
+}
+
+/**
+ * Whether a ledger write may succeed when tried again later: another process holds the write lock (a large resume, a
+ * backup, a sqlite3 shell), or the disk is full or failing for a moment. SQLite's result codes, as better-sqlite3
+ * names them; any other ledger may mark an error `transient: true`.
+ */
+export function isTransientStorageError(error: unknown): boolean {
+  const { code, transient } = (error ?? {}) as { code?: unknown; transient?: unknown };
+  return transient === true || (typeof code === 'string' && /^SQLITE_(BUSY|LOCKED|IOERR|FULL|PROTOCOL)/.test(code));
 }
 
 /** Whether a record is still open on the server side (somebody should follow it, or may pick it up). */

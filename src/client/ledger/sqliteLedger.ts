@@ -221,13 +221,16 @@ export class SqliteLedger implements Ledger {
         `UPDATE submissions SET sent_at = @at, updated_at = @at
          WHERE record_id = @recordId AND lease_owner = @owner AND local_state = 'submitting'`,
       ),
-      // the first thing done with a handle (S4): the taskId and the seed state, in the same row as the intent
+      // the first thing done with a handle (S4): the taskId and the seed state, in the same row as the intent. An
+      // answer that arrived is a fact (DESIGN.md rule 10): it is recorded whoever held the lease, also on a record
+      // another process settled unknown-outcome meanwhile, and the process that holds the answer follows the task
       commitTask: db.prepare(
         `UPDATE submissions SET task_id = @taskId, local_state = @localState, status = @status,
            status_message = @statusMessage, created_at = @createdAt, last_updated_at = @lastUpdatedAt,
            ttl_ms = @ttlMs, poll_interval_ms = @pollIntervalMs, result = @result, error = @error,
-           terminal_reason = @terminalReason, terminal_at = @terminalAt, updated_at = @at
-         WHERE record_id = @recordId AND lease_owner = @owner AND local_state = 'submitting'`,
+           terminal_reason = @terminalReason, terminal_at = @terminalAt, lease_owner = @owner,
+           lease_expires_at = COALESCE(@leaseExpiresAt, lease_expires_at), updated_at = @at
+         WHERE record_id = @recordId AND task_id IS NULL AND local_state IN ('submitting','unknown-outcome')`,
       ),
       observe: db.prepare(
         `UPDATE submissions SET local_state = @localState, status = @status, status_message = @statusMessage,
@@ -383,11 +386,35 @@ export class SqliteLedger implements Ledger {
     return this.write(() => this.stmt.markSent.run({ recordId, owner, at }).changes === 1);
   }
 
-  async commitTask(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean> {
+  async commitTask(
+    recordId: string,
+    owner: string,
+    task: ObservedTask,
+    at: number,
+    leaseExpiresAt?: number,
+  ): Promise<boolean> {
     return this.write((): boolean => {
-      const localState = this.applyTask(this.stmt.commitTask, recordId, owner, task, at);
+      const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
+      if (!before) return false;
+      if (before.task_id === task.taskId) return true;
+      const holder = this.stmt.byTaskId.get(before.endpoint, task.taskId) as SubmissionRow | undefined;
+      if (holder) {
+        // another record got the same task first (a resubmission that reused the idempotency key): say so here
+        if (before.task_id === null) {
+          const note = `tools/call answered task ${task.taskId}, which record ${holder.record_id} already follows`;
+          this.appendLocalChange(before, before.local_state, at, note);
+        }
+        return false;
+      }
+      const localState = this.applyTask(this.stmt.commitTask, recordId, owner, task, at, {
+        leaseExpiresAt: leaseExpiresAt ?? null,
+      });
       if (localState === undefined) return false;
-      this.appendObserved(recordId, task, localState, at, 'task created');
+      const late =
+        before.local_state === 'unknown-outcome'
+          ? `task created; the tools/call answer arrived after the record was settled (${before.terminal_reason})`
+          : 'task created';
+      this.appendObserved(recordId, task, localState, at, late);
       return true;
     });
   }
@@ -664,10 +691,12 @@ export class SqliteLedger implements Ledger {
     owner: string,
     task: ObservedTask,
     at: number,
+    extra: Record<string, unknown> = {},
   ): LocalState | undefined {
     const terminal = closesOut(task);
     const localState: LocalState = terminal ? 'terminal' : 'tracking';
     const changed = statement.run({
+      ...extra,
       recordId,
       owner,
       at,
