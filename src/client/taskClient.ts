@@ -182,6 +182,8 @@ export class TaskClient {
       sendUpdate: (taskId, inputResponses) => this.sendTaskRequest(TASK_METHODS.update, { taskId, inputResponses }),
       recordError: (recordId, error) => this.recordError(recordId, error),
       resendAfterMs: options.inputResendAfterMs ?? 5_000,
+      storagePatienceMs: options.storagePatienceMs ?? DEFAULT_STORAGE_PATIENCE_MS,
+      sleep: (ms) => new Promise<void>((resolve) => this.clock.setTimeout(resolve, ms)),
     });
     this.armLeaseRenewal();
   }

@@ -248,7 +248,10 @@ export interface Ledger {
 
   /** Remember an input key before its handler is called (so a crash mid-handler is known). */
   recordInputAsked(recordId: string, owner: string, key: string, request: InputRequest, at: number): Promise<boolean>;
-  /** Store an answer; the first stored answer for a key wins and is returned. */
+  /**
+   * Store an answer, whoever holds the lease (DESIGN.md rule 10: the holder sends stored answers); the first stored
+   * answer for a key wins and is returned; undefined when the record is gone.
+   */
   recordInputAnswer(
     recordId: string,
     owner: string,
