@@ -402,7 +402,10 @@ export class TaskClient {
    */
   async resubmit(ref: string, options: ResubmitOptions = {}): Promise<CallToolResult | TaskHandle> {
     this.assertOpen();
-    const previous = await this.resolve(ref);
+    return this.resubmitRecord(await this.resolve(ref), options);
+  }
+
+  private async resubmitRecord(previous: TaskRecord, options: ResubmitOptions): Promise<CallToolResult | TaskHandle> {
     if (previous.localState === 'submitting' || isFollowable(previous.localState)) {
       throw new TaskClientError(
         'invalid-state',
@@ -434,7 +437,24 @@ export class TaskClient {
       leaseExpiresAt: now + this.leaseMs,
       resubmittedFrom: previous.recordId,
     });
-    if (!intent.created) return this.fromExisting(intent.record, previous.toolName, previous.argumentsDigest);
+    if (!intent.created) {
+      // checked again inside the ledger's transaction: of two concurrent resubmissions, one goes through
+      if (intent.refused === 'already-resubmitted') {
+        throw new TaskClientError(
+          'invalid-state',
+          `record ${previous.recordId} was already resubmitted as ${intent.record.recordId}`,
+          { record: intent.record },
+        );
+      }
+      if (intent.refused === 'still-open') {
+        throw new TaskClientError(
+          'invalid-state',
+          `record ${previous.recordId} is ${intent.record.localState}: cancel or wait for it before resubmitting`,
+          { record: intent.record },
+        );
+      }
+      return this.fromExisting(intent.record, previous.toolName, previous.argumentsDigest);
+    }
     return this.trackSubmission(
       key,
       previous.toolName,
@@ -624,12 +644,9 @@ export class TaskClient {
           );
         }
         const settled = await this.ledger.settleAbandonedSubmissions(this.endpoint, this.clock.now(), 'found on call');
-        const now = settled.find((item) => item.recordId === record.recordId) ?? record;
-        throw new TaskClientError(
-          'unknown-outcome',
-          `idempotency key ${record.idempotencyKey}: ${now.terminalReason ?? 'outcome unknown'}; use resubmit()`,
-          { record: now },
-        );
+        const now = settled.find((item) => item.recordId === record.recordId) ?? (await this.reload(record.recordId));
+        if (now.localState === 'unknown-outcome') return this.recoverUnknown(now);
+        return this.fromExisting(now, name, digest);
       }
       case 'tracking':
       case 'detached': {
@@ -648,13 +665,32 @@ export class TaskClient {
         if (record.result) return record.result as CallToolResult;
         if (record.error) throw new ProtocolError(record.error.code, record.error.message, record.error.data);
         throw new TaskClientError('invalid-state', `record ${record.recordId} ended without a result`, { record });
-      case 'expired':
       case 'unknown-outcome':
+        return this.recoverUnknown(record);
+      case 'expired':
         throw new TaskClientError(
           record.localState,
           `idempotency key ${record.idempotencyKey} is ${record.localState} (${record.terminalReason}); use resubmit()`,
           { record },
         );
+    }
+  }
+
+  /**
+   * The same call again (same key, tool and arguments) after its answer was lost: sent again with the same key, so a
+   * Closeout server answers with the task the lost call created instead of running the tool a second time (issue 13
+   * item 2). The ledger lets one resubmission of the record through; a caller that loses that race joins the winner.
+   */
+  private async recoverUnknown(record: TaskRecord): Promise<CallToolResult | TaskHandle> {
+    try {
+      return await this.resubmitRecord(record, { idempotencyKey: 'reuse' });
+    } catch (error) {
+      if (!(error instanceof TaskClientError && error.code === 'invalid-state')) throw error;
+      const current = record.idempotencyKey
+        ? await this.ledger.findByIdempotencyKey(this.endpoint, record.idempotencyKey)
+        : undefined;
+      if (!current || current.recordId === record.recordId) throw error;
+      return this.fromExisting(current, record.toolName, record.argumentsDigest);
     }
   }
 

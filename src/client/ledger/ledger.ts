@@ -180,8 +180,14 @@ export interface ScheduleNote {
   nextPollAt?: number | null | undefined;
 }
 
-/** Result of recording an intent: a new record, or the live record that already holds the idempotency key. */
-export type IntentOutcome = { created: true; record: TaskRecord } | { created: false; record: TaskRecord };
+/**
+ * Result of recording an intent: a new record, or the live record that already holds the idempotency key. A
+ * resubmission is also refused (`refused`) when the old record is still open, or was resubmitted already (`record`
+ * is then the resubmission that won).
+ */
+export type IntentOutcome =
+  | { created: true; record: TaskRecord }
+  | { created: false; record: TaskRecord; refused?: 'still-open' | 'already-resubmitted' | undefined };
 
 /**
  * Writes that drive a task (`owner` parameter) apply only while `owner` holds the record's lease and return
@@ -193,7 +199,10 @@ export interface Ledger {
    * already current (not superseded), nothing is inserted and that record comes back instead.
    */
   recordIntent(submission: NewSubmission): Promise<IntentOutcome>;
-  /** Record an explicit resubmission: a new record, and the old one marked superseded by it, in one transaction. */
+  /**
+   * Record an explicit resubmission: a new record, and the old one marked superseded by it, in one transaction that
+   * first checks the old record is closed and not superseded yet, so of two concurrent resubmissions one goes through.
+   */
   recordResubmission(previousRecordId: string, submission: NewSubmission): Promise<IntentOutcome>;
   /** `tools/call` is about to leave: from here on, silence means `unknown-outcome`. */
   markSent(recordId: string, owner: string, at: number): Promise<boolean>;

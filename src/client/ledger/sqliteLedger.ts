@@ -197,8 +197,10 @@ export class SqliteLedger implements Ledger {
          VALUES (@recordId, @endpoint, @toolName, @arguments, @argumentsDigest, @correlationId,
            @idempotencyKey, 'submitting', @submittedAt, @resubmittedFrom, @leaseOwner, @leaseExpiresAt, @submittedAt)`,
       ),
+      // one atomic step (issue 13 item 3): only a closed record nobody resubmitted yet is superseded
       supersede: db.prepare(
-        `UPDATE submissions SET superseded_by = ?, updated_at = ? WHERE record_id = ? AND superseded_by IS NULL`,
+        `UPDATE submissions SET superseded_by = ?, updated_at = ?
+         WHERE record_id = ? AND superseded_by IS NULL AND local_state IN ('terminal','expired','unknown-outcome')`,
       ),
       get: db.prepare(`SELECT * FROM submissions WHERE record_id = ?`),
       byTaskId: db.prepare(`SELECT * FROM submissions WHERE endpoint = ? AND task_id = ?`),
@@ -349,7 +351,13 @@ export class SqliteLedger implements Ledger {
   async recordResubmission(previousRecordId: string, submission: NewSubmission): Promise<IntentOutcome> {
     return this.write((): IntentOutcome => {
       // supersede first so the new record may carry the same idempotency key
-      this.stmt.supersede.run(submission.recordId, submission.submittedAt, previousRecordId);
+      if (this.stmt.supersede.run(submission.recordId, submission.submittedAt, previousRecordId).changes !== 1) {
+        const previous = this.stmt.get.get(previousRecordId) as SubmissionRow | undefined;
+        if (!previous) throw new Error(`no ledger record ${previousRecordId} to resubmit`);
+        const refused = previous.superseded_by === null ? 'still-open' : 'already-resubmitted';
+        const record = this.mustGet(previous.superseded_by ?? previous.record_id);
+        return { created: false, record, refused };
+      }
       return this.insertIntent(submission);
     });
   }
