@@ -22,6 +22,7 @@ const COMMANDS: Record<string, () => Promise<(program: Command) => void>> = {
   show: async () => (await import('./show.js')).registerShow,
   resume: async () => (await import('./resume.js')).registerResume,
   answer: async () => (await import('./answer.js')).registerAnswer,
+  resubmit: async () => (await import('./resubmit.js')).registerResubmit,
   cancel: async () => (await import('./cancel.js')).registerCancel,
   demo: async () => (await import('./demo.js')).registerDemo,
 };
