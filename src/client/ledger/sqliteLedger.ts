@@ -7,6 +7,7 @@
 import type Database from 'better-sqlite3';
 
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import type { Migration } from '../../sqliteFile.js';
 import { openSqliteFile } from '../../sqliteFile.js';
 import type {
   Closing,
@@ -25,7 +26,7 @@ import type {
 import { closesOut } from './ledger.js';
 
 /** Versioned migrations: entry i brings `user_version` from i to i + 1. Never edit a shipped entry; append. */
-const MIGRATIONS: readonly string[] = [
+const MIGRATIONS: readonly Migration[] = [
   `CREATE TABLE submissions (
      record_id           TEXT PRIMARY KEY,
      endpoint            TEXT NOT NULL,
@@ -98,7 +99,33 @@ const MIGRATIONS: readonly string[] = [
      sent_at     INTEGER,
      PRIMARY KEY (record_id, key) -- keys are unique over a task's life (SEP-2663 "Task Update Requests")
    );`,
+  // 1 -> 2: entry 0 was edited after it shipped (`superseded_by` became deferrable), so files written by the first
+  // build kept an immediate reference and could not resubmit ("FOREIGN KEY constraint failed", issue 13 item 11)
+  deferSupersededBy,
 ];
+
+/**
+ * Rebuild `submissions` from its own stored definition with `superseded_by` deferred, whatever columns later steps
+ * added; a file that has the deferred reference already is left as it is.
+ */
+function deferSupersededBy(db: Database.Database): void {
+  const immediate = /(superseded_by\s+TEXT\s+REFERENCES\s+submissions\s*\(\s*record_id\s*\))(?!\s*DEFERRABLE)/i;
+  const { sql } = db.prepare(`SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'submissions'`).get() as {
+    sql: string;
+  };
+  if (!immediate.test(sql)) return;
+  const indexes = db
+    .prepare(`SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'submissions' AND sql IS NOT NULL`)
+    .all() as { sql: string }[];
+  const rebuilt = sql
+    .replace(/^CREATE TABLE submissions\b/i, 'CREATE TABLE submissions_rebuilt')
+    .replace(immediate, '$1 DEFERRABLE INITIALLY DEFERRED');
+  db.exec(rebuilt);
+  db.exec(`INSERT INTO submissions_rebuilt SELECT * FROM submissions;
+           DROP TABLE submissions;
+           ALTER TABLE submissions_rebuilt RENAME TO submissions;`);
+  for (const index of indexes) db.exec(index.sql);
+}
 
 interface SubmissionRow {
   record_id: string;
