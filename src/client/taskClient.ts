@@ -93,7 +93,8 @@ export interface CallToolOptions {
   /** Your business id for the call, kept on the record (S6). */
   correlationId?: string | undefined;
   /** Makes the call idempotent: sent as `_meta["io.closeout/idempotencyKey"]`, and a live record with the key is
-   * returned instead of sending again (S16). */
+   * returned instead of sending again (S16). A record whose answer was lost (`unknown-outcome`) is sent again with the
+   * same key, once (a Closeout server answers with the task the lost call created). */
   idempotencyKey?: string | undefined;
   /** Aborts waiting for the tools/call answer; the submission then becomes `unknown-outcome`. */
   signal?: AbortSignal | undefined;
@@ -646,6 +647,14 @@ export class TaskClient {
         const settled = await this.ledger.settleAbandonedSubmissions(this.endpoint, this.clock.now(), 'found on call');
         const now = settled.find((item) => item.recordId === record.recordId) ?? (await this.reload(record.recordId));
         if (now.localState === 'unknown-outcome') return this.recoverUnknown(now);
+        if (now.localState === 'submitting') {
+          throw new TaskClientError(
+            'leased-elsewhere',
+            `idempotency key ${record.idempotencyKey} is being submitted by ${now.leaseOwner}`,
+            { record: now },
+          );
+        }
+        // its late answer arrived meanwhile (DESIGN.md rule 10)
         return this.fromExisting(now, name, digest);
       }
       case 'tracking':
