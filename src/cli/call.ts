@@ -8,7 +8,7 @@ import { ProtocolError } from '@modelcontextprotocol/client';
 import type { Command } from 'commander';
 import { InvalidArgumentError } from 'commander';
 
-import type { TaskClient } from '../client/index.js';
+import type { TaskClient, TaskHandle } from '../client/index.js';
 import { isTaskHandle } from '../client/index.js';
 import type { JsonObject } from '../protocol/index.js';
 import { parseJsonObject, parseUrl } from './arguments.js';
@@ -43,7 +43,10 @@ export function registerCall(program: Command): void {
     .option('--args <json>', 'the arguments, as a JSON object', parseJsonObject)
     .option('--arg <key=value>', 'one argument (repeatable; the value is read as JSON when it is JSON)', collectArg, {})
     .option('--correlation-id <id>', 'your business id for this call, kept in the ledger')
-    .option('--idempotency-key <key>', 'send at most once per key: calling again with it returns the same task')
+    .option(
+      '--idempotency-key <key>',
+      'send at most once per key: calling again with it (same tool and arguments) returns the same task, also after a lost answer',
+    )
     .option('--detach', 'print the taskId once it is in the ledger and exit 0, without following');
   addAnswerOptions(command);
   addTokenOption(command);
@@ -80,38 +83,47 @@ async function runCall(url: string, tool: string, flags: CallFlags): Promise<voi
       if (error instanceof ProtocolError) return refused(out, url, tool, error);
       throw explain(error, { ledgerPath, endpoint: url });
     }
-    if (!isTaskHandle(answer)) return printResult(out, url, tool, answer);
-    if (flags.detach || following.wasInterrupted) {
-      await answer.detach();
-      out.event({
-        event: 'closeout',
-        taskId: answer.taskId,
-        recordId: answer.recordId,
-        tool,
-        endpoint: url,
-        outcome: 'detached',
-        detachReason: flags.detach ? 'requested' : 'interrupted',
-        status: answer.status ?? null,
-        exitCode: flags.detach ? EXIT.ok : EXIT.interrupted,
-      });
-      if (!out.json) process.stdout.write(`${answer.taskId}\n`);
-      out.aside(
-        out.ce.dim(
-          `task ${answer.taskId} (${answer.status ?? 'submitted'}) is in the ledger ${ledgerPath}; follow it with \`closeout resume ${answer.taskId}\``,
-        ),
-      );
-      process.exitCode = flags.detach ? EXIT.ok : EXIT.interrupted;
-      return;
-    }
-    following.follow(answer, url, 'submitted');
-    const [closeOut] = await following.done();
-    process.exitCode = closeOut?.exitCode ?? EXIT.ok;
+    await closeOutAnswer(answer, { out, following, url, tool, ledgerPath, detach: flags.detach === true });
   } catch (error) {
     throw explain(error, { ledgerPath, endpoint: url });
   } finally {
     following.stop();
     await session.close();
   }
+}
+
+/** What `call` (and `resubmit`) do with the answer: print a plain result, or detach, or follow the task to its end. */
+export async function closeOutAnswer(
+  answer: CallToolResult | TaskHandle,
+  context: { out: Output; following: Follower; url: string; tool: string; ledgerPath: string; detach: boolean },
+): Promise<void> {
+  const { out, following, url, tool, ledgerPath, detach } = context;
+  if (!isTaskHandle(answer)) return printResult(out, url, tool, answer);
+  if (detach || following.wasInterrupted) {
+    await answer.detach();
+    out.event({
+      event: 'closeout',
+      taskId: answer.taskId,
+      recordId: answer.recordId,
+      tool,
+      endpoint: url,
+      outcome: 'detached',
+      detachReason: detach ? 'requested' : 'interrupted',
+      status: answer.status ?? null,
+      exitCode: detach ? EXIT.ok : EXIT.interrupted,
+    });
+    if (!out.json) process.stdout.write(`${answer.taskId}\n`);
+    out.aside(
+      out.ce.dim(
+        `task ${answer.taskId} (${answer.status ?? 'submitted'}) is in the ledger ${ledgerPath}; follow it with \`closeout resume ${answer.taskId}\``,
+      ),
+    );
+    process.exitCode = detach ? EXIT.ok : EXIT.interrupted;
+    return;
+  }
+  following.follow(answer, url, 'submitted');
+  const [closeOut] = await following.done();
+  process.exitCode = closeOut?.exitCode ?? EXIT.ok;
 }
 
 /** An unknown tool is bad input: say so before anything is recorded or sent (the ledger stays as it was). */
@@ -155,7 +167,7 @@ function printResult(out: Output, url: string, tool: string, result: CallToolRes
   process.exitCode = exitCode;
 }
 
-function refused(out: Output, url: string, tool: string, error: ProtocolError): void {
+export function refused(out: Output, url: string, tool: string, error: ProtocolError): void {
   out.event({
     event: 'closeout',
     taskId: null,

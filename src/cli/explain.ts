@@ -64,7 +64,10 @@ export function explain(error: unknown, context: { ledgerPath: string; endpoint?
       case 'idempotency-conflict':
         return new CliError(`${error.message}: use another --idempotency-key`);
       case 'unknown-outcome':
-        return new CliError(`${error.message}`, EXIT.expired);
+        return new CliError(
+          `${error.message}: \`closeout resubmit ${ref}\` (or the same call with the same --idempotency-key) sends it again`,
+          EXIT.expired,
+        );
       case 'expired':
         return new CliError(`${error.message}`, EXIT.expired);
       default:

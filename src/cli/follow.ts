@@ -133,6 +133,21 @@ export class Follower implements InputHost {
 
   /** Told about the TaskClient's events (poll failures are shown; the client retries them with backoff). */
   onClientEvent(event: TaskClientEvent): void {
+    if (event.type === 'unrecorded') {
+      // the task exists on the server: its id is on the terminal before the ledger can hold it (DESIGN.md rule 10)
+      this.out.event({
+        event: 'unrecorded',
+        taskId: event.taskId,
+        recordId: event.recordId,
+        message: event.error.message,
+      });
+      this.out.aside(
+        this.out.ce.yellow(
+          `closeout: the server created task ${serverLine(event.taskId)}; ${serverLine(event.error.message)}: retrying until it is recorded`,
+        ),
+      );
+      return;
+    }
     if (event.type !== 'error') return;
     const entry = this.followed.get(event.recordId);
     if (entry) this.showError(entry, event.error);

@@ -26,6 +26,7 @@ const COMMANDS: Record<string, () => Promise<(program: Command) => void>> = {
   show: async () => (await import('./show.js')).registerShow,
   resume: async () => (await import('./resume.js')).registerResume,
   answer: async () => (await import('./answer.js')).registerAnswer,
+  resubmit: async () => (await import('./resubmit.js')).registerResubmit,
   cancel: async () => (await import('./cancel.js')).registerCancel,
   demo: async () => (await import('./demo.js')).registerDemo,
 };
@@ -37,6 +38,8 @@ const program = new Command()
   .name('closeout')
   .description('Durable MCP Tasks: serve task tools, call them, and close out every result')
   .version('0.1.0')
+  // `-V`/`--version` only before the command: after it, `-V…` is a taskId (`closeout cancel -Vx3…`), issue 13 item 12
+  .enablePositionalOptions()
   // bad input is one line that says what is wrong and what to do, in the same voice as every other failure
   .configureOutput({ outputError: (message, write) => write(message.replace(/^error: /, 'closeout: ')) })
   .exitOverride();

@@ -120,7 +120,7 @@ function reportClosed(out: Output, record: TaskRecord): number {
       reason: record.terminalReason ?? null,
     });
     out.line(
-      `${c.red(`? ${record.localState}`)}  ${record.toolName} ${c.bold(ref)}: ${serverLine(record.terminalReason ?? 'no reason recorded')}; it may or may not have run: call again deliberately if needed`,
+      `${c.red(`? ${record.localState}`)}  ${record.toolName} ${c.bold(ref)}: ${serverLine(record.terminalReason ?? 'no reason recorded')}; it may or may not have run: \`closeout resubmit ${ref}\` sends it again${record.idempotencyKey ? ' with the same idempotency key' : ''}`,
     );
     return EXIT.expired;
   }

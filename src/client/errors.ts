@@ -36,7 +36,9 @@ export type TaskClientErrorCode =
   /** The connection to the server closed and could not be made again; the record stays open for a resume. */
   | 'disconnected'
   /** The TaskClient was closed. */
-  | 'closed';
+  | 'closed'
+  /** The ledger could not record something that arrived (a taskId, an answer); the message names it. */
+  | 'storage';
 
 export class TaskClientError extends Error {
   readonly code: TaskClientErrorCode;

@@ -14,7 +14,9 @@ import type {
 } from '@modelcontextprotocol/client';
 
 import type { InputRequest, InputRequests, InputResponse, InputResponses } from '../protocol/index.js';
-import type { Ledger, RecordedError, TaskRecord } from './ledger/ledger.js';
+import { TaskClientError } from './errors.js';
+import type { InputAnswer, Ledger, RecordedError, TaskRecord } from './ledger/ledger.js';
+import { isTransientStorageError } from './ledger/ledger.js';
 
 /** What a handler learns about the request besides the request itself. */
 export interface TaskInputContext {
@@ -61,6 +63,10 @@ export interface InputRouterOptions {
   recordError: (recordId: string, error: RecordedError) => Promise<void>;
   /** A stored answer whose key the server still lists is sent again after this long (eventual consistency). */
   resendAfterMs: number;
+  /** How long an answer is retried into a busy or failing ledger before it is given up (DESIGN.md rule 10). */
+  storagePatienceMs: number;
+  /** Wait this long (the TaskClient's clock). */
+  sleep: (ms: number) => Promise<void>;
 }
 
 export class InputRouter {
@@ -101,14 +107,11 @@ export class InputRouter {
 
   /** An answer given outside a handler (e.g. typed at the CLI); the first stored answer for a key wins. */
   async answer(record: TaskRecord, taskId: string, key: string, request: InputRequest, response: InputResponse) {
-    const stored = await this.options.ledger.recordInputAnswer(
-      record.recordId,
-      this.options.owner,
-      key,
-      request,
-      response,
-      this.options.now(),
-    );
+    const problem = unstorable(response);
+    if (problem !== undefined) {
+      throw new TaskClientError('invalid-state', `the answer to input ${key} cannot be stored: ${problem}`, { record });
+    }
+    const stored = await this.store(record.recordId, key, request, response);
     if (stored?.response === undefined) return false;
     this.failed.delete(`${record.recordId}\0${key}`);
     this.answered.add(`${record.recordId}\0${key}`);
@@ -210,8 +213,26 @@ export class InputRouter {
         });
         return;
       }
-      // spec: the answer is stored before tasks/update carries it (DESIGN.md, client step 3)
-      const stored = await ledger.recordInputAnswer(record.recordId, owner, key, request, response, this.options.now());
+      const problem = unstorable(response);
+      if (problem !== undefined) {
+        // it can never be stored, so it can never be sent: fail the key here instead of asking at every poll
+        this.failed.add(id);
+        await this.options.recordError(record.recordId, {
+          kind: 'input',
+          message: `input ${key} (${request.method}): the handler's answer cannot be stored (${problem}); it is not asked again in this process: answer it with TaskClient.answer() or \`closeout answer\``,
+          at: this.options.now(),
+        });
+        return;
+      }
+      // spec: the answer is stored before tasks/update carries it (DESIGN.md, client step 3); the key stays with
+      // this process (in `asking`) until it is, so a busy ledger never makes a person answer twice
+      let stored: InputAnswer | undefined;
+      try {
+        stored = await this.store(record.recordId, key, request, response);
+      } catch (error) {
+        this.failed.add(id);
+        throw error;
+      }
       if (stored?.response === undefined) return;
       this.answered.add(id);
       await this.send(record.recordId, taskId, { [key]: stored.response });
@@ -230,6 +251,36 @@ export class InputRouter {
         this.background.delete(work);
       });
     this.background.add(work);
+  }
+
+  /**
+   * Store an answer that was given (DESIGN.md rule 10: a person's answer is precious): a ledger another process holds
+   * locked, or a disk full for a moment, is retried with backoff for `storagePatienceMs`, the answer kept in memory
+   * meanwhile; any other failure, or the end of the patience, is thrown.
+   */
+  private async store(
+    recordId: string,
+    key: string,
+    request: InputRequest,
+    response: InputResponse,
+  ): Promise<InputAnswer | undefined> {
+    const { ledger, owner, now } = this.options;
+    const started = now();
+    let delayMs = 50;
+    for (;;) {
+      try {
+        return await ledger.recordInputAnswer(recordId, owner, key, request, response, now());
+      } catch (error) {
+        if (!isTransientStorageError(error) || now() - started >= this.options.storagePatienceMs) {
+          throw new Error(
+            `the answer to input ${key} could not be stored (${error instanceof Error ? error.message : String(error)})`,
+            { cause: error },
+          );
+        }
+        await this.options.sleep(delayMs);
+        delayMs = Math.min(delayMs * 2, 2_000);
+      }
+    }
   }
 
   private callHandler(request: InputRequest, context: TaskInputContext): Promise<unknown> {
@@ -271,6 +322,16 @@ function describeSendError(error: unknown, at: number): RecordedError {
     at,
     code: typeof code === 'number' ? code : undefined,
   };
+}
+
+/** Why an answer cannot be kept as JSON in the ledger (a BigInt, a cycle), or undefined when it can. */
+function unstorable(response: InputResponse): string | undefined {
+  try {
+    JSON.stringify(response);
+    return undefined;
+  } catch (error) {
+    return error instanceof Error ? error.message : String(error);
+  }
 }
 
 function aborted(signal: AbortSignal): Promise<never> {

@@ -33,7 +33,7 @@ import { callThroughInputRounds, InputRoundsError } from './inputRounds.js';
 import type { TaskInputHandlers } from './inputRouter.js';
 import { capabilitiesForHandlers, InputRouter } from './inputRouter.js';
 import type { HistoryEntry, Ledger, LedgerFilter, ObservedTask, RecordedError, TaskRecord } from './ledger/ledger.js';
-import { isFollowable, observationChanges } from './ledger/ledger.js';
+import { isFollowable, isTransientStorageError, observationChanges } from './ledger/ledger.js';
 import { credentialFingerprint, wireIdempotencyKey } from './ledgerKeys.js';
 import type { PollOutcome, PollPolicy, SchedulerClock } from './scheduler.js';
 import { nextPollDelay, PollScheduler, STEADY_CLOCK, SYSTEM_CLOCK } from './scheduler.js';
@@ -70,6 +70,11 @@ export interface TaskClientOptions {
   /** A stored input answer the server still lists is sent again after this long. Default 5 s. */
   inputResendAfterMs?: number | undefined;
   /**
+   * How long something that arrived (a taskId, an input answer) is retried into a busy or failing ledger before the
+   * client gives up on recording it (DESIGN.md rule 10). Default 10 min.
+   */
+  storagePatienceMs?: number | undefined;
+  /**
    * Once this client has itself seen a task open for its `ttlMs`, how much longer an unreachable server is retried
    * before the record expires. Default 5 min.
    */
@@ -97,13 +102,16 @@ export interface TaskClientOptions {
 export type TaskClientEvent =
   | { type: 'status'; record: TaskRecord }
   | { type: 'closed'; record: TaskRecord }
-  | { type: 'error'; recordId: string; error: RecordedError };
+  | { type: 'error'; recordId: string; error: RecordedError }
+  /** The server created task `taskId` and the ledger cannot record it yet: retried for `storagePatienceMs`. */
+  | { type: 'unrecorded'; recordId: string; taskId: string; error: RecordedError };
 
 export interface CallToolOptions {
   /** Your business id for the call, kept on the record (S6). */
   correlationId?: string | undefined;
   /** Makes the call idempotent: sent as `_meta["io.closeout/idempotencyKey"]`, and a live record with the key is
-   * returned instead of sending again (S16). */
+   * returned instead of sending again (S16). A record whose answer was lost (`unknown-outcome`) is sent again with the
+   * same key, once (a Closeout server answers with the task the lost call created). */
   idempotencyKey?: string | undefined;
   /** Aborts waiting for the tools/call answer; the submission then becomes `unknown-outcome`. */
   signal?: AbortSignal | undefined;
@@ -136,6 +144,7 @@ const DEFAULT_LEASE_MS = 30_000;
 const DEFAULT_REQUEST_TIMEOUT_MS = 60_000;
 /** How many times a connection that closed under the client is made again before the loss is surfaced. */
 const RECONNECT_ATTEMPTS = 5;
+const DEFAULT_STORAGE_PATIENCE_MS = 600_000;
 
 export class TaskClient {
   readonly endpoint: string;
@@ -163,6 +172,7 @@ export class TaskClient {
   private readonly leaseMs: number;
   private readonly requestTimeoutMs: number;
   private readonly ttlGraceMs: number;
+  private readonly storagePatienceMs: number;
   private leaseTimer: unknown;
   private capabilitiesMeta: ClientCapabilities | undefined;
   private ledgerKeys: Promise<{ secret: Uint8Array; credential: string }> | undefined;
@@ -183,6 +193,7 @@ export class TaskClient {
     this.leaseMs = options.leaseMs ?? DEFAULT_LEASE_MS;
     this.requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
     this.ttlGraceMs = options.ttlGraceMs ?? 300_000;
+    this.storagePatienceMs = options.storagePatienceMs ?? DEFAULT_STORAGE_PATIENCE_MS;
     this.scheduler = new PollScheduler({
       poll: (recordId) => this.serialized(recordId, () => this.poll(recordId)),
       policy: options.pollPolicy,
@@ -203,6 +214,8 @@ export class TaskClient {
       sendUpdate: (taskId, inputResponses) => this.sendTaskRequest(TASK_METHODS.update, { taskId, inputResponses }),
       recordError: (recordId, error) => this.recordError(recordId, error),
       resendAfterMs: options.inputResendAfterMs ?? 5_000,
+      storagePatienceMs: options.storagePatienceMs ?? DEFAULT_STORAGE_PATIENCE_MS,
+      sleep: (ms) => new Promise<void>((resolve) => this.clock.setTimeout(resolve, ms)),
     });
     this.armLeaseRenewal();
     this.watchConnection();
@@ -465,11 +478,10 @@ export class TaskClient {
    */
   resubmit(ref: string, options: ResubmitOptions = {}): Promise<CallToolResult | TaskHandle> {
     this.assertOpen();
-    return this.operation(this.resubmitRecord(ref, options));
+    return this.operation(this.resolve(ref).then((previous) => this.resubmitRecord(previous, options)));
   }
 
-  private async resubmitRecord(ref: string, options: ResubmitOptions): Promise<CallToolResult | TaskHandle> {
-    const previous = await this.resolve(ref);
+  private async resubmitRecord(previous: TaskRecord, options: ResubmitOptions): Promise<CallToolResult | TaskHandle> {
     if (previous.localState === 'submitting' || isFollowable(previous.localState)) {
       throw new TaskClientError(
         'invalid-state',
@@ -509,7 +521,24 @@ export class TaskClient {
       leaseExpiresAt: now + this.leaseMs,
       resubmittedFrom: previous.recordId,
     });
-    if (!intent.created) return this.fromExisting(intent.record, previous.toolName, previous.argumentsDigest);
+    if (!intent.created) {
+      // checked again inside the ledger's transaction: of two concurrent resubmissions, one goes through
+      if (intent.refused === 'already-resubmitted') {
+        throw new TaskClientError(
+          'invalid-state',
+          `record ${previous.recordId} was already resubmitted as ${intent.record.recordId}`,
+          { record: intent.record },
+        );
+      }
+      if (intent.refused === 'still-open') {
+        throw new TaskClientError(
+          'invalid-state',
+          `record ${previous.recordId} is ${intent.record.localState}: cancel or wait for it before resubmitting`,
+          { record: intent.record },
+        );
+      }
+      return this.fromExisting(intent.record, previous.toolName, previous.argumentsDigest);
+    }
     return this.trackSubmission(
       key,
       previous.toolName,
@@ -606,19 +635,27 @@ export class TaskClient {
   }
 
   /** The server created a task: commit its taskId first (S4), then follow it. */
-  private async acceptTask(record: TaskRecord, raw: Record<string, unknown>): Promise<TaskHandle> {
+  private async acceptTask(record: TaskRecord, raw: Record<string, unknown>): Promise<CallToolResult | TaskHandle> {
     let task: ObservedTask;
     try {
       task = parseCreateTaskResult(raw);
     } catch (error) {
       throw await this.failSubmission(record, error);
     }
-    const now = this.clock.now();
-    if (!(await this.ledger.commitTask(record.recordId, this.owner, task, now))) {
-      throw new TaskClientError('leased-elsewhere', `lost the lease on ${record.recordId} before its task was saved`, {
-        record,
-      });
+    if (!(await this.commitArrived(record, task))) {
+      // another record follows this task already (a resubmission that reused the key): that one is the handle
+      const holder = await this.ledger.findByTaskId(this.endpoint, task.taskId);
+      if (holder && holder.recordId !== record.recordId) {
+        return this.fromExisting(holder, holder.toolName, holder.argumentsDigest);
+      }
+      const now = await this.ledger.get(record.recordId);
+      throw new TaskClientError(
+        'invalid-state',
+        `tools/call answered task ${task.taskId}, and record ${record.recordId} cannot take it (${now?.localState ?? 'gone'}${now?.taskId ? `, task ${now.taskId}` : ''})`,
+        { record: now ?? record },
+      );
     }
+    const now = this.clock.now();
     const committed = await this.reload(record.recordId);
     this.emit({ type: 'status', record: committed });
     if (committed.localState === 'terminal') {
@@ -658,6 +695,41 @@ export class TaskClient {
       `${reason} (record ${record.recordId})`,
       { record: closed ?? record, cause: error },
     );
+  }
+
+  /**
+   * Commit a taskId that arrived (DESIGN.md rule 10): a ledger another process holds locked (or a full disk) is
+   * retried with backoff for `storagePatienceMs`, and an `unrecorded` event names the taskId meanwhile, so it is
+   * never only in this process's memory. After that, the error says which task the server created.
+   */
+  private async commitArrived(record: TaskRecord, task: ObservedTask): Promise<boolean> {
+    // patience is a duration: measured on the steady clock, which a wall-clock step does not move
+    const started = this.steady.now();
+    let delayMs = 50;
+    for (let attempt = 1; ; attempt += 1) {
+      const now = this.clock.now();
+      try {
+        return await this.ledger.commitTask(record.recordId, this.owner, task, now, now + this.leaseMs);
+      } catch (error) {
+        if (!isTransientStorageError(error)) throw error;
+        const lastError: RecordedError = {
+          kind: 'storage',
+          message: `the ledger cannot record task ${task.taskId} yet: ${describe(error)}`,
+          at: this.clock.now(),
+        };
+        if (attempt === 1)
+          this.emit({ type: 'unrecorded', recordId: record.recordId, taskId: task.taskId, error: lastError });
+        if (this.steady.now() - started >= this.storagePatienceMs) {
+          throw new TaskClientError(
+            'storage',
+            `the server created task ${task.taskId}, and the ledger could not record it for ${Math.round(this.storagePatienceMs / 1000)} s (${describe(error)}); record ${record.recordId} stays as it was: call again with its idempotency key, or resume, once the ledger is free`,
+            { record, cause: error },
+          );
+        }
+        await new Promise<void>((resolve) => this.clock.setTimeout(resolve, delayMs));
+        delayMs = Math.min(delayMs * 2, 2_000);
+      }
+    }
   }
 
   /** Record why a submission did not produce a result or handle, and build the error to throw. */
@@ -709,12 +781,17 @@ export class TaskClient {
           );
         }
         const settled = await this.ledger.settleAbandonedSubmissions(this.endpoint, this.clock.now(), 'found on call');
-        const now = settled.find((item) => item.recordId === record.recordId) ?? record;
-        throw new TaskClientError(
-          'unknown-outcome',
-          `idempotency key ${record.idempotencyKey}: ${now.terminalReason ?? 'outcome unknown'}; use resubmit()`,
-          { record: now },
-        );
+        const now = settled.find((item) => item.recordId === record.recordId) ?? (await this.reload(record.recordId));
+        if (now.localState === 'unknown-outcome') return this.recoverUnknown(now);
+        if (now.localState === 'submitting') {
+          throw new TaskClientError(
+            'leased-elsewhere',
+            `idempotency key ${record.idempotencyKey} is being submitted by ${now.leaseOwner}`,
+            { record: now },
+          );
+        }
+        // its late answer arrived meanwhile (DESIGN.md rule 10)
+        return this.fromExisting(now, name, digest);
       }
       case 'tracking':
       case 'detached': {
@@ -733,13 +810,32 @@ export class TaskClient {
         if (record.result) return record.result as CallToolResult;
         if (record.error) throw new ProtocolError(record.error.code, record.error.message, record.error.data);
         throw new TaskClientError('invalid-state', `record ${record.recordId} ended without a result`, { record });
-      case 'expired':
       case 'unknown-outcome':
+        return this.recoverUnknown(record);
+      case 'expired':
         throw new TaskClientError(
           record.localState,
           `idempotency key ${record.idempotencyKey} is ${record.localState} (${record.terminalReason}); use resubmit()`,
           { record },
         );
+    }
+  }
+
+  /**
+   * The same call again (same key, tool and arguments) after its answer was lost: sent again with the same key, so a
+   * Closeout server answers with the task the lost call created instead of running the tool a second time (issue 13
+   * item 2). The ledger lets one resubmission of the record through; a caller that loses that race joins the winner.
+   */
+  private async recoverUnknown(record: TaskRecord): Promise<CallToolResult | TaskHandle> {
+    try {
+      return await this.resubmitRecord(record, { idempotencyKey: 'reuse' });
+    } catch (error) {
+      if (!(error instanceof TaskClientError && error.code === 'invalid-state')) throw error;
+      const current = record.idempotencyKey
+        ? await this.ledger.findByIdempotencyKey(this.endpoint, record.idempotencyKey)
+        : undefined;
+      if (!current || current.recordId === record.recordId) throw error;
+      return this.fromExisting(current, record.toolName, record.argumentsDigest);
     }
   }
 

@@ -201,8 +201,14 @@ export interface ScheduleNote {
   observedAgeMs?: number | undefined;
 }
 
-/** Result of recording an intent: a new record, or the live record that already holds the idempotency key. */
-export type IntentOutcome = { created: true; record: TaskRecord } | { created: false; record: TaskRecord };
+/**
+ * Result of recording an intent: a new record, or the live record that already holds the idempotency key. A
+ * resubmission is also refused (`refused`) when the old record is still open, or was resubmitted already (`record`
+ * is then the resubmission that won).
+ */
+export type IntentOutcome =
+  | { created: true; record: TaskRecord }
+  | { created: false; record: TaskRecord; refused?: 'still-open' | 'already-resubmitted' | undefined };
 
 /**
  * Writes that drive a task (`owner` parameter) apply only while `owner` holds the record's lease and return
@@ -214,12 +220,27 @@ export interface Ledger {
    * already current (not superseded), nothing is inserted and that record comes back instead.
    */
   recordIntent(submission: NewSubmission): Promise<IntentOutcome>;
-  /** Record an explicit resubmission: a new record, and the old one marked superseded by it, in one transaction. */
+  /**
+   * Record an explicit resubmission: a new record, and the old one marked superseded by it, in one transaction that
+   * first checks the old record is closed and not superseded yet, so of two concurrent resubmissions one goes through.
+   */
   recordResubmission(previousRecordId: string, submission: NewSubmission): Promise<IntentOutcome>;
   /** `tools/call` is about to leave: from here on, silence means `unknown-outcome`. */
   markSent(recordId: string, owner: string, at: number): Promise<boolean>;
-  /** The first thing done with a handle: commit its taskId and seed state (S4). */
-  commitTask(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean>;
+  /**
+   * The first thing done with a handle: commit its taskId and seed state (S4). An answer that arrived is a fact
+   * (DESIGN.md rule 10): it is recorded on a record still `submitting` or already settled `unknown-outcome`, whoever
+   * held the lease, and `owner` holds the lease from then on (until `leaseExpiresAt`, when given). `true` when the
+   * record holds the taskId now; `false` when the record is gone, holds another task, or another record of the
+   * endpoint holds this task already (a resubmission with the same idempotency key: `findByTaskId` names it).
+   */
+  commitTask(
+    recordId: string,
+    owner: string,
+    task: ObservedTask,
+    at: number,
+    leaseExpiresAt?: number,
+  ): Promise<boolean>;
   /** A `tasks/get` answer: status fields, result or error, a history line when the status changed. */
   recordObservation(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean>;
   /** A poll happened (or failed): the last poll time and, when something went wrong, the error. */
@@ -262,7 +283,10 @@ export interface Ledger {
 
   /** Remember an input key before its handler is called (so a crash mid-handler is known). */
   recordInputAsked(recordId: string, owner: string, key: string, request: InputRequest, at: number): Promise<boolean>;
-  /** Store an answer; the first stored answer for a key wins and is returned. */
+  /**
+   * Store an answer, whoever holds the lease (DESIGN.md rule 10: the holder sends stored answers); the first stored
+   * answer for a key wins and is returned; undefined when the record is gone.
+   */
   recordInputAnswer(
     recordId: string,
     owner: string,
@@ -286,6 +310,16 @@ export interface Ledger {
 
   /** Close the underlying storage. */
   dispose(): Promise<void>;
+}
+
+/**
+ * Whether a ledger write may succeed when tried again later: another process holds the write lock (a large resume, a
+ * backup, a sqlite3 shell), or the disk is full or failing for a moment. SQLite's result codes, as better-sqlite3
+ * names them; any other ledger may mark an error `transient: true`.
+ */
+export function isTransientStorageError(error: unknown): boolean {
+  const { code, transient } = (error ?? {}) as { code?: unknown; transient?: unknown };
+  return transient === true || (typeof code === 'string' && /^SQLITE_(BUSY|LOCKED|IOERR|FULL|PROTOCOL)/.test(code));
 }
 
 /** Whether a record is still open on the server side (somebody should follow it, or may pick it up). */

@@ -9,6 +9,7 @@ import { randomBytes } from 'node:crypto';
 import type Database from 'better-sqlite3';
 
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import type { Migration } from '../../sqliteFile.js';
 import { openSqliteFile } from '../../sqliteFile.js';
 import { endpointIdentity } from './endpointIdentity.js';
 import type {
@@ -28,7 +29,7 @@ import type {
 import { closesOut } from './ledger.js';
 
 /** Versioned migrations: entry i brings `user_version` from i to i + 1. Never edit a shipped entry; append. */
-const MIGRATIONS: readonly string[] = [
+const MIGRATIONS: readonly Migration[] = [
   `CREATE TABLE submissions (
      record_id           TEXT PRIMARY KEY,
      endpoint            TEXT NOT NULL,
@@ -113,7 +114,33 @@ const MIGRATIONS: readonly string[] = [
      id     INTEGER PRIMARY KEY CHECK (id = 1),
      secret BLOB NOT NULL
    );`,
+  // 2 -> 3: entry 0 was edited after it shipped (`superseded_by` became deferrable), so files written by the first
+  // build kept an immediate reference and could not resubmit ("FOREIGN KEY constraint failed", issue 13 item 11)
+  deferSupersededBy,
 ];
+
+/**
+ * Rebuild `submissions` from its own stored definition with `superseded_by` deferred, whatever columns later steps
+ * added; a file that has the deferred reference already is left as it is.
+ */
+function deferSupersededBy(db: Database.Database): void {
+  const immediate = /(superseded_by\s+TEXT\s+REFERENCES\s+submissions\s*\(\s*record_id\s*\))(?!\s*DEFERRABLE)/i;
+  const { sql } = db.prepare(`SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'submissions'`).get() as {
+    sql: string;
+  };
+  if (!immediate.test(sql)) return;
+  const indexes = db
+    .prepare(`SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'submissions' AND sql IS NOT NULL`)
+    .all() as { sql: string }[];
+  const rebuilt = sql
+    .replace(/^CREATE TABLE submissions\b/i, 'CREATE TABLE submissions_rebuilt')
+    .replace(immediate, '$1 DEFERRABLE INITIALLY DEFERRED');
+  db.exec(rebuilt);
+  db.exec(`INSERT INTO submissions_rebuilt SELECT * FROM submissions;
+           DROP TABLE submissions;
+           ALTER TABLE submissions_rebuilt RENAME TO submissions;`);
+  for (const index of indexes) db.exec(index.sql);
+}
 
 interface SubmissionRow {
   record_id: string;
@@ -220,8 +247,10 @@ export class SqliteLedger implements Ledger {
            @idempotencyKey, @wireIdempotencyKey, @credential, 'submitting', @submittedAt, @resubmittedFrom,
            @leaseOwner, @leaseExpiresAt, @submittedAt)`,
       ),
+      // one atomic step (issue 13 item 3): only a closed record nobody resubmitted yet is superseded
       supersede: db.prepare(
-        `UPDATE submissions SET superseded_by = ?, updated_at = ? WHERE record_id = ? AND superseded_by IS NULL`,
+        `UPDATE submissions SET superseded_by = ?, updated_at = ?
+         WHERE record_id = ? AND superseded_by IS NULL AND local_state IN ('terminal','expired','unknown-outcome')`,
       ),
       get: db.prepare(`SELECT * FROM submissions WHERE record_id = ?`),
       byTaskId: db.prepare(`SELECT * FROM submissions WHERE endpoint = ? AND task_id = ?`),
@@ -244,13 +273,16 @@ export class SqliteLedger implements Ledger {
         `UPDATE submissions SET sent_at = @at, updated_at = @at
          WHERE record_id = @recordId AND lease_owner = @owner AND local_state = 'submitting'`,
       ),
-      // the first thing done with a handle (S4): the taskId and the seed state, in the same row as the intent
+      // the first thing done with a handle (S4): the taskId and the seed state, in the same row as the intent. An
+      // answer that arrived is a fact (DESIGN.md rule 10): it is recorded whoever held the lease, also on a record
+      // another process settled unknown-outcome meanwhile, and the process that holds the answer follows the task
       commitTask: db.prepare(
         `UPDATE submissions SET task_id = @taskId, local_state = @localState, status = @status,
            status_message = @statusMessage, created_at = @createdAt, last_updated_at = @lastUpdatedAt,
            ttl_ms = @ttlMs, poll_interval_ms = @pollIntervalMs, result = @result, error = @error,
-           terminal_reason = @terminalReason, terminal_at = @terminalAt, updated_at = @at
-         WHERE record_id = @recordId AND lease_owner = @owner AND local_state = 'submitting'`,
+           terminal_reason = @terminalReason, terminal_at = @terminalAt, lease_owner = @owner,
+           lease_expires_at = COALESCE(@leaseExpiresAt, lease_expires_at), updated_at = @at
+         WHERE record_id = @recordId AND task_id IS NULL AND local_state IN ('submitting','unknown-outcome')`,
       ),
       observe: db.prepare(
         `UPDATE submissions SET local_state = @localState, status = @status, status_message = @statusMessage,
@@ -394,7 +426,13 @@ export class SqliteLedger implements Ledger {
   async recordResubmission(previousRecordId: string, submission: NewSubmission): Promise<IntentOutcome> {
     return this.write((): IntentOutcome => {
       // supersede first so the new record may carry the same idempotency key
-      this.stmt.supersede.run(submission.recordId, submission.submittedAt, previousRecordId);
+      if (this.stmt.supersede.run(submission.recordId, submission.submittedAt, previousRecordId).changes !== 1) {
+        const previous = this.stmt.get.get(previousRecordId) as SubmissionRow | undefined;
+        if (!previous) throw new Error(`no ledger record ${previousRecordId} to resubmit`);
+        const refused = previous.superseded_by === null ? 'still-open' : 'already-resubmitted';
+        const record = this.mustGet(previous.superseded_by ?? previous.record_id);
+        return { created: false, record, refused };
+      }
       return this.insertIntent(submission);
     });
   }
@@ -434,11 +472,35 @@ export class SqliteLedger implements Ledger {
     return this.write(() => this.stmt.markSent.run({ recordId, owner, at }).changes === 1);
   }
 
-  async commitTask(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean> {
+  async commitTask(
+    recordId: string,
+    owner: string,
+    task: ObservedTask,
+    at: number,
+    leaseExpiresAt?: number,
+  ): Promise<boolean> {
     return this.write((): boolean => {
-      const localState = this.applyTask(this.stmt.commitTask, recordId, owner, task, at);
+      const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
+      if (!before) return false;
+      if (before.task_id === task.taskId) return true;
+      const holder = this.stmt.byTaskId.get(before.endpoint, task.taskId) as SubmissionRow | undefined;
+      if (holder) {
+        // another record got the same task first (a resubmission that reused the idempotency key): say so here
+        if (before.task_id === null) {
+          const note = `tools/call answered task ${task.taskId}, which record ${holder.record_id} already follows`;
+          this.appendLocalChange(before, before.local_state, at, note);
+        }
+        return false;
+      }
+      const localState = this.applyTask(this.stmt.commitTask, recordId, owner, task, at, {
+        leaseExpiresAt: leaseExpiresAt ?? null,
+      });
       if (localState === undefined) return false;
-      this.appendObserved(recordId, task, localState, at, 'task created');
+      const late =
+        before.local_state === 'unknown-outcome'
+          ? `task created; the tools/call answer arrived after the record was settled (${before.terminal_reason})`
+          : 'task created';
+      this.appendObserved(recordId, task, localState, at, late);
       return true;
     });
   }
@@ -606,9 +668,10 @@ export class SqliteLedger implements Ledger {
     response: InputResponse,
     at: number,
   ): Promise<InputAnswer | undefined> {
+    const json = JSON.stringify(response);
     return this.write((): InputAnswer | undefined => {
-      if (!this.stmt.holdsLease.get(recordId, owner)) return undefined;
-      const json = JSON.stringify(response);
+      // a person's answer is kept whoever holds the lease now (DESIGN.md rule 10): the holder sends stored answers
+      if (!this.stmt.get.get(recordId)) return undefined;
       this.stmt.insertInput.run({
         recordId,
         key,
@@ -762,10 +825,12 @@ export class SqliteLedger implements Ledger {
     owner: string,
     task: ObservedTask,
     at: number,
+    extra: Record<string, unknown> = {},
   ): LocalState | undefined {
     const terminal = closesOut(task);
     const localState: LocalState = terminal ? 'terminal' : 'tracking';
     const changed = statement.run({
+      ...extra,
       recordId,
       owner,
       at,

@@ -1,0 +1,162 @@
+// Resubmission is explicit and happens once (issue 13 items 2 and 3): two resubmit() of one record at the same moment,
+// from one TaskClient or from two on one ledger, send one tools/call (the ledger decides in one transaction); and a
+// call repeated with the same idempotency key and arguments after its answer was lost recovers the call by sending it
+// again with that key (a Closeout server then hands back the task the lost call created), once.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+
+import type { PollPolicy, TaskClient } from '../../src/client/index.js';
+import { argumentsDigest, connectHttpTaskClient, isTaskHandle, SqliteLedger } from '../../src/client/index.js';
+import type { FixtureServer } from './fixtures/tasksFixtureServer.js';
+import { startTasksFixture } from './fixtures/tasksFixtureServer.js';
+
+const FAST: Partial<PollPolicy> = {
+  floorMs: 5,
+  capMs: 100,
+  defaultIntervalMs: 20,
+  backoffBaseMs: 10,
+  backoffCapMs: 50,
+};
+const KEY_META = 'io.closeout/idempotencyKey';
+
+let dir: string;
+let ledgerPath: string;
+let fixture: FixtureServer;
+const clients: TaskClient[] = [];
+
+beforeEach(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'closeout-resubmit-'));
+  ledgerPath = join(dir, 'ledger.db');
+  fixture = await startTasksFixture();
+});
+
+afterEach(async () => {
+  for (const client of clients.splice(0)) await client.close();
+  await fixture.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+async function connect(): Promise<TaskClient> {
+  const client = await connectHttpTaskClient(fixture.url, { ledger: ledgerPath, pollPolicy: FAST });
+  clients.push(client);
+  return client;
+}
+
+/** A call whose answer never arrived: sent by a process that died, settled unknown-outcome. */
+async function lostCall(recordId: string, args: Record<string, string> = {}): Promise<void> {
+  const ledger = new SqliteLedger(ledgerPath);
+  try {
+    await ledger.recordIntent({
+      recordId,
+      endpoint: fixture.url.href,
+      toolName: 'unlimited',
+      arguments: args,
+      argumentsDigest: argumentsDigest(args),
+      idempotencyKey: `key-${recordId}`,
+      submittedAt: Date.now() - 60_000,
+      leaseOwner: 'dead-process',
+      leaseExpiresAt: Date.now() - 30_000,
+    });
+    await ledger.markSent(recordId, 'dead-process', Date.now() - 59_000);
+    await ledger.settleAbandonedSubmissions(fixture.url.href, Date.now(), 'found in the test');
+  } finally {
+    await ledger.dispose();
+  }
+}
+
+const sentKeys = () =>
+  fixture.requests
+    .filter((request) => request.method === 'tools/call')
+    .map((request) => (request.params['_meta'] as Record<string, unknown>)[KEY_META]);
+
+describe('resubmission', () => {
+  it.each([
+    ['one TaskClient', 1],
+    ['two TaskClients on one ledger', 2],
+  ])('of one record twice at the same moment goes through once (%s)', async (_name, count) => {
+    await lostCall('lost');
+    const first = await connect();
+    const second = count === 1 ? first : await connect();
+    const outcomes = await Promise.allSettled([
+      first.resubmit('lost', { idempotencyKey: 'new' }),
+      second.resubmit('lost', { idempotencyKey: 'new' }),
+    ]);
+    expect(outcomes.filter((outcome) => outcome.status === 'fulfilled')).toHaveLength(1);
+    const refused = outcomes.find((outcome) => outcome.status === 'rejected');
+    expect(refused?.reason).toMatchObject({
+      code: 'invalid-state',
+      message: expect.stringMatching(/already resubmitted/),
+    });
+    expect(fixture.count('tools/call')).toBe(1);
+    const all = await first.list();
+    expect(all.filter((record) => record.resubmittedFrom === 'lost')).toHaveLength(1);
+  });
+
+  it('is refused for a record that is still open, inside the ledger too', async () => {
+    const ledger = new SqliteLedger(ledgerPath);
+    try {
+      await ledger.recordIntent({
+        recordId: 'open',
+        endpoint: 'http://127.0.0.1:1/mcp',
+        toolName: 't',
+        arguments: {},
+        argumentsDigest: argumentsDigest({}),
+        submittedAt: 1,
+        leaseOwner: 'p',
+        leaseExpiresAt: 2,
+      });
+      const next = await ledger.recordResubmission('open', {
+        recordId: 'next',
+        endpoint: 'http://127.0.0.1:1/mcp',
+        toolName: 't',
+        arguments: {},
+        argumentsDigest: argumentsDigest({}),
+        submittedAt: 3,
+        leaseOwner: 'p',
+        leaseExpiresAt: 4,
+        resubmittedFrom: 'open',
+      });
+      expect(next).toMatchObject({ created: false, refused: 'still-open', record: { recordId: 'open' } });
+      expect(await ledger.get('next')).toBeUndefined();
+    } finally {
+      await ledger.dispose();
+    }
+  });
+});
+
+describe('a call repeated with the same idempotency key after its answer was lost', () => {
+  it('is sent again with that key, once, and the repeat after that joins the task', async () => {
+    await lostCall('lost', { n: '1' });
+    const client = await connect();
+    const answer = await client.callTool('unlimited', { n: '1' }, { idempotencyKey: 'key-lost' });
+    expect(isTaskHandle(answer)).toBe(true);
+    expect(sentKeys()).toEqual(['key-lost']);
+    const again = await client.callTool('unlimited', { n: '1' }, { idempotencyKey: 'key-lost' });
+    expect(isTaskHandle(again) && again.taskId).toBe(isTaskHandle(answer) && answer.taskId);
+    expect(sentKeys()).toEqual(['key-lost']);
+    expect(await client.get('lost')).toMatchObject({ localState: 'unknown-outcome', supersededBy: expect.any(String) });
+  });
+
+  it('with other arguments is a conflict, and nothing is sent', async () => {
+    await lostCall('lost', { n: '1' });
+    const client = await connect();
+    await expect(client.callTool('unlimited', { n: '2' }, { idempotencyKey: 'key-lost' })).rejects.toMatchObject({
+      code: 'idempotency-conflict',
+    });
+    expect(fixture.count('tools/call')).toBe(0);
+  });
+
+  it('from two TaskClients at the same moment is sent once', async () => {
+    await lostCall('lost');
+    const [first, second] = [await connect(), await connect()];
+    const outcomes = await Promise.allSettled([
+      first.callTool('unlimited', {}, { idempotencyKey: 'key-lost' }),
+      second.callTool('unlimited', {}, { idempotencyKey: 'key-lost' }),
+    ]);
+    expect(outcomes.filter((outcome) => outcome.status === 'fulfilled').length).toBeGreaterThanOrEqual(1);
+    expect(sentKeys()).toEqual(['key-lost']);
+  });
+});

@@ -1,0 +1,156 @@
+// An answer that arrived is a fact (DESIGN.md rule 10): a CreateTaskResult that reaches a client is recorded on its
+// ledger record, whoever holds the record's lease by then and however long another process holds the ledger's write
+// lock, so the task stays reachable and is never run a second time to find it again.
+// - A client process stopped (SIGSTOP) with the answer to its tools/call on the way in, for longer than its lease,
+//   while another process's resumeAll() settles the submission as unknown-outcome; woken (SIGCONT), it records the
+//   taskId on the record and follows the task to its end.
+// - `closeout call` receiving its answer while another process holds BEGIN IMMEDIATE on the ledger for longer than
+//   the ledger's busy timeout: the taskId is on stderr at once, the commit is retried, the call closes out.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import Database from 'better-sqlite3';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+
+import { SqliteLedger } from '../../src/client/index.js';
+import type { FixtureServer } from '../client/fixtures/tasksFixtureServer.js';
+import { startTasksFixture } from '../client/fixtures/tasksFixtureServer.js';
+import { startCli } from '../support/cli.js';
+import { type ClientWorker, processState, startClientWorker } from '../support/clientWorker.js';
+import { type ServeProcess, startServe } from '../support/processes.js';
+import { waitFor } from '../support/waitFor.js';
+
+let dir: string;
+const cleanups: Array<() => Promise<void> | void> = [];
+
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'closeout-answer-arrived-'));
+});
+
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function worker(config: Record<string, unknown>): ClientWorker {
+  const started = startClientWorker(config);
+  cleanups.push(() => {
+    started.child.kill('SIGKILL');
+  });
+  return started;
+}
+
+async function ledgerRecords(path: string) {
+  const ledger = new SqliteLedger(path);
+  try {
+    return await Promise.all(
+      (await ledger.list()).map(async (record) => ({ record, history: await ledger.history(record.recordId) })),
+    );
+  } finally {
+    await ledger.dispose();
+  }
+}
+
+function serverTasks(path: string): Array<{ task_id: string; status: string; attempt: number }> {
+  const db = new Database(path, { readonly: true });
+  try {
+    return db.prepare(`SELECT task_id, status, attempt FROM tasks`).all() as Array<{
+      task_id: string;
+      status: string;
+      attempt: number;
+    }>;
+  } finally {
+    db.close();
+  }
+}
+
+describe('a CreateTaskResult that arrives is recorded', () => {
+  it('after a SIGSTOP longer than the lease, while another process settled the submission unknown-outcome', async () => {
+    const server: ServeProcess = await startServe(['--store', join(dir, 'server.db')]);
+    cleanups.push(() => server.stop());
+    const config = { url: server.url, ledger: join(dir, 'ledger.db'), askedLog: join(dir, 'asked.log') };
+
+    const paused = worker({
+      ...config,
+      mode: 'call',
+      tool: 'batch_job',
+      args: { items: 3, stepMs: 100 },
+      idempotencyKey: 'lid-closed',
+      leaseMs: 1_000,
+      pauseAt: { method: 'tools/call' },
+    });
+    await paused.next('paused');
+    const pid = paused.child.pid!;
+    await waitFor('the client process to be stopped', () => (processState(pid) === 'T' ? true : undefined));
+    const [submitted] = await ledgerRecords(config.ledger);
+    expect(submitted?.record).toMatchObject({ localState: 'submitting', taskId: undefined });
+    // the stopped process cannot renew its lease: wait until it has run out
+    const leaseEnd = submitted!.record.leaseExpiresAt!;
+    await waitFor('the lease to run out', () => (Date.now() > leaseEnd + 200 ? true : undefined), 10_000, 50);
+
+    const resumer = worker({ ...config, mode: 'resume' });
+    expect(await resumer.next('resumed')).toMatchObject({ taskIds: [], unknownOutcome: [{ key: 'lid-closed' }] });
+    await resumer.next('done');
+    expect((await ledgerRecords(config.ledger))[0]?.record.localState).toBe('unknown-outcome');
+    const created = serverTasks(join(dir, 'server.db'));
+    expect(created).toHaveLength(1);
+
+    paused.child.kill('SIGCONT');
+    const handle = await paused.next('handle');
+    expect(handle['taskId']).toBe(created[0]?.task_id);
+    expect(await paused.next('outcome')).toMatchObject({ kind: 'completed' });
+    expect((await paused.exited).code).toBe(0);
+
+    const [after] = await ledgerRecords(config.ledger);
+    expect(after?.record).toMatchObject({ taskId: created[0]?.task_id, localState: 'terminal', status: 'completed' });
+    expect(after?.history.map((entry) => entry.localState)).toEqual(
+      expect.arrayContaining(['submitting', 'unknown-outcome', 'tracking', 'terminal']),
+    );
+    expect(serverTasks(join(dir, 'server.db'))).toEqual([
+      { task_id: created[0]?.task_id, status: 'completed', attempt: 1 },
+    ]);
+  });
+
+  it('while another process holds the ledger write lock past the busy timeout, and says the taskId meanwhile', async () => {
+    const ledgerPath = join(dir, 'ledger.db');
+    let holder: Database.Database | undefined;
+    const fixture: FixtureServer = await startTasksFixture({
+      // the lock is taken once the call is on the server, before its answer leaves
+      beforeAnswer: (request) => {
+        if (request.method !== 'tools/call') return;
+        holder = new Database(ledgerPath);
+        holder.exec('BEGIN IMMEDIATE');
+      },
+    });
+    cleanups.push(() => fixture.close());
+    cleanups.push(() => {
+      if (holder?.inTransaction) holder.exec('ROLLBACK');
+      holder?.close();
+    });
+    const call = startCli(['call', fixture.url.href, 'slow', '--arg', 'n=1'], {
+      ledger: ledgerPath,
+      timeoutMs: 60_000,
+    });
+    cleanups.push(() => {
+      call.child.kill('SIGKILL');
+    });
+    await waitFor('the lock to be held', () => (holder?.inTransaction ? true : undefined), 20_000);
+    const taskId = await waitFor('the task to exist', () => [...fixture.tasks.keys()][0], 5_000);
+    // the CLI's busy timeout is 3 s: hold the lock well past it
+    const lockedAt = Date.now();
+    await waitFor('the taskId on stderr', () => (call.stderr().includes(taskId) ? true : undefined), 10_000, 50);
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, lockedAt + 4_500 - Date.now())));
+    expect(call.child.exitCode).toBeNull();
+    holder!.exec('ROLLBACK');
+    holder!.close();
+
+    const run = await call.done;
+    expect(run.stderr).toContain(taskId);
+    expect(run.code).toBe(0);
+    expect(run.stdout).toMatch(/completed/);
+    const [after] = await ledgerRecords(ledgerPath);
+    expect(after?.record).toMatchObject({ taskId, localState: 'terminal', status: 'completed' });
+    expect(fixture.runs.get('slow')).toBe(1);
+  });
+});
