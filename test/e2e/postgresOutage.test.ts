@@ -71,7 +71,7 @@ describe('PostgreSQL stopped for several seconds while tasks run', () => {
       500,
     );
     const notCompleted = taskIds
-      .map((taskId) => ({ taskId, ...finals.get(taskId) }))
+      .map((taskId): Record<string, unknown> => ({ taskId, ...finals.get(taskId) }))
       .filter((task) => task['status'] !== 'completed')
       .map((task) => ({ status: task['status'], error: task['error'] }));
     expect(notCompleted).toEqual([]);
