@@ -629,38 +629,14 @@ export class TaskServer {
    */
   private async sweep(deadOwners: string[]): Promise<void> {
     try {
-      const runs = [...this.running.values()];
       const startedAt = this.now();
-      let renewed;
-      try {
-        renewed = await this.store.renewLeases(
-          this.instanceId,
-          runs.map((r) => r.lease),
-          startedAt + this.leaseMs,
-        );
-      } catch (error) {
-        if (!this.storeUnreachable) {
-          this.report(
-            new Error(
-              `Task store unreachable, keeping ${runs.length} running tasks and renewing their leases once it is back: ${errorMessage(error)}`,
-              { cause: error },
-            ),
-          );
-        }
-        this.storeUnreachable = true;
-        return;
-      }
-      if (this.storeUnreachable) this.report(new Error('Task store reachable again, leases renewed'));
-      this.storeUnreachable = false;
-      const held = new Map(renewed.map((l) => [l.taskId, l]));
-      for (const run of runs) {
-        const lease = held.get(run.lease.taskId);
-        if (!lease || lease.fence !== run.lease.fence) this.loseLease(run);
-        // fallback for a missed cancel signal
-        else if (lease.cancelRequested) this.abort(run, 'cancelled');
-        // a run that waited for this proof of its lease starts now
-        else this.begin(run);
-      }
+      const runs = [...this.running.values()];
+      if (!(await this.renew(runs, startedAt))) return;
+      // runs that joined while that statement was out (a create or a claim that came back) are renewed before any
+      // claim, so a slow create is never taken for an orphan by its own instance
+      const renewedRuns = new Set(runs);
+      const joined = [...this.running.values()].filter((r) => !renewedRuns.has(r));
+      if (joined.length > 0 && !(await this.renew(joined, this.now()))) return;
       // fallback for a missed input signal: one read for every awaited key
       await this.deliverAnswersTo([...this.running.values()].filter((r) => r.waiters.size > 0));
       // a renewal slower than half a lease may have let a lease run out meanwhile: claim on the next tick
@@ -668,6 +644,41 @@ export class TaskServer {
     } catch (error) {
       this.report(error);
     }
+  }
+
+  /** Renews the runs' leases in one statement and acts on the answer; false when the store could not be reached. */
+  private async renew(runs: RunningTask[], now: number): Promise<boolean> {
+    let renewed;
+    try {
+      renewed = await this.store.renewLeases(
+        this.instanceId,
+        runs.map((r) => r.lease),
+        now + this.leaseMs,
+      );
+    } catch (error) {
+      if (!this.storeUnreachable) {
+        this.report(
+          new Error(
+            `Task store unreachable, keeping ${this.running.size} running tasks and renewing their leases once it is back: ${errorMessage(error)}`,
+            { cause: error },
+          ),
+        );
+      }
+      this.storeUnreachable = true;
+      return false;
+    }
+    if (this.storeUnreachable) this.report(new Error('Task store reachable again, leases renewed'));
+    this.storeUnreachable = false;
+    const held = new Map(renewed.map((l) => [l.taskId, l]));
+    for (const run of runs) {
+      const lease = held.get(run.lease.taskId);
+      if (!lease || lease.fence !== run.lease.fence) this.loseLease(run);
+      // fallback for a missed cancel signal
+      else if (lease.cancelRequested) this.abort(run, 'cancelled');
+      // a run that waited for this proof of its lease starts now
+      else this.begin(run);
+    }
+    return true;
   }
 
   /**
