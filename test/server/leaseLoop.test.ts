@@ -159,4 +159,39 @@ describe('the lease loop keeps one live run per task', () => {
     expect(await store.get(taskId)).toMatchObject({ status: 'working', leaseOwner: 'instance-b', fence: 2 });
     expect(a.runningCount()).toBe(0);
   });
+
+  it('closes within the cancel grace period when a handler ignores its signal, and hands its task back', async () => {
+    // issue 13.9: close() used to wait for ever on such a handler, and the lease was never handed back
+    clock = Date.now();
+    const store = sqlite();
+    const tasks = new TaskServer({
+      store,
+      leaseMs: LEASE_MS,
+      sweepIntervalMs: 30,
+      cancelGraceMs: 300,
+      instanceId: 'instance-a',
+      now: () => clock,
+      onError: () => {},
+    });
+    let release: (() => void) | undefined;
+    tasks.registerTool('stubborn', { task: { resumable: true } }, async () => {
+      await new Promise<void>((resolve) => (release = resolve));
+      return { content: [] };
+    });
+    open.push(tasks);
+    await tasks.start();
+    const { taskId } = await tasks.createTask(tasks.tool('stubborn')!, {}, 'alice', undefined);
+    await waitFor('the handler to start', () => release);
+    let hung: NodeJS.Timeout | undefined;
+    const closed = await Promise.race([
+      tasks.close().then(() => 'closed'),
+      new Promise((resolve) => (hung = setTimeout(() => resolve('still waiting after 10 s'), 10_000))),
+    ]);
+    clearTimeout(hung);
+    expect(closed).toBe('closed');
+    // handed back: another instance takes it over at once, not after the lease
+    const [claimed] = await store.claimOrphans('instance-b', clock, clock + LEASE_MS, 10);
+    expect(claimed?.taskId).toBe(taskId);
+    release!();
+  });
 });
