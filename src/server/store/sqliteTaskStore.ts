@@ -77,6 +77,9 @@ const MIGRATIONS: readonly string[] = [
 /** The size of one step of a sweep that pages (expiry, purge), when the caller sets none. */
 const SWEEP_PAGE = 500;
 
+/** Leases renewed per statement (a few milliseconds of the serving thread each). */
+const RENEW_STEP = 2000;
+
 /** Purged ids are remembered this long, enough to outlive a client's last reasonable poll. */
 const TOMBSTONE_RETENTION_MS = 7 * 24 * 3600_000;
 
@@ -183,12 +186,14 @@ export class SqliteTaskStore implements TaskStore {
         `UPDATE tasks SET cancel_requested = 1, last_updated_at = ? WHERE task_id = ? AND ${OPEN} AND cancel_requested = 0`,
       ),
       isOpen: db.prepare(`SELECT 1 FROM tasks WHERE task_id = ? AND ${OPEN}`),
-      // every lease of the instance in one statement: the leases arrive as one JSON array of [taskId, fence]
+      // every lease of the instance in one statement: the task ids as one JSON array (looked up by primary key), and
+      // "fence:taskId" of each lease as another (probed in a transient index), so the cost grows with the leases only
       renew: db.prepare(
         `UPDATE tasks SET lease_expires_at = ?
-         FROM (SELECT value ->> 0 AS task_id, value ->> 1 AS fence FROM json_each(?)) AS l
-         WHERE tasks.task_id = l.task_id AND tasks.fence = l.fence AND tasks.lease_owner = ? AND ${OPEN}
-         RETURNING tasks.task_id, tasks.fence, tasks.cancel_requested`,
+         WHERE task_id IN (SELECT value FROM json_each(?))
+           AND (fence || ':' || task_id) IN (SELECT value FROM json_each(?))
+           AND lease_owner = ? AND ${OPEN}
+         RETURNING task_id, fence, cancel_requested`,
       ),
       answered: db.prepare(
         `SELECT i.task_id, i.key, i.response
@@ -344,15 +349,30 @@ export class SqliteTaskStore implements TaskStore {
   }
 
   async renewLeases(owner: string, leases: LeaseRef[], until: number): Promise<RenewedLease[]> {
-    if (leases.length === 0) return [];
-    const rows = this.stmt.renew.all(until, JSON.stringify(leases.map((l) => [l.taskId, l.fence])), owner) as {
+    const renewed: RenewedLease[] = [];
+    // one statement per step of RENEW_STEP leases, the event loop free between steps: SQLite runs on the serving
+    // thread, and thousands of leases in one statement would hold it for longer than a request may wait
+    for (let from = 0; from < leases.length; from += RENEW_STEP) {
+      if (from > 0) await new Promise((resolve) => setImmediate(resolve));
+      renewed.push(...this.renewStep(owner, leases.slice(from, from + RENEW_STEP), until));
+    }
+    return renewed;
+  }
+
+  private renewStep(owner: string, leases: LeaseRef[], until: number): RenewedLease[] {
+    const rows = this.stmt.renew.all(
+      until,
+      JSON.stringify(leases.map((l) => l.taskId)),
+      JSON.stringify(leases.map((l) => `${l.fence}:${l.taskId}`)),
+      owner,
+    ) as {
       task_id: string;
       fence: number;
       cancel_requested: number;
     }[];
-    const renewed = new Map(rows.map((r) => [`${r.fence}:${r.task_id}`, r.cancel_requested === 1]));
+    const byLease = new Map(rows.map((r) => [`${r.fence}:${r.task_id}`, r.cancel_requested === 1]));
     return leases.flatMap((l) => {
-      const cancelRequested = renewed.get(`${l.fence}:${l.taskId}`);
+      const cancelRequested = byLease.get(`${l.fence}:${l.taskId}`);
       return cancelRequested === undefined ? [] : [{ taskId: l.taskId, fence: l.fence, cancelRequested }];
     });
   }
