@@ -23,6 +23,8 @@ interface ServeFlags {
   tools: 'demo' | 'conformance';
   token: Record<string, string>;
   leaseMs: number;
+  retentionMs: number;
+  unlimitedRetentionMs: number;
 }
 
 export function registerServe(program: Command): void {
@@ -40,10 +42,27 @@ export function registerServe(program: Command): void {
       {},
     )
     .option('--lease-ms <ms>', 'how long a task lease holds without renewal', parsePositiveInt, 10_000)
+    .option(
+      '--retention-ms <ms>',
+      'how long a finished task is kept past createdAt + ttlMs before it is purged',
+      parsePositiveInt,
+      3_600_000,
+    )
+    .option(
+      '--unlimited-retention-ms <ms>',
+      'how long a finished task with no TTL (ttlMs null) is kept after it finished',
+      parsePositiveInt,
+      7 * 24 * 3_600_000,
+    )
     .action(async (flags: ServeFlags) => {
       assertStoreFolder(flags.store);
       const store = await openTaskStore(flags.store);
-      const tasks = new TaskServer({ store, leaseMs: flags.leaseMs });
+      const tasks = new TaskServer({
+        store,
+        leaseMs: flags.leaseMs,
+        retentionMs: flags.retentionMs,
+        unlimitedRetentionMs: flags.unlimitedRetentionMs,
+      });
       const onerror = (error: Error) => console.error(`[closeout serve] ${describeServerError(error.message)}`);
       // the conformance set also serves the plain diagnostic tools of the suite's server-stateless scenario, on the SDK
       // server itself; one of them announces tool-list changes on the subscriptions/listen bus

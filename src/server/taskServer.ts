@@ -53,6 +53,11 @@ export interface TaskServerOptions extends Partial<TaskLimits> {
   sweepIntervalMs?: number;
   /** How long a terminal task is kept past `createdAt + ttlMs` before it is purged. Default one hour. */
   retentionMs?: number;
+  /**
+   * How long a terminal task of a tool with `ttlMs: null` is kept after it finished before it is purged, so that no
+   * task is kept for ever. Default seven days.
+   */
+  unlimitedRetentionMs?: number;
   /** How long a cancelled handler may take to stop before the task is marked cancelled anyway. Default 5 s. */
   cancelGraceMs?: number;
   /** Identity of this instance in leases. Default `host:pid:random`. */
@@ -83,7 +88,24 @@ interface RunningTask {
   waiters: Map<string, { resolve: (response: InputResponse) => void; reject: (error: unknown) => void }>;
   cancelTimer: NodeJS.Timeout | undefined;
   settled: Promise<void>;
+  /**
+   * The handler is done (or its cancel grace ran out) and only the terminal write remains: the run stays in `running`,
+   * its lease renewed, until that write lands or the lease is lost.
+   */
+  ending: boolean;
+  /** Starts the handler; set while the run waits for a renewal to prove its lease (see launchWhileHeld). */
+  start: (() => void) | undefined;
 }
+
+/** One step of a paging sweep (expiry, purge): small enough never to block serving for long. */
+const SWEEP_PAGE = 500;
+
+/** Between two tries of a handler's write while the store is unreachable. */
+const RETRY_MIN_MS = 100;
+const RETRY_MAX_MS = 2000;
+
+/** Background failures that repeat (a store outage seen by every running handler) are reported this seldom. */
+const REPEAT_REPORT_MS = 5000;
 
 /** Messages of the -32602 answers: the same for an unknown id and for another principal's task. */
 const TASK_NOT_FOUND = 'Failed to retrieve task: Task not found';
@@ -97,14 +119,28 @@ export class TaskServer {
   readonly limits: TaskLimits;
   private readonly tools = new Map<string, RegisteredTaskTool>();
   private readonly running = new Map<string, RunningTask>();
+  /**
+   * Tasks whose create is on its way back from the store, with the lease this instance's own takeover gave them if
+   * their first lease ran out meanwhile.
+   */
+  private readonly creating = new Map<string, Pick<StoredTask, 'fence' | 'leaseExpiresAt'> | undefined>();
+  private sweepAgain = false;
   private readonly leaseMs: number;
   private readonly sweepIntervalMs: number;
   private readonly retentionMs: number;
+  private readonly unlimitedRetentionMs: number;
   private readonly cancelGraceMs: number;
   private readonly onError: (error: Error) => void;
   private readonly now: () => number;
   private sweepTimer: NodeJS.Timeout | undefined;
+  /** The lease loop's tick in flight (renew, fallback signals, takeover). */
   private sweeping: Promise<void> | undefined;
+  /** The housekeeping tick in flight (expiry, purge): on its own timer, so it never delays a renewal. */
+  private housekeeping: Promise<void> | undefined;
+  /** Whether the last renewal failed because the store could not be reached (reported once per outage). */
+  private storeUnreachable = false;
+  private lastRepeatReport = 0;
+  private suppressedReports = 0;
   private unsubscribe: (() => void) | undefined;
   private started = false;
   private closed = false;
@@ -115,6 +151,7 @@ export class TaskServer {
     this.leaseMs = options.leaseMs ?? 10_000;
     this.sweepIntervalMs = options.sweepIntervalMs ?? Math.max(50, Math.floor(this.leaseMs / 3));
     this.retentionMs = options.retentionMs ?? HOUR_MS;
+    this.unlimitedRetentionMs = options.unlimitedRetentionMs ?? 7 * 24 * HOUR_MS;
     this.cancelGraceMs = options.cancelGraceMs ?? 5000;
     this.instanceId = options.instanceId ?? newLeaseOwner();
     this.onError = options.onError ?? ((error) => console.error(`[closeout] ${error.message}`));
@@ -162,26 +199,34 @@ export class TaskServer {
     this.unsubscribe = this.store.subscribe?.((signal) => void this.onSignal(signal));
     const deadOwners = (await this.store.leaseOwners()).filter((owner) => isDeadLocalOwner(owner));
     await this.sweep(deadOwners);
+    await this.housekeep();
     this.sweepTimer = setInterval(() => {
-      if (this.sweeping) return;
-      this.sweeping = this.sweep([]).finally(() => (this.sweeping = undefined));
+      this.requestSweep();
+      if (!this.housekeeping) this.housekeeping = this.housekeep().finally(() => (this.housekeeping = undefined));
     }, this.sweepIntervalMs);
     this.sweepTimer.unref();
   }
 
   /**
    * Stops the background work and hands running tasks back: their handlers are aborted and their leases released,
-   * so a restarted or another instance takes them over at once.
+   * so a restarted or another instance takes them over at once. A handler that ignores its signal is waited for at
+   * most `cancelGraceMs`; its task is handed back all the same (its late writes lose to the next holder's fence).
    */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     if (this.sweepTimer) clearInterval(this.sweepTimer);
     this.unsubscribe?.();
-    await this.sweeping;
-    const leases = [...this.running.values()].map((r) => r.lease);
-    for (const run of this.running.values()) this.abort(run, 'shutdown');
-    await Promise.allSettled([...this.running.values()].map((r) => r.settled));
+    await Promise.all([this.sweeping, this.housekeeping]);
+    const runs = [...this.running.values()];
+    for (const run of runs) this.abort(run, 'shutdown');
+    let graceTimer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.allSettled(runs.map((r) => r.settled)),
+      new Promise((resolve) => (graceTimer = setTimeout(resolve, this.cancelGraceMs))),
+    ]);
+    clearTimeout(graceTimer);
+    const leases = runs.map((r) => r.lease);
     if (leases.length > 0) await this.store.renewLeases(this.instanceId, leases, 0).catch(this.report);
   }
 
@@ -212,26 +257,37 @@ export class TaskServer {
       );
     }
     const now = this.now();
-    const { task, created } = await this.storeCall(() =>
-      this.store.create({
-        taskId: newTaskId(),
-        owner: principal,
-        toolName: tool.name,
-        arguments: args,
-        createdAt: now,
-        ttlMs: tool.ttlMs,
-        pollIntervalMs: tool.pollInterval(0),
-        resumable: tool.resumable,
-        idempotencyKey,
-        inputCapabilities,
-        leaseOwner: this.instanceId,
-        leaseExpiresAt: now + this.leaseMs,
-        ...(this.limits.maxOpenTasksPerPrincipal !== Infinity && {
-          maxOpenTasksForOwner: this.limits.maxOpenTasksPerPrincipal,
+    const taskId = newTaskId();
+    // while the create is on its way back, the task is this instance's even if its lease ran out (see takeOverOrphans)
+    this.creating.set(taskId, undefined);
+    let stored;
+    let reclaimed;
+    try {
+      stored = await this.storeCall(() =>
+        this.store.create({
+          taskId,
+          owner: principal,
+          toolName: tool.name,
+          arguments: args,
+          createdAt: now,
+          ttlMs: tool.ttlMs,
+          pollIntervalMs: tool.pollInterval(0),
+          resumable: tool.resumable,
+          idempotencyKey,
+          inputCapabilities,
+          leaseOwner: this.instanceId,
+          leaseExpiresAt: now + this.leaseMs,
+          ...(this.limits.maxOpenTasksPerPrincipal !== Infinity && {
+            maxOpenTasksForOwner: this.limits.maxOpenTasksPerPrincipal,
+          }),
         }),
-      }),
-    );
-    if (created) void this.launchWhileHeld(tool, task).catch(this.report);
+      );
+    } finally {
+      reclaimed = this.creating.get(taskId);
+      this.creating.delete(taskId);
+    }
+    const { task, created } = stored;
+    if (created) this.launchWhileHeld(tool, reclaimed ? { ...task, ...reclaimed } : task);
     else assertSameCall(task, tool.name, args, idempotencyKey);
     return { resultType: 'task', ...this.taskFields(task, now) };
   }
@@ -341,24 +397,21 @@ export class TaskServer {
   /**
    * Starts the handler only on a lease that is surely this instance's. The lease's expiry was computed before the
    * write that took it (create, claim); when that write was slow to come back, the lease may have run out meanwhile
-   * and another instance may have claimed the task and started it. With less than half the lease left (the sweep
-   * renews it every leaseMs/3 by default), renew it first, fenced: if that fails, the task runs elsewhere, not here
-   * (a resumable task never runs in two live instances).
+   * and another instance may have claimed the task and started it. With less than half the lease left, the run waits
+   * for the lease loop's next renewal (requested at once, shared by every run waiting): renewed, it starts; not
+   * renewed, the task runs elsewhere, not here (a resumable task never runs in two live instances).
    */
-  private async launchWhileHeld(tool: RegisteredTaskTool, task: StoredTask): Promise<void> {
-    let expiresAt = task.leaseExpiresAt ?? 0;
-    for (let tries = 0; expiresAt - this.now() < this.leaseMs / 2; tries++) {
-      // a store this slow every time: leave the task to whoever claims it once the lease has run out
-      if (tries === 3) return;
-      const until = this.now() + this.leaseMs;
-      const lease = { taskId: task.taskId, fence: task.fence };
-      if ((await this.store.renewLeases(this.instanceId, [lease], until)).length === 0) return;
-      expiresAt = until;
+  private launchWhileHeld(tool: RegisteredTaskTool, task: StoredTask): void {
+    const run = this.launch(tool, task);
+    if ((task.leaseExpiresAt ?? 0) - this.now() >= this.leaseMs / 2) {
+      this.begin(run);
+      return;
     }
-    this.launch(tool, task);
+    this.requestSweep();
   }
 
-  private launch(tool: RegisteredTaskTool, task: StoredTask): void {
+  /** Registers the run (its lease renewed from now on); its handler starts with `begin`. */
+  private launch(tool: RegisteredTaskTool, task: StoredTask): RunningTask {
     const lease: LeaseRef = { taskId: task.taskId, fence: task.fence };
     const controller = new AbortController();
     const run: RunningTask = {
@@ -369,30 +422,72 @@ export class TaskServer {
       waiters: new Map(),
       cancelTimer: undefined,
       settled: Promise.resolve(),
+      ending: false,
+      start: undefined,
     };
+    // one live run per task in this instance: a re-claim stops the run that held the old fence (DESIGN.md, "Rules
+    // learned in the field", 9)
+    const previous = this.running.get(task.taskId);
+    if (previous) this.loseLease(previous);
     this.running.set(task.taskId, run);
     const ctx: TaskContext = {
       taskId: task.taskId,
       signal: controller.signal,
       attempt: task.attempt,
       principal: task.owner,
+      // a status message is advice: a store that cannot take it now must not fail the task (the next one will land)
       status: async (message) => {
-        await this.store.setStatusMessage(lease, String(message), this.now());
+        if (run.ending || controller.signal.aborted) return;
+        await this.store.setStatusMessage(lease, String(message), this.now()).catch(this.reportRepeated);
       },
       input: (key, request) => this.input(run, key, request),
     };
-    run.settled = (async () => {
-      let outcome: TerminalOutcome | undefined;
-      try {
-        const result = await tool.handler(task.arguments, ctx);
-        outcome = this.withinResultLimit(tool.name, toCompleted(tool.name, result));
-      } catch (error) {
-        outcome = this.withinResultLimit(tool.name, this.outcomeOfThrow(tool.name, controller.signal, error));
+    run.start = () => {
+      run.settled = (async () => {
+        let outcome: TerminalOutcome | undefined;
+        try {
+          const result = await tool.handler(task.arguments, ctx);
+          outcome = this.withinResultLimit(tool.name, toCompleted(tool.name, result));
+        } catch (error) {
+          outcome = this.withinResultLimit(tool.name, this.outcomeOfThrow(tool.name, controller.signal, error));
+        }
+        if (run.ending) return; // the cancel grace ran out and wrote `cancelled` already
+        await this.end(run, outcome);
+      })();
+    };
+    return run;
+  }
+
+  /** Starts the run's handler, once. */
+  private begin(run: RunningTask): void {
+    const start = run.start;
+    run.start = undefined;
+    if (start && !run.controller.signal.aborted && !this.closed) start();
+  }
+
+  /**
+   * Writes the run's terminal outcome (none: a lost lease or a shutdown leaves the task to its next holder). While the
+   * store is unreachable the write is retried and the lease kept renewed: a result that exists is never dropped for a
+   * database blip (DESIGN.md, "Rules learned in the field", 3). It stops when the lease is lost or the server closes.
+   */
+  private async end(run: RunningTask, outcome: TerminalOutcome | undefined): Promise<void> {
+    run.ending = true;
+    if (run.cancelTimer) clearTimeout(run.cancelTimer);
+    try {
+      for (let delay = RETRY_MIN_MS; outcome; delay = Math.min(delay * 2, RETRY_MAX_MS)) {
+        try {
+          await this.store.finish(run.lease, outcome, this.now());
+          return;
+        } catch (error) {
+          this.reportRepeated(error);
+        }
+        if (this.closed || this.running.get(run.lease.taskId) !== run) return;
+        await sleep(delay);
+        if (this.running.get(run.lease.taskId) !== run) return;
       }
-      if (run.cancelTimer) clearTimeout(run.cancelTimer);
-      this.running.delete(task.taskId);
-      if (outcome) await this.store.finish(lease, outcome, this.now()).catch(this.report);
-    })();
+    } finally {
+      if (this.running.get(run.lease.taskId) === run) this.running.delete(run.lease.taskId);
+    }
   }
 
   private outcomeOfThrow(toolName: string, signal: AbortSignal, error: unknown): TerminalOutcome | undefined {
@@ -444,7 +539,9 @@ export class TaskServer {
       run.waiters.set(key, { resolve, reject });
     });
     waiting.catch(() => {});
-    const { held, response } = await this.store.requestInput(run.lease, key, validRequest.data, this.now());
+    const { held, response } = await this.whileUnreachable(run, () =>
+      this.store.requestInput(run.lease, key, validRequest.data, this.now()),
+    );
     if (!held) {
       run.waiters.delete(key);
       this.abort(run, 'lease-lost');
@@ -454,21 +551,44 @@ export class TaskServer {
       run.waiters.delete(key);
       return response;
     }
-    // an answer may have landed between the write above and the waiter being visible to a signal
-    await this.deliverAnswers(run.lease.taskId);
+    // an answer may have landed between the write above and the waiter being visible to a signal; if the store cannot
+    // say now, the lease loop's fallback delivers it later
+    await this.deliverAnswers(run.lease.taskId).catch(this.reportRepeated);
     return waiting;
+  }
+
+  /**
+   * Runs a handler-side store call, trying again while the store is unreachable, for as long as the run is live: a
+   * database blip must not fail the task (DESIGN.md, "Rules learned in the field", 3).
+   */
+  private async whileUnreachable<T>(run: RunningTask, call: () => Promise<T>): Promise<T> {
+    for (let delay = RETRY_MIN_MS; ; delay = Math.min(delay * 2, RETRY_MAX_MS)) {
+      run.controller.signal.throwIfAborted();
+      try {
+        return await call();
+      } catch (error) {
+        this.reportRepeated(error);
+      }
+      await sleep(delay);
+    }
   }
 
   /** Hands stored answers to the handler's waiting `input()` calls. */
   private async deliverAnswers(taskId: string): Promise<void> {
     const run = this.running.get(taskId);
-    if (!run || run.waiters.size === 0) return;
-    const task = await this.store.get(taskId);
-    for (const input of task?.inputs ?? []) {
-      const waiter = run.waiters.get(input.key);
-      if (waiter && input.response !== undefined) {
-        run.waiters.delete(input.key);
-        waiter.resolve(input.response);
+    if (run) await this.deliverAnswersTo([run]);
+  }
+
+  /** Hands the stored answers to every waiting `input()` of these runs, in one read. */
+  private async deliverAnswersTo(runs: RunningTask[]): Promise<void> {
+    const awaited = runs.flatMap((run) => [...run.waiters.keys()].map((key) => ({ taskId: run.lease.taskId, key })));
+    if (awaited.length === 0) return;
+    for (const { taskId, key, response } of await this.store.answeredInputs(awaited)) {
+      const run = this.running.get(taskId);
+      const waiter = run?.waiters.get(key);
+      if (run && waiter) {
+        run.waiters.delete(key);
+        waiter.resolve(response);
       }
     }
   }
@@ -479,7 +599,7 @@ export class TaskServer {
   }
 
   private abort(run: RunningTask, cause: AbortCause): void {
-    if (run.controller.signal.aborted) return;
+    if (run.controller.signal.aborted || (run.ending && cause !== 'lease-lost')) return;
     const reason = new TaskAbortedError(cause);
     run.controller.abort(reason);
     for (const waiter of run.waiters.values()) waiter.reject(reason);
@@ -487,14 +607,17 @@ export class TaskServer {
     if (cause === 'cancelled') {
       // cooperative, but never stuck: a handler that ignores its signal is marked cancelled after the grace period
       run.cancelTimer = setTimeout(() => {
-        if (this.running.get(run.lease.taskId) !== run) return;
-        this.running.delete(run.lease.taskId);
-        void this.store
-          .finish(run.lease, { status: 'cancelled', statusMessage: 'Cancelled at the client’s request' }, this.now())
-          .catch(this.report);
+        if (this.running.get(run.lease.taskId) !== run || run.ending) return;
+        void this.end(run, { status: 'cancelled', statusMessage: 'Cancelled at the client’s request' });
       }, this.cancelGraceMs);
       run.cancelTimer.unref();
     }
+  }
+
+  /** The run no longer holds its task (the fence moved, or the task ended elsewhere): stop it at once. */
+  private loseLease(run: RunningTask): void {
+    if (this.running.get(run.lease.taskId) === run) this.running.delete(run.lease.taskId);
+    this.abort(run, 'lease-lost');
   }
 
   private async onSignal(signal: TaskSignal): Promise<void> {
@@ -506,57 +629,114 @@ export class TaskServer {
     }
   }
 
-  // ---- the sweep: leases, fallback signals, expiry, purge, orphans --------------------------------------------------
+  // ---- the lease loop: renewal, fallback signals, orphans; and housekeeping: expiry, purge ---------------------------
 
+  /** Runs a lease tick now, or right after the one in flight: a renewal is never skipped, and requests coalesce. */
+  private requestSweep(): void {
+    if (!this.started || this.closed) return;
+    if (this.sweeping) {
+      this.sweepAgain = true;
+      return;
+    }
+    this.sweeping = this.sweep([]).finally(() => {
+      this.sweeping = undefined;
+      if (this.sweepAgain) {
+        this.sweepAgain = false;
+        this.requestSweep();
+      }
+    });
+  }
+
+  /**
+   * One tick of the lease loop. Every lease this instance holds is renewed in one statement, whatever their number
+   * (DESIGN.md, "Rules learned in the field", 8); a run whose lease was not renewed lost it (the fence moved, or the
+   * task ended elsewhere) and is aborted at once (rule 9). A renewal that failed because the store could not be
+   * reached says nothing about the leases: the handlers keep running and the next tick renews them (rule 3).
+   * Orphans are claimed only right after a renewal, so this instance never mistakes its own leases for orphans.
+   */
   private async sweep(deadOwners: string[]): Promise<void> {
     try {
-      const now = this.now();
+      const startedAt = this.now();
       const runs = [...this.running.values()];
-      if (runs.length > 0) {
-        const held = new Set(
-          (
-            await this.store.renewLeases(
-              this.instanceId,
-              runs.map((r) => r.lease),
-              now + this.leaseMs,
-            )
-          ).map((l) => l.taskId),
-        );
-        for (const run of runs) {
-          if (!held.has(run.lease.taskId)) {
-            this.running.delete(run.lease.taskId);
-            this.abort(run, 'lease-lost');
-            continue;
-          }
-          // fallback for a missed push signal: re-read tasks whose handler waits or may have been cancelled
-          const task = await this.store.get(run.lease.taskId);
-          if (task?.cancelRequested) this.abort(run, 'cancelled');
-          else if (run.waiters.size > 0) await this.deliverAnswers(run.lease.taskId);
-        }
-      }
-      for (const taskId of await this.store.expireOverdue(now)) this.abortIfRunning(taskId, 'expired');
-      await this.store.purge(now, this.retentionMs);
-      await this.takeOverOrphans(deadOwners);
+      if (!(await this.renew(runs, startedAt))) return;
+      // runs that joined while that statement was out (a create or a claim that came back) are renewed before any
+      // claim, so a slow create is never taken for an orphan by its own instance
+      const renewedRuns = new Set(runs);
+      const joined = [...this.running.values()].filter((r) => !renewedRuns.has(r));
+      if (joined.length > 0 && !(await this.renew(joined, this.now()))) return;
+      // fallback for a missed input signal: one read for every awaited key
+      await this.deliverAnswersTo([...this.running.values()].filter((r) => r.waiters.size > 0));
+      // a renewal slower than half a lease may have let a lease run out meanwhile: claim on the next tick
+      if (this.now() - startedAt < this.leaseMs / 2) await this.takeOverOrphans(deadOwners, startedAt);
     } catch (error) {
       this.report(error);
     }
   }
 
-  private async takeOverOrphans(deadOwners: string[]): Promise<void> {
+  /** Renews the runs' leases in one statement and acts on the answer; false when the store could not be reached. */
+  private async renew(runs: RunningTask[], now: number): Promise<boolean> {
+    let renewed;
+    try {
+      renewed = await this.store.renewLeases(
+        this.instanceId,
+        runs.map((r) => r.lease),
+        now + this.leaseMs,
+      );
+    } catch (error) {
+      if (!this.storeUnreachable) {
+        this.report(
+          new Error(
+            `Task store unreachable, keeping ${this.running.size} running tasks and renewing their leases once it is back: ${errorMessage(error)}`,
+            { cause: error },
+          ),
+        );
+      }
+      this.storeUnreachable = true;
+      return false;
+    }
+    if (this.storeUnreachable) this.report(new Error('Task store reachable again, leases renewed'));
+    this.storeUnreachable = false;
+    const held = new Map(renewed.map((l) => [l.taskId, l]));
+    for (const run of runs) {
+      const lease = held.get(run.lease.taskId);
+      if (!lease || lease.fence !== run.lease.fence) this.loseLease(run);
+      // fallback for a missed cancel signal
+      else if (lease.cancelRequested) this.abort(run, 'cancelled');
+      // a run that waited for this proof of its lease starts now
+      else this.begin(run);
+    }
+    return true;
+  }
+
+  /**
+   * Claims orphans in batches, for at most a third of a lease per tick so the next renewal is never late; what is
+   * left is claimed on the next tick.
+   */
+  private async takeOverOrphans(deadOwners: string[], tickStartedAt: number): Promise<void> {
     for (;;) {
       const now = this.now();
       const claimed = await this.store.claimOrphans(this.instanceId, now, now + this.leaseMs, 100, deadOwners);
       for (const task of claimed) {
         const lease = { taskId: task.taskId, fence: task.fence };
         const tool = this.tools.get(task.toolName);
-        if (task.cancelRequested) {
+        const ownRun = this.running.get(task.taskId);
+        if (this.creating.has(task.taskId)) {
+          // created here a moment ago, the create slower than the lease: launched under this claim once it is back
+          this.creating.set(task.taskId, { fence: task.fence, leaseExpiresAt: task.leaseExpiresAt });
+        } else if (ownRun && !ownRun.controller.signal.aborted) {
+          // this instance's own run, whose lease ran out unrenewed (a slow or unreachable store): nobody else took it,
+          // so the run goes on under the new fence, neither re-run nor failed (DESIGN.md, "Rules learned in the
+          // field", 3 and 9)
+          ownRun.lease.fence = task.fence;
+          this.begin(ownRun);
+        } else if (task.cancelRequested) {
           await this.store.finish(
             lease,
             { status: 'cancelled', statusMessage: 'Cancelled at the client’s request' },
             now,
           );
         } else if (tool?.resumable && task.resumable) {
-          void this.launchWhileHeld(tool, task).catch(this.report);
+          this.launchWhileHeld(tool, task);
         } else {
           const message = tool
             ? INTERRUPTED_MESSAGE
@@ -568,7 +748,32 @@ export class TaskServer {
           );
         }
       }
-      if (claimed.length < 100) return;
+      if (claimed.length < 100 || this.closed || this.now() - tickStartedAt > this.leaseMs / 3) return;
+    }
+  }
+
+  /**
+   * Expiry and purge, in small steps with the event loop free between them, on a timer of their own so they never
+   * delay a renewal. Purge goes on while there is work, for at most a third of a lease per tick: thousands of rows a
+   * second, more than one instance creates (DESIGN.md, "Rules learned in the field", 8).
+   */
+  private async housekeep(): Promise<void> {
+    try {
+      const now = this.now();
+      for (;;) {
+        const expired = await this.store.expireOverdue(now, SWEEP_PAGE);
+        for (const taskId of expired) this.abortIfRunning(taskId, 'expired');
+        if (expired.length < SWEEP_PAGE || this.closed) break;
+        await yieldToServing();
+      }
+      const startedAt = performance.now();
+      const options = { limit: SWEEP_PAGE, unlimitedRetentionMs: this.unlimitedRetentionMs };
+      while ((await this.store.purge(now, this.retentionMs, options)) >= SWEEP_PAGE && !this.closed) {
+        if (performance.now() - startedAt > this.leaseMs / 3) break;
+        await yieldToServing();
+      }
+    } catch (error) {
+      this.report(error);
     }
   }
 
@@ -596,6 +801,33 @@ export class TaskServer {
   private readonly report = (error: unknown): void => {
     this.onError(error instanceof Error ? error : new Error(String(error)));
   };
+
+  /** For failures every running handler may hit at once (a store outage): one report per few seconds, with a count. */
+  private readonly reportRepeated = (error: unknown): void => {
+    const now = Date.now();
+    if (now - this.lastRepeatReport < REPEAT_REPORT_MS) {
+      this.suppressedReports++;
+      return;
+    }
+    const suppressed = this.suppressedReports;
+    this.lastRepeatReport = now;
+    this.suppressedReports = 0;
+    const more = suppressed > 0 ? ` (and ${suppressed} more like it)` : '';
+    this.onError(new Error(`${errorMessage(error)}${more}`, { cause: error }));
+  };
+}
+
+function errorMessage(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Lets requests waiting on the event loop run between two steps of a sweep. */
+function yieldToServing(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
 }
 
 /** `completed` also for `isError: true` results (spec: failed MUST NOT be used for non-JSON-RPC errors). */

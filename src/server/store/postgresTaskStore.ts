@@ -11,9 +11,12 @@ import pg from 'pg';
 
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
 import type {
+  AwaitedInput,
   InputCapabilities,
   LeaseRef,
   NewTask,
+  PurgeOptions,
+  RenewedLease,
   StoredInput,
   StoredTask,
   TaskSignal,
@@ -31,8 +34,8 @@ const MIGRATION_LOCK_KEY = '7164223648653342068';
 /** Purged ids are remembered this long, enough to outlive a client's last reasonable poll. */
 const TOMBSTONE_RETENTION_MS = 7 * 24 * 3600_000;
 
-/** At most this many tasks are purged per call, so one sweep never holds a long transaction. */
-const PURGE_BATCH = 1000;
+/** The size of one step of a sweep that pages (expiry, purge), when the caller sets none. */
+const SWEEP_PAGE = 500;
 
 const LISTEN_RECONNECT_MIN_MS = 100;
 const LISTEN_RECONNECT_MAX_MS = 5000;
@@ -91,6 +94,11 @@ const MIGRATIONS: readonly string[] = [
   `ALTER TABLE closeout_purged_tasks ADD COLUMN owner TEXT;`,
   // the input kinds the creating request declared (JSON text; NULL for tasks created before): DESIGN.md rule 6
   `ALTER TABLE closeout_tasks ADD COLUMN input_capabilities TEXT;`,
+  // every column a sweep filters on is indexed (DESIGN.md, "Rules learned in the field", 8): tombstones by age,
+  // finished tasks without a TTL by the time they finished
+  `CREATE INDEX closeout_purged_tasks_purged_at ON closeout_purged_tasks (purged_at);
+   CREATE INDEX closeout_tasks_closed_unlimited ON closeout_tasks (last_updated_at)
+     WHERE status IN ('completed','failed','cancelled') AND expires_at IS NULL;`,
 ];
 
 const OPEN = `status IN ('working','input_required')`;
@@ -166,10 +174,15 @@ const SQL = {
   notify: `SELECT pg_notify('${TASK_SIGNAL_CHANNEL}', $1)`,
 
   // leases
+  // every lease of the instance in one statement, on the lease connection (see `leasePool`)
   renew: `UPDATE closeout_tasks t SET lease_expires_at = $1
           FROM unnest($2::text[], $3::int[]) AS l (task_id, fence)
           WHERE t.task_id = l.task_id AND t.fence = l.fence AND t.lease_owner = $4 AND ${OPEN}
-          RETURNING t.task_id, t.fence`,
+          RETURNING t.task_id, t.fence, t.cancel_requested`,
+  answered: `SELECT i.task_id, i.key, i.response
+             FROM unnest($1::text[], $2::text[]) AS a (task_id, key)
+             JOIN closeout_task_inputs i ON i.task_id = a.task_id AND i.key = a.key
+             WHERE i.response IS NOT NULL`,
   // SKIP LOCKED: concurrent claimers split the orphans instead of queueing on them; a row another claimer took
   // and committed meanwhile is rechecked against the WHERE and dropped, so no task is claimed twice
   claim: `WITH orphans AS (
@@ -194,6 +207,7 @@ const SQL = {
   expire: `WITH overdue AS (
              SELECT task_id FROM closeout_tasks
              WHERE ${OPEN} AND expires_at IS NOT NULL AND expires_at <= $1
+             LIMIT $2
              FOR UPDATE SKIP LOCKED
            ), expired AS (
              SELECT task_id, format('Task expired: its TTL of %s ms elapsed before it finished', t.ttl_ms) AS message
@@ -205,17 +219,28 @@ const SQL = {
            FROM expired e
            WHERE t.task_id = e.task_id
            RETURNING t.task_id`,
-  purge: `WITH doomed AS (
+  // cutoffs compared with the bare columns, so the partial indexes on expires_at and last_updated_at serve them; $4
+  // NULL keeps finished tasks without a TTL
+  purge: `WITH doomed_ttl AS (
             SELECT task_id FROM closeout_tasks
-            WHERE ${CLOSED} AND expires_at IS NOT NULL AND expires_at + $1 <= $2
-            LIMIT ${PURGE_BATCH}
+            WHERE ${CLOSED} AND expires_at IS NOT NULL AND expires_at <= $1
+            LIMIT $3
             FOR UPDATE SKIP LOCKED
+          ), doomed_unlimited AS (
+            SELECT task_id FROM closeout_tasks
+            WHERE ${CLOSED} AND expires_at IS NULL AND $4::bigint IS NOT NULL AND last_updated_at <= $4::bigint
+            LIMIT $3
+            FOR UPDATE SKIP LOCKED
+          ), doomed AS (
+            SELECT task_id FROM doomed_ttl UNION ALL SELECT task_id FROM doomed_unlimited LIMIT $3
           ), deleted AS (
             DELETE FROM closeout_tasks t USING doomed d WHERE t.task_id = d.task_id RETURNING t.task_id, t.owner
           )
           INSERT INTO closeout_purged_tasks (task_id, owner, purged_at) SELECT task_id, owner, $2 FROM deleted
           ON CONFLICT (task_id) DO UPDATE SET purged_at = EXCLUDED.purged_at, owner = EXCLUDED.owner`,
-  dropTombstones: `DELETE FROM closeout_purged_tasks WHERE purged_at < $1`,
+  dropTombstones: `DELETE FROM closeout_purged_tasks WHERE task_id IN (
+                     SELECT task_id FROM closeout_purged_tasks WHERE purged_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED
+                   )`,
 
   listen: `LISTEN ${TASK_SIGNAL_CHANNEL}`,
 } as const;
@@ -260,6 +285,12 @@ export interface PostgresTaskStoreOptions {
   maxConnections?: number;
   /** How long to wait for a connection before a call fails. Default 5000 ms. */
   connectionTimeoutMs?: number;
+  /**
+   * How long one statement may take before it fails, so a hung database cannot hang a request: enforced by the
+   * server (`statement_timeout`) and, for a server that does not answer at all, by the client. Default 15000 ms. Not
+   * applied to a pool passed in (configure that pool yourself); always applied to the store's lease connection.
+   */
+  statementTimeoutMs?: number;
   /** Start the LISTEN connection in `open()` so that signals flow from the moment it resolves. Default true. */
   listen?: boolean;
   /** Told about trouble the store handles on its own: a dropped LISTEN connection, a listener that threw. */
@@ -279,6 +310,11 @@ export interface PostgresPool {
 
 export class PostgresTaskStore implements TaskStore {
   private readonly pool: pg.Pool;
+  /**
+   * One connection of the store's own for the lease loop (renew, claim): a renewal never queues behind request traffic
+   * for a pooled connection (DESIGN.md, "Rules learned in the field", 8).
+   */
+  private readonly leasePool: pg.Pool;
   private readonly ownsPool: boolean;
   private readonly listenConfig: pg.ClientConfig;
   private readonly onError: (error: Error) => void;
@@ -295,21 +331,35 @@ export class PostgresTaskStore implements TaskStore {
    */
   constructor(poolOrConnectionString: PostgresPool | string, options: PostgresTaskStoreOptions = {}) {
     this.onError = options.onError ?? (() => {});
+    const statementTimeoutMs = options.statementTimeoutMs ?? 15_000;
+    // the server gives up on a slow statement; the client gives up a little later on a server that does not answer
+    // at all (a hung host, a dropped network): pg then discards that connection
+    const timeouts = { statement_timeout: statementTimeoutMs, query_timeout: statementTimeoutMs + 1000 };
     let connection: pg.ClientConfig;
     if (typeof poolOrConnectionString === 'string') {
       connection = {
         connectionString: poolOrConnectionString,
         connectionTimeoutMillis: options.connectionTimeoutMs ?? 5000,
+        // keepAlive notices a peer that vanished without closing the connection
+        keepAlive: true,
       };
-      this.pool = new pg.Pool({ ...connection, max: options.maxConnections ?? 10 });
+      this.pool = new pg.Pool({ ...connection, ...timeouts, max: options.maxConnections ?? 10 });
       this.ownsPool = true;
       // an idle connection that drops is removed by the pool; without a handler its error would crash the process
-      this.pool.on('error', (error) => this.onError(error));
+      this.pool.on('error', (error) => this.onError(this.wrap('idle connection lost', error)));
     } else {
       this.pool = poolOrConnectionString as pg.Pool;
       this.ownsPool = false;
       connection = { ...this.pool.options };
     }
+    this.leasePool = new pg.Pool({
+      ...connection,
+      ...timeouts,
+      keepAlive: true,
+      max: 1,
+      application_name: 'closeout leases',
+    });
+    this.leasePool.on('error', (error) => this.onError(this.wrap('idle lease connection lost', error)));
     // LISTEN needs a connection of its own, outside the pool; keepAlive notices a peer that vanished
     this.listenConfig = { ...connection, keepAlive: true, application_name: `${TASK_SIGNAL_CHANNEL} listener` };
   }
@@ -467,17 +517,29 @@ export class PostgresTaskStore implements TaskStore {
     });
   }
 
-  async renewLeases(owner: string, leases: LeaseRef[], until: number): Promise<LeaseRef[]> {
+  async renewLeases(owner: string, leases: LeaseRef[], until: number): Promise<RenewedLease[]> {
     if (leases.length === 0) return [];
     return this.guard('renewLeases', async () => {
-      const { rows } = await this.pool.query<{ task_id: string; fence: number }>(SQL.renew, [
-        until,
-        leases.map((l) => l.taskId),
-        leases.map((l) => l.fence),
-        owner,
+      const { rows } = await this.leasePool.query<{ task_id: string; fence: number; cancel_requested: boolean }>(
+        SQL.renew,
+        [until, leases.map((l) => l.taskId), leases.map((l) => l.fence), owner],
+      );
+      const renewed = new Map(rows.map((r) => [`${r.fence}:${r.task_id}`, r.cancel_requested]));
+      return leases.flatMap((l) => {
+        const cancelRequested = renewed.get(`${l.fence}:${l.taskId}`);
+        return cancelRequested === undefined ? [] : [{ taskId: l.taskId, fence: l.fence, cancelRequested }];
+      });
+    });
+  }
+
+  async answeredInputs(awaited: AwaitedInput[]): Promise<Array<AwaitedInput & { response: InputResponse }>> {
+    if (awaited.length === 0) return [];
+    return this.guard('answeredInputs', async () => {
+      const { rows } = await this.pool.query<{ task_id: string; key: string; response: string }>(SQL.answered, [
+        awaited.map((a) => a.taskId),
+        awaited.map((a) => a.key),
       ]);
-      const renewed = new Set(rows.map((r) => `${r.fence}:${r.task_id}`));
-      return leases.filter((l) => renewed.has(`${l.fence}:${l.taskId}`));
+      return rows.map((r) => ({ taskId: r.task_id, key: r.key, response: JSON.parse(r.response) as InputResponse }));
     });
   }
 
@@ -489,7 +551,7 @@ export class PostgresTaskStore implements TaskStore {
     deadOwners: string[] = [],
   ): Promise<StoredTask[]> {
     return this.guard('claimOrphans', async () => {
-      const { rows } = await this.pool.query<TaskRow>(SQL.claim, [now, deadOwners, limit, owner, until]);
+      const { rows } = await this.leasePool.query<TaskRow>(SQL.claim, [now, deadOwners, limit, owner, until]);
       return rows.map(toTask);
     });
   }
@@ -501,18 +563,20 @@ export class PostgresTaskStore implements TaskStore {
     });
   }
 
-  async expireOverdue(now: number): Promise<string[]> {
+  async expireOverdue(now: number, limit?: number): Promise<string[]> {
     return this.guard('expireOverdue', async () => {
-      const { rows } = await this.pool.query<{ task_id: string }>(SQL.expire, [now]);
+      const { rows } = await this.pool.query<{ task_id: string }>(SQL.expire, [now, limit ?? null]);
       return rows.map((r) => r.task_id);
     });
   }
 
-  async purge(now: number, retentionMs: number): Promise<number> {
+  async purge(now: number, retentionMs: number, options: PurgeOptions = {}): Promise<number> {
+    const limit = options.limit ?? SWEEP_PAGE;
+    const unlimitedCutoff = options.unlimitedRetentionMs === undefined ? null : now - options.unlimitedRetentionMs;
     return this.transaction('purge', async (client) => {
-      const { rowCount } = await client.query(SQL.purge, [retentionMs, now]);
-      await client.query(SQL.dropTombstones, [now - TOMBSTONE_RETENTION_MS]);
-      return rowCount ?? 0;
+      const purged = await client.query(SQL.purge, [now - retentionMs, now, limit, unlimitedCutoff]);
+      const dropped = await client.query(SQL.dropTombstones, [now - TOMBSTONE_RETENTION_MS, limit]);
+      return (purged.rowCount ?? 0) + (dropped.rowCount ?? 0);
     });
   }
 
@@ -545,6 +609,7 @@ export class PostgresTaskStore implements TaskStore {
     const client = this.listenClient;
     this.listenClient = undefined;
     await client?.end().catch(() => {});
+    await this.leasePool.end();
     if (this.ownsPool) await this.pool.end();
   }
 

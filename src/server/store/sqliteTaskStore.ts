@@ -9,9 +9,12 @@ import type { Checkpointer } from '../../sqliteCheckpointer.js';
 import { startCheckpointer } from '../../sqliteCheckpointer.js';
 import { openSqliteFile } from '../../sqliteFile.js';
 import type {
+  AwaitedInput,
   InputCapabilities,
   LeaseRef,
   NewTask,
+  PurgeOptions,
+  RenewedLease,
   StoredInput,
   StoredTask,
   TaskSignal,
@@ -66,7 +69,22 @@ const MIGRATIONS: readonly string[] = [
   `ALTER TABLE purged_tasks ADD COLUMN owner TEXT;`,
   // the input kinds the creating request declared (JSON text; NULL for tasks created before): DESIGN.md rule 6
   `ALTER TABLE tasks ADD COLUMN input_capabilities TEXT;`,
+  // every column a sweep filters on is indexed (DESIGN.md, "Rules learned in the field", 8): tombstones by age, a
+  // dead owner's leases, finished tasks without a TTL by the time they finished
+  `CREATE INDEX purged_tasks_purged_at ON purged_tasks (purged_at);
+   CREATE INDEX tasks_open_lease_owner ON tasks (lease_owner) WHERE status IN ('working','input_required');
+   CREATE INDEX tasks_closed_unlimited ON tasks (last_updated_at)
+     WHERE status IN ('completed','failed','cancelled') AND expires_at IS NULL;`,
 ];
+
+/** The size of one step of a sweep that pages (expiry, purge), when the caller sets none. */
+const SWEEP_PAGE = 500;
+
+/** Leases renewed per statement (a few milliseconds of the serving thread each). */
+const RENEW_STEP = 2000;
+
+/** Purged ids are remembered this long, enough to outlive a client's last reasonable poll. */
+const TOMBSTONE_RETENTION_MS = 7 * 24 * 3600_000;
 
 const OPEN = `status IN ('working','input_required')`;
 
@@ -174,8 +192,20 @@ export class SqliteTaskStore implements TaskStore {
         `UPDATE tasks SET cancel_requested = 1, last_updated_at = ? WHERE task_id = ? AND ${OPEN} AND cancel_requested = 0`,
       ),
       isOpen: db.prepare(`SELECT 1 FROM tasks WHERE task_id = ? AND ${OPEN}`),
+      // every lease of the instance in one statement: the task ids as one JSON array (looked up by primary key), and
+      // "fence:taskId" of each lease as another (probed in a transient index), so the cost grows with the leases only
       renew: db.prepare(
-        `UPDATE tasks SET lease_expires_at = ? WHERE task_id = ? AND fence = ? AND lease_owner = ? AND ${OPEN}`,
+        `UPDATE tasks SET lease_expires_at = ?
+         WHERE task_id IN (SELECT value FROM json_each(?))
+           AND (fence || ':' || task_id) IN (SELECT value FROM json_each(?))
+           AND lease_owner = ? AND ${OPEN}
+         RETURNING task_id, fence, cancel_requested`,
+      ),
+      answered: db.prepare(
+        `SELECT i.task_id, i.key, i.response
+         FROM (SELECT value ->> 0 AS task_id, value ->> 1 AS key FROM json_each(?)) AS a
+         JOIN task_inputs i ON i.task_id = a.task_id AND i.key = a.key
+         WHERE i.response IS NOT NULL`,
       ),
       orphans: db.prepare(
         `SELECT task_id FROM tasks
@@ -188,20 +218,27 @@ export class SqliteTaskStore implements TaskStore {
       ),
       leaseOwners: db.prepare(`SELECT DISTINCT lease_owner FROM tasks WHERE ${OPEN} AND lease_owner IS NOT NULL`),
       overdue: db.prepare(
-        `SELECT task_id, ttl_ms FROM tasks WHERE ${OPEN} AND expires_at IS NOT NULL AND expires_at <= ?`,
+        `SELECT task_id, ttl_ms FROM tasks WHERE ${OPEN} AND expires_at IS NOT NULL AND expires_at <= ? LIMIT ?`,
       ),
       expire: db.prepare(
         `UPDATE tasks SET status = 'failed', error = ?, status_message = ?, last_updated_at = ?,
            lease_owner = NULL, lease_expires_at = NULL
          WHERE task_id = ? AND ${OPEN}`,
       ),
+      // a cutoff compared with the bare column, so the partial indexes on expires_at and last_updated_at serve it
       purgeable: db.prepare(
         `SELECT task_id, owner FROM tasks WHERE status IN ('completed','failed','cancelled')
-           AND expires_at IS NOT NULL AND expires_at + ? <= ? LIMIT 1000`,
+           AND expires_at IS NOT NULL AND expires_at <= ? LIMIT ?`,
+      ),
+      purgeableUnlimited: db.prepare(
+        `SELECT task_id, owner FROM tasks WHERE status IN ('completed','failed','cancelled')
+           AND expires_at IS NULL AND last_updated_at <= ? LIMIT ?`,
       ),
       delete: db.prepare(`DELETE FROM tasks WHERE task_id = ?`),
       tombstone: db.prepare(`INSERT OR REPLACE INTO purged_tasks (task_id, owner, purged_at) VALUES (?, ?, ?)`),
-      dropTombstones: db.prepare(`DELETE FROM purged_tasks WHERE purged_at < ?`),
+      dropTombstones: db.prepare(
+        `DELETE FROM purged_tasks WHERE rowid IN (SELECT rowid FROM purged_tasks WHERE purged_at < ? LIMIT ?)`,
+      ),
     };
     if (path !== ':memory:' && options.backgroundCheckpoints !== false) {
       this.checkpointer = startCheckpointer(this.db, path);
@@ -318,10 +355,43 @@ export class SqliteTaskStore implements TaskStore {
     return open;
   }
 
-  async renewLeases(owner: string, leases: LeaseRef[], until: number): Promise<LeaseRef[]> {
-    return this.db
-      .transaction(() => leases.filter((l) => this.stmt.renew.run(until, l.taskId, l.fence, owner).changes === 1))
-      .immediate();
+  async renewLeases(owner: string, leases: LeaseRef[], until: number): Promise<RenewedLease[]> {
+    const renewed: RenewedLease[] = [];
+    // one statement per step of RENEW_STEP leases, the event loop free between steps: SQLite runs on the serving
+    // thread, and thousands of leases in one statement would hold it for longer than a request may wait
+    for (let from = 0; from < leases.length; from += RENEW_STEP) {
+      if (from > 0) await new Promise((resolve) => setImmediate(resolve));
+      renewed.push(...this.renewStep(owner, leases.slice(from, from + RENEW_STEP), until));
+    }
+    return renewed;
+  }
+
+  private renewStep(owner: string, leases: LeaseRef[], until: number): RenewedLease[] {
+    const rows = this.stmt.renew.all(
+      until,
+      JSON.stringify(leases.map((l) => l.taskId)),
+      JSON.stringify(leases.map((l) => `${l.fence}:${l.taskId}`)),
+      owner,
+    ) as {
+      task_id: string;
+      fence: number;
+      cancel_requested: number;
+    }[];
+    const byLease = new Map(rows.map((r) => [`${r.fence}:${r.task_id}`, r.cancel_requested === 1]));
+    return leases.flatMap((l) => {
+      const cancelRequested = byLease.get(`${l.fence}:${l.taskId}`);
+      return cancelRequested === undefined ? [] : [{ taskId: l.taskId, fence: l.fence, cancelRequested }];
+    });
+  }
+
+  async answeredInputs(awaited: AwaitedInput[]): Promise<Array<AwaitedInput & { response: InputResponse }>> {
+    if (awaited.length === 0) return [];
+    const rows = this.stmt.answered.all(JSON.stringify(awaited.map((a) => [a.taskId, a.key]))) as {
+      task_id: string;
+      key: string;
+      response: string;
+    }[];
+    return rows.map((r) => ({ taskId: r.task_id, key: r.key, response: JSON.parse(r.response) as InputResponse }));
   }
 
   async claimOrphans(
@@ -344,10 +414,11 @@ export class SqliteTaskStore implements TaskStore {
     return (this.stmt.leaseOwners.all() as { lease_owner: string }[]).map((r) => r.lease_owner);
   }
 
-  async expireOverdue(now: number): Promise<string[]> {
+  async expireOverdue(now: number, limit = -1): Promise<string[]> {
     return this.db
       .transaction(() => {
-        const rows = this.stmt.overdue.all(now) as { task_id: string; ttl_ms: number }[];
+        // LIMIT -1: no limit
+        const rows = this.stmt.overdue.all(now, limit) as { task_id: string; ttl_ms: number }[];
         for (const { task_id, ttl_ms } of rows) {
           const message = `Task expired: its TTL of ${ttl_ms} ms elapsed before it finished`;
           this.stmt.expire.run(JSON.stringify({ code: -32603, message }), message, now, task_id);
@@ -357,17 +428,27 @@ export class SqliteTaskStore implements TaskStore {
       .immediate();
   }
 
-  async purge(now: number, retentionMs: number): Promise<number> {
+  async purge(now: number, retentionMs: number, options: PurgeOptions = {}): Promise<number> {
+    const limit = options.limit ?? SWEEP_PAGE;
+    const unlimitedRetentionMs = options.unlimitedRetentionMs;
     return this.db
       .transaction(() => {
-        const rows = this.stmt.purgeable.all(retentionMs, now) as { task_id: string; owner: string }[];
+        const rows = this.stmt.purgeable.all(now - retentionMs, limit) as { task_id: string; owner: string }[];
+        if (unlimitedRetentionMs !== undefined && rows.length < limit) {
+          rows.push(
+            ...(this.stmt.purgeableUnlimited.all(now - unlimitedRetentionMs, limit - rows.length) as {
+              task_id: string;
+              owner: string;
+            }[]),
+          );
+        }
         for (const { task_id, owner } of rows) {
           this.stmt.delete.run(task_id);
           this.stmt.tombstone.run(task_id, owner, now);
         }
         // tombstones only need to outlive a client's last reasonable poll
-        this.stmt.dropTombstones.run(now - 7 * 24 * 3600_000);
-        return rows.length;
+        const dropped = this.stmt.dropTombstones.run(now - TOMBSTONE_RETENTION_MS, limit).changes;
+        return rows.length + dropped;
       })
       .immediate();
   }

@@ -97,6 +97,27 @@ export interface LeaseRef {
   fence: number;
 }
 
+/** A lease `renewLeases` extended, with whether a cancel was requested (the lease loop's fallback for a lost signal). */
+export interface RenewedLease extends LeaseRef {
+  cancelRequested: boolean;
+}
+
+/** An input key a running handler waits on. */
+export interface AwaitedInput {
+  taskId: string;
+  key: string;
+}
+
+/** How much one `purge` call may do, and how long a finished task without a TTL is kept. */
+export interface PurgeOptions {
+  /** At most this many tasks, and this many tombstones, per call (a small step that never blocks serving). */
+  limit?: number;
+  /**
+   * A terminal task with `ttlMs: null` is purged this long after it finished (its last update). Unset: never.
+   */
+  unlimitedRetentionMs?: number;
+}
+
 export type TerminalOutcome =
   | { status: 'completed'; result: JsonObject; statusMessage?: string | undefined }
   | { status: 'failed'; error: JsonRpcError; statusMessage?: string | undefined }
@@ -152,8 +173,15 @@ export interface TaskStore {
   /** Client side (`tasks/cancel`): record the intent on a non-terminal task. False when already terminal or unknown. */
   requestCancel(taskId: string, now: number): Promise<boolean>;
 
-  /** Extends the leases `owner` still holds (fence unchanged) and returns those; the others were lost. */
-  renewLeases(owner: string, leases: LeaseRef[], until: number): Promise<LeaseRef[]>;
+  /**
+   * Extends the leases `owner` still holds (fence unchanged) and returns those; the others were lost. One statement
+   * whatever the number of leases (DESIGN.md, "Rules learned in the field", 8). A rejection says nothing about the
+   * leases: the store could not be reached.
+   */
+  renewLeases(owner: string, leases: LeaseRef[], until: number): Promise<RenewedLease[]>;
+
+  /** The stored answers among `awaited` keys, in one read (the fallback for a lost input signal). */
+  answeredInputs(awaited: AwaitedInput[]): Promise<Array<AwaitedInput & { response: InputResponse }>>;
 
   /**
    * Takes over non-terminal tasks whose lease expired before `now`, or whose lease owner is in `deadOwners`: the
@@ -164,11 +192,18 @@ export interface TaskStore {
   /** Distinct lease owners of non-terminal tasks (to spot dead local processes at start). */
   leaseOwners(): Promise<string[]>;
 
-  /** Fails every non-terminal task past `createdAt + ttlMs` as expired (unfenced) and returns their ids. */
-  expireOverdue(now: number): Promise<string[]>;
+  /**
+   * Fails non-terminal tasks past `createdAt + ttlMs` as expired (unfenced), at most `limit` of them (default all),
+   * and returns their ids.
+   */
+  expireOverdue(now: number, limit?: number): Promise<string[]>;
 
-  /** Deletes terminal tasks older than `createdAt + ttlMs + retentionMs`, leaving a tombstone; returns how many. */
-  purge(now: number, retentionMs: number): Promise<number>;
+  /**
+   * Deletes terminal tasks older than `createdAt + ttlMs + retentionMs` (and, with `unlimitedRetentionMs`, terminal
+   * tasks without a TTL that finished that long ago), leaving a tombstone, and drops tombstones older than a week;
+   * at most `limit` of each per call. Returns how many rows went, tasks and tombstones together.
+   */
+  purge(now: number, retentionMs: number, options?: PurgeOptions): Promise<number>;
 
   /** Optional push channel for input and cancel signals (LISTEN/NOTIFY); the runtime polls as the fallback. */
   subscribe?(listener: (signal: TaskSignal) => void): () => void;

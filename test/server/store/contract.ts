@@ -565,10 +565,39 @@ export function describeTaskStoreContract(
           [leaseOf(held), leaseOf(othersTask), leaseOf(finished), staleFence, { taskId: 'task-unknown', fence: 1 }],
           T0 + 5 * MINUTE,
         );
-        expect(renewed).toEqual([leaseOf(held)]);
+        expect(renewed).toEqual([{ ...leaseOf(held), cancelRequested: false }]);
         expect(await read(held.taskId)).toMatchObject({ leaseExpiresAt: T0 + 5 * MINUTE, fence: held.fence });
         expect(await read(othersTask.taskId)).toEqual(othersTask);
         expect(await store.renewLeases('instance-a', [], T0 + 5 * MINUTE)).toEqual([]);
+      });
+
+      it('renews thousands of leases in one call and says which tasks have a cancel requested', async () => {
+        // invariant: renewal cost does not grow into per-task round trips; the cancel intent rides along as the lease
+        // loop's fallback for a lost signal (DESIGN.md, "Rules learned in the field", 8)
+        const tasks = await Promise.all(Array.from({ length: 2000 }, () => created({ leaseOwner: 'instance-a' })));
+        await store.requestCancel(tasks[7]!.taskId, T0 + 1);
+        const renewed = await store.renewLeases('instance-a', tasks.map(leaseOf), T0 + 5 * MINUTE);
+        expect(renewed).toHaveLength(2000);
+        expect(renewed.filter((l) => l.cancelRequested).map((l) => l.taskId)).toEqual([tasks[7]!.taskId]);
+        expect(await read(tasks[1999]!.taskId)).toMatchObject({ leaseExpiresAt: T0 + 5 * MINUTE });
+      });
+
+      it('reads the stored answers of awaited keys, and only those', async () => {
+        // invariant: the fallback for a lost input signal is one read for every awaited key of every running task
+        const a = await created();
+        const b = await created();
+        await store.requestInput(leaseOf(a), 'k1', elicit('?'), T0 + 1);
+        await store.requestInput(leaseOf(a), 'k2', elicit('?'), T0 + 1);
+        await store.requestInput(leaseOf(b), 'k1', elicit('?'), T0 + 1);
+        await store.answerInputs(a.taskId, { k1: accept('a1') }, T0 + 2);
+        await store.answerInputs(b.taskId, { k1: accept('b1') }, T0 + 2);
+        const answered = await store.answeredInputs([
+          { taskId: a.taskId, key: 'k1' },
+          { taskId: a.taskId, key: 'k2' },
+          { taskId: 'task-unknown', key: 'k1' },
+        ]);
+        expect(answered).toEqual([{ taskId: a.taskId, key: 'k1', response: accept('a1') }]);
+        expect(await store.answeredInputs([])).toEqual([]);
       });
 
       it('claims open tasks whose lease expired, bumping fence and attempt, and leaves live leases alone', async () => {
@@ -750,6 +779,38 @@ export function describeTaskStoreContract(
         expect(await store.answerInputs(old.taskId, { k: accept('x') }, T0 + 20 * MINUTE)).toEqual([]);
         expect(await store.requestCancel(old.taskId, T0 + 20 * MINUTE)).toBe(false);
         expect(await store.get(old.taskId)).toBeUndefined();
+      });
+
+      it('purges in steps of at most `limit` tasks, and drops week-old tombstones in steps too', async () => {
+        // invariant: one purge call is a small step that never holds the store for long (DESIGN.md, "Rules learned in
+        // the field", 8)
+        const done = await Promise.all(Array.from({ length: 7 }, () => created({ ttlMs: MINUTE })));
+        for (const task of done) await store.finish(leaseOf(task), { status: 'completed', result: {} }, T0 + 1);
+        const at = T0 + 2 * MINUTE;
+        expect(await store.purge(at, 0, { limit: 3 })).toBe(3);
+        expect(await store.purge(at, 0, { limit: 3 })).toBe(3);
+        expect(await store.purge(at, 0, { limit: 3 })).toBe(1);
+        expect(await store.purge(at, 0, { limit: 3 })).toBe(0);
+        // a week and a day later the tombstones go, three at a time
+        const later = at + 8 * 24 * 60 * MINUTE;
+        expect(await store.purge(later, 0, { limit: 3 })).toBe(3);
+        expect(await store.purge(later, 0, { limit: 3 })).toBe(3);
+        expect(await store.purge(later, 0, { limit: 3 })).toBe(1);
+        expect(await store.wasPurged(done[0]!.taskId, 'alice')).toBe(false);
+      });
+
+      it('purges a finished task without a TTL `unlimitedRetentionMs` after it finished, and only when asked', async () => {
+        // invariant: a task with ttlMs null is not kept for ever once it finished (issue 20.6); an open one stays
+        const finished = await created({ ttlMs: null });
+        await store.finish(leaseOf(finished), { status: 'completed', result: {} }, T0 + MINUTE);
+        const open = await created({ ttlMs: null });
+        const bound = { unlimitedRetentionMs: 10 * MINUTE };
+        expect(await store.purge(T0 + 100 * MINUTE, 0)).toBe(0);
+        expect(await store.purge(T0 + 11 * MINUTE - 1, 0, bound)).toBe(0);
+        expect(await store.purge(T0 + 11 * MINUTE, 0, bound)).toBe(1);
+        expect(await store.get(finished.taskId)).toBeUndefined();
+        expect(await store.wasPurged(finished.taskId, 'alice')).toBe(true);
+        expect(await store.get(open.taskId)).toBeDefined();
       });
     });
 

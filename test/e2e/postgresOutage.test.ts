@@ -1,0 +1,94 @@
+// A database blip is not a death (DESIGN.md, "Rules learned in the field", 3; issue 11.3). PostgreSQL stopped for
+// several seconds while one `closeout serve` ran tasks: the running non-resumable tasks used to end "interrupted by a
+// server restart" (no restart happened) and resumable ones ran a second attempt in the same live instance. A lease
+// that could not be renewed only because the database was unreachable is still this instance's: its handler keeps
+// running, its status and terminal writes wait for the database, and it completes on its first attempt.
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+import { type StartedPostgres, startPostgres } from '../support/postgres.js';
+import { type ServeProcess, startServe } from '../support/processes.js';
+import { rpc } from '../support/rpc.js';
+import { waitFor } from '../support/waitFor.js';
+
+const PER_TOOL = 10;
+/** Longer than the lease: every lease runs out while the database is down. */
+const OUTAGE_MS = 6000;
+
+let postgres: StartedPostgres;
+let serve: ServeProcess | undefined;
+const dir = mkdtempSync(join(tmpdir(), 'closeout-pg-outage-'));
+
+beforeAll(async () => {
+  postgres = await startPostgres();
+}, 120_000);
+
+afterAll(async () => {
+  await serve?.stop();
+  await postgres?.stop();
+  rmSync(dir, { recursive: true, force: true });
+}, 60_000);
+
+describe('PostgreSQL stopped for several seconds while tasks run', () => {
+  it('finishes every task on its first attempt: none interrupted, none run twice', async () => {
+    const database = await postgres.createDatabase();
+    const runLog = join(dir, 'runs.jsonl');
+    serve = await startServe(['--store', database.connectionString, '--lease-ms', '2000'], 30_000, {
+      CLOSEOUT_RUN_LOG: runLog,
+    });
+    const url = serve.url;
+    const taskIds: string[] = [];
+    for (let i = 0; i < PER_TOOL; i++) {
+      // each runs about 12 s, with a status write every step: through the outage and past it
+      for (const [name, args] of [
+        ['batch_job', { items: 12, stepMs: 1000 }],
+        ['export_report', { pages: 12, pageMs: 1000 }],
+      ] as const) {
+        const answer = await rpc(url, 'tools/call', { name, arguments: args });
+        taskIds.push(answer.result!['taskId'] as string);
+      }
+    }
+    await waitFor('every handler to start', () =>
+      readFileSync(runLog, 'utf8').trim().split('\n').length >= taskIds.length ? true : undefined,
+    );
+    await new Promise((resolve) => setTimeout(resolve, 1500));
+    await postgres.outage(OUTAGE_MS);
+
+    const finals = new Map<string, Record<string, unknown>>();
+    await waitFor(
+      'every task to finish',
+      async () => {
+        for (const taskId of taskIds.filter((t) => !finals.has(t))) {
+          const task = (await rpc(url, 'tasks/get', { taskId })).result;
+          if (task && ['completed', 'failed', 'cancelled'].includes(task['status'] as string)) finals.set(taskId, task);
+        }
+        return finals.size === taskIds.length ? true : undefined;
+      },
+      60_000,
+      500,
+    );
+    const notCompleted = taskIds
+      .map((taskId): Record<string, unknown> => ({ taskId, ...finals.get(taskId) }))
+      .filter((task) => task['status'] !== 'completed')
+      .map((task) => ({ status: task['status'], error: task['error'] }));
+    expect(notCompleted).toEqual([]);
+    for (const taskId of taskIds) {
+      const structured = (finals.get(taskId)!['result'] as { structuredContent?: { attempt?: number } })
+        .structuredContent;
+      if (structured) expect(structured.attempt).toBe(1);
+    }
+    // every handler started exactly once (the handlers write the run log themselves)
+    const starts = readFileSync(runLog, 'utf8')
+      .trim()
+      .split('\n')
+      .map((line) => (JSON.parse(line) as { taskId: string }).taskId);
+    expect(starts.length).toBe(taskIds.length);
+    expect(new Set(starts).size).toBe(taskIds.length);
+    // the outage was noticed and reported once, not as a crash
+    expect(serve.child.exitCode).toBeNull();
+    expect(serve.stderr()).toMatch(/Task store unreachable, keeping \d+ running tasks/);
+  }, 150_000);
+});

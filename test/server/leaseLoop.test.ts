@@ -1,0 +1,197 @@
+// One live run per task per instance (DESIGN.md, "Rules learned in the field", 9; issue 20.2). An instance whose own
+// lease ran out unrenewed (a renewal or a create slower than the lease) must not take its own task over as an orphan:
+// the old lease loop claimed it again, started a second handler beside the first (or failed a non-resumable task as
+// "interrupted" while it ran), and the first run's end then deleted the second run's entry. A run whose task another
+// instance took (the fence moved) is aborted at the next renewal.
+import { afterEach, describe, expect, it } from 'vitest';
+
+import { SqliteTaskStore } from '../../src/server/store/sqliteTaskStore.js';
+import type { TaskStore } from '../../src/server/store/taskStore.js';
+import { TaskServer } from '../../src/server/taskServer.js';
+import type { AbortCause } from '../../src/server/taskTool.js';
+import type { TaskAbortedError } from '../../src/server/taskTool.js';
+import { waitFor } from '../support/waitFor.js';
+
+const LEASE_MS = 1_000;
+
+let clock = 0;
+const open: Array<{ close(): Promise<void> }> = [];
+
+afterEach(async () => {
+  for (const closable of open.splice(0).reverse()) await closable.close();
+});
+
+interface Run {
+  instance: string;
+  attempt: number;
+  aborted: AbortCause | undefined;
+  finish: () => void;
+}
+
+/** The real SQLite store, with `after` run once a call of `method` has come back (a slow round trip). */
+function slowAfter(
+  store: TaskStore,
+  method: 'create' | 'renewLeases',
+  after: (args: unknown[]) => Promise<void>,
+): TaskStore {
+  let armed = true;
+  return new Proxy(store, {
+    get(target, property, receiver) {
+      if (property === method) {
+        return async (...args: unknown[]) => {
+          const answer: unknown = await (target[method] as (...a: unknown[]) => Promise<unknown>)(...args);
+          if (armed && (method !== 'renewLeases' || (args[1] as unknown[]).length > 0)) {
+            armed = false;
+            await after(args);
+          }
+          return answer;
+        };
+      }
+      const value: unknown = Reflect.get(target, property, receiver);
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+}
+
+/** An instance whose lease loop ticks every 30 ms of real time, on the test's clock. */
+function instance(name: string, store: TaskStore, runs: Run[], resumable: boolean): TaskServer {
+  const tasks = new TaskServer({
+    store,
+    leaseMs: LEASE_MS,
+    sweepIntervalMs: 30,
+    instanceId: name,
+    now: () => clock,
+    onError: () => {},
+  });
+  tasks.registerTool('job', { task: { support: 'optional', resumable } }, async (_args, ctx) => {
+    const run: Run = { instance: name, attempt: ctx.attempt, aborted: undefined, finish: () => {} };
+    runs.push(run);
+    await new Promise<void>((resolve, reject) => {
+      run.finish = resolve;
+      ctx.signal.addEventListener('abort', () => {
+        run.aborted = (ctx.signal.reason as TaskAbortedError).cause;
+        reject(ctx.signal.reason as Error);
+      });
+    });
+    return { content: [{ type: 'text', text: `done by ${name}` }] };
+  });
+  open.push(tasks);
+  return tasks;
+}
+
+function sqlite(): SqliteTaskStore {
+  const store = new SqliteTaskStore(':memory:');
+  open.push(store);
+  return store;
+}
+
+const ticks = (n: number) => new Promise((resolve) => setTimeout(resolve, n * 30 + 50));
+
+describe('the lease loop keeps one live run per task', () => {
+  it('does not take over its own task when a renewal comes back after the lease ran out', async () => {
+    clock = Date.now();
+    const store = sqlite();
+    const runs: Run[] = [];
+    const a = instance(
+      'instance-a',
+      slowAfter(store, 'renewLeases', async () => void (clock += 2 * LEASE_MS)),
+      runs,
+      true,
+    );
+    await a.start();
+    const { taskId } = await a.createTask(a.tool('job')!, {}, 'alice', undefined);
+    await waitFor('the handler to start', () => (runs.length > 0 ? true : undefined));
+    // the slow renewal happens on the first tick with a lease to renew; give the loop many more ticks
+    await ticks(10);
+    expect(runs.map((r) => ({ attempt: r.attempt, aborted: r.aborted }))).toEqual([{ attempt: 1, aborted: undefined }]);
+    runs[0]!.finish();
+    const done = await waitFor('the task to complete', async () => {
+      const task = await store.get(taskId);
+      return task?.status === 'completed' ? task : undefined;
+    });
+    expect(done.result).toMatchObject({ content: [{ text: 'done by instance-a' }] });
+    expect(done.attempt).toBe(1);
+  });
+
+  it('runs a non-resumable task it created once, when its own sweep claimed it while the create came back', async () => {
+    clock = Date.now();
+    const store = sqlite();
+    const runs: Run[] = [];
+    const slowCreate = slowAfter(store, 'create', async (args) => {
+      const { taskId } = args[0] as { taskId: string };
+      clock += 2 * LEASE_MS;
+      // this instance's own lease loop finds the task's first lease run out and claims it
+      await waitFor('the own sweep to claim the task', async () =>
+        (await store.get(taskId))?.fence === 2 ? true : undefined,
+      );
+    });
+    const a = instance('instance-a', slowCreate, runs, false);
+    await a.start();
+    const { taskId } = await a.createTask(a.tool('job')!, {}, 'alice', undefined);
+    await waitFor('the handler to start, or the task to end without it', async () =>
+      runs.length > 0 || (await store.get(taskId))?.status !== 'working' ? true : undefined,
+    );
+    await ticks(5);
+    expect((await store.get(taskId))?.error).toBeUndefined();
+    expect(runs.map((r) => r.aborted)).toEqual([undefined]);
+    runs[0]!.finish();
+    const done = await waitFor('the task to finish', async () => {
+      const task = await store.get(taskId);
+      return task && task.status !== 'working' ? task : undefined;
+    });
+    expect(done.status).toBe('completed');
+  });
+
+  it('aborts a run at once when another instance took its task, and its end leaves the new holder alone', async () => {
+    clock = Date.now();
+    const store = sqlite();
+    const runs: Run[] = [];
+    const a = instance('instance-a', store, runs, true);
+    await a.start();
+    const { taskId } = await a.createTask(a.tool('job')!, {}, 'alice', undefined);
+    await waitFor('the handler to start', () => (runs.length > 0 ? true : undefined));
+    // instance b claims the task as if a had gone silent, while a is alive
+    const [claimed] = await store.claimOrphans('instance-b', clock + 10 * LEASE_MS, clock + 20 * LEASE_MS, 10);
+    expect(claimed?.taskId).toBe(taskId);
+    await waitFor('instance a to abort its run', () => (runs[0]!.aborted ? true : undefined), 5_000);
+    expect(runs[0]!.aborted).toBe('lease-lost');
+    await ticks(3);
+    expect(await store.get(taskId)).toMatchObject({ status: 'working', leaseOwner: 'instance-b', fence: 2 });
+    expect(a.runningCount()).toBe(0);
+  });
+
+  it('closes within the cancel grace period when a handler ignores its signal, and hands its task back', async () => {
+    // issue 13.9: close() used to wait for ever on such a handler, and the lease was never handed back
+    clock = Date.now();
+    const store = sqlite();
+    const tasks = new TaskServer({
+      store,
+      leaseMs: LEASE_MS,
+      sweepIntervalMs: 30,
+      cancelGraceMs: 300,
+      instanceId: 'instance-a',
+      now: () => clock,
+      onError: () => {},
+    });
+    let release: (() => void) | undefined;
+    tasks.registerTool('stubborn', { task: { resumable: true } }, async () => {
+      await new Promise<void>((resolve) => (release = resolve));
+      return { content: [] };
+    });
+    open.push(tasks);
+    await tasks.start();
+    const { taskId } = await tasks.createTask(tasks.tool('stubborn')!, {}, 'alice', undefined);
+    await waitFor('the handler to start', () => release);
+    let hung: NodeJS.Timeout | undefined;
+    const closed = await Promise.race([
+      tasks.close().then(() => 'closed'),
+      new Promise((resolve) => (hung = setTimeout(() => resolve('still waiting after 10 s'), 10_000))),
+    ]);
+    clearTimeout(hung);
+    expect(closed).toBe('closed');
+    // handed back: another instance takes it over at once, not after the lease
+    const [claimed] = await store.claimOrphans('instance-b', clock, clock + LEASE_MS, 10);
+    expect(claimed?.taskId).toBe(taskId);
+    release!();
+  });
+});
