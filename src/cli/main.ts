@@ -6,6 +6,7 @@
 import { Command, CommanderError } from 'commander';
 
 import { CliError } from './cliError.js';
+import { serverLine } from './serverText.js';
 
 /** Each command in its module, loaded on demand: `ls` need not load the server SDK, nor `serve` the prompts. */
 const COMMANDS: Record<string, () => Promise<(program: Command) => void>> = {
@@ -50,10 +51,11 @@ try {
   if (error instanceof CommanderError) {
     process.exitCode = error.exitCode;
   } else if (error instanceof CliError) {
-    if (error.message) console.error(`closeout: ${error.message}`);
+    // a message may quote a server (an HTTP error body, a JSON-RPC error): one line of words, nothing a terminal acts on
+    if (error.message) console.error(`closeout: ${serverLine(error.message)}`);
     process.exitCode = error.exitCode;
   } else {
-    console.error(`closeout: ${error instanceof Error ? error.message : String(error)}`);
+    console.error(`closeout: ${serverLine(error instanceof Error ? error.message : String(error))}`);
     process.exitCode = 1;
   }
 }
