@@ -6,6 +6,12 @@ import { chmodSync, closeSync, existsSync, openSync } from 'node:fs';
 
 import Database from 'better-sqlite3';
 
+/**
+ * What the WAL file is truncated back to whenever the log starts over (SQLite's `journal_size_limit`): without it the
+ * file keeps the largest size it ever reached. The task store's checkpointer starts the log over past the same size.
+ */
+export const WAL_SIZE_LIMIT_BYTES = 16 * 1024 * 1024;
+
 export interface SqliteFileOptions {
   /** Each entry migrates the schema from version `index` to `index + 1`. */
   migrations: readonly string[];
@@ -24,6 +30,7 @@ export function openSqliteFile(path: string, options: SqliteFileOptions): Databa
   const db = new Database(path, { timeout: options.busyTimeoutMs });
   try {
     db.pragma('journal_mode = WAL');
+    db.pragma(`journal_size_limit = ${WAL_SIZE_LIMIT_BYTES}`);
     db.pragma('synchronous = NORMAL');
     db.pragma('foreign_keys = ON');
     migrate(db, path, options);

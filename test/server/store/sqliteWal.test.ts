@@ -1,0 +1,66 @@
+// Invariant: the task store's write-ahead log stays bounded under sustained writes. Tasks are created and finished
+// back to back for a bounded time; the WAL file never grows past a few times its size limit, and after the load it is
+// back under that limit (issue 11, item 9: it grew without bound while the checkpoints never got to reset it).
+import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+
+import { SqliteTaskStore } from '../../../src/server/store/sqliteTaskStore.js';
+import { WAL_SIZE_LIMIT_BYTES } from '../../../src/sqliteFile.js';
+
+const MiB = 1024 * 1024;
+let dir: string;
+
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'closeout-sqlite-wal-'));
+});
+
+afterEach(() => {
+  rmSync(dir, { recursive: true, force: true });
+});
+
+const walBytes = (path: string) => (existsSync(`${path}-wal`) ? statSync(`${path}-wal`).size : 0);
+
+describe('SqliteTaskStore write-ahead log', () => {
+  it('stays bounded while tasks are created and finished without pause', { timeout: 60_000 }, async () => {
+    const path = join(dir, 'tasks.db');
+    const store = new SqliteTaskStore(path);
+    const arguments_ = { payload: 'x'.repeat(512) };
+    const result = { content: [{ type: 'text', text: 'y'.repeat(512) }] };
+    let tasks = 0;
+    let maxWal = 0;
+    const started = Date.now();
+    try {
+      // bounded in time and in count
+      while (Date.now() - started < 12_000 && tasks < 2_000_000) {
+        const taskId = `task-${tasks++}`;
+        const { task } = await store.create({
+          taskId,
+          owner: 'alice',
+          toolName: 'echo',
+          arguments: arguments_,
+          createdAt: Date.now(),
+          ttlMs: 3_600_000,
+          pollIntervalMs: 1000,
+          resumable: false,
+          leaseOwner: 'instance-a',
+          leaseExpiresAt: Date.now() + 60_000,
+        });
+        await store.finish({ taskId, fence: task.fence }, { status: 'completed', result }, Date.now());
+        if (tasks % 100 === 0) maxWal = Math.max(maxWal, walBytes(path));
+      }
+      maxWal = Math.max(maxWal, walBytes(path));
+      console.log(`${tasks} tasks in ${Date.now() - started} ms, largest WAL ${(maxWal / MiB).toFixed(1)} MiB`);
+      expect(tasks).toBeGreaterThan(1000);
+      expect(maxWal).toBeLessThan(4 * WAL_SIZE_LIMIT_BYTES);
+      // idle, it comes back under the limit
+      const idle = Date.now() + 15_000;
+      while (walBytes(path) > WAL_SIZE_LIMIT_BYTES && Date.now() < idle) await new Promise((r) => setTimeout(r, 50));
+      expect(walBytes(path)).toBeLessThanOrEqual(WAL_SIZE_LIMIT_BYTES);
+    } finally {
+      await store.close();
+    }
+  });
+});
