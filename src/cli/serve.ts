@@ -3,7 +3,7 @@
  */
 import { InMemoryServerEventBus } from '@modelcontextprotocol/server';
 import type { Command } from 'commander';
-import { InvalidArgumentError } from 'commander';
+import { InvalidArgumentError, Option } from 'commander';
 
 import { conformanceDiagnostics, registerConformanceTools } from '../demo/conformanceTools.js';
 import { registerDemoTools } from '../demo/demoTools.js';
@@ -20,6 +20,7 @@ interface ServeFlags {
   tools: 'demo' | 'conformance';
   token: Record<string, string>;
   leaseMs: number;
+  sqliteSynchronous?: 'full' | 'normal';
 }
 
 export function registerServe(program: Command): void {
@@ -37,8 +38,20 @@ export function registerServe(program: Command): void {
       {},
     )
     .option('--lease-ms <ms>', 'how long a task lease holds without renewal', parsePositiveInt, 10_000)
+    .addOption(
+      new Option(
+        '--sqlite-synchronous <level>',
+        'full (default): every commit on disk before it is acknowledged; normal: faster, but the last tasks ' +
+          'acknowledged before a power cut may be lost',
+      )
+        .choices(['full', 'normal'])
+        .env('CLOSEOUT_SQLITE_SYNCHRONOUS'),
+    )
     .action(async (flags: ServeFlags) => {
-      const store = await openTaskStore(flags.store);
+      if (flags.sqliteSynchronous !== undefined && /^postgres(ql)?:\/\//i.test(flags.store)) {
+        throw new CliError('--sqlite-synchronous applies to a SQLite store only, not to a postgres:// URL');
+      }
+      const store = await openTaskStore(flags.store, { synchronous: flags.sqliteSynchronous });
       const tasks = new TaskServer({ store, leaseMs: flags.leaseMs });
       const onerror = (error: Error) => console.error(`[closeout serve] ${error.message}`);
       // the conformance set also serves the plain diagnostic tools of the suite's server-stateless scenario, on the SDK

@@ -7,7 +7,7 @@ import type Database from 'better-sqlite3';
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
 import type { Checkpointer } from '../../sqliteCheckpointer.js';
 import { startCheckpointer } from '../../sqliteCheckpointer.js';
-import { openSqliteFile } from '../../sqliteFile.js';
+import { openSqliteFile, type SqliteSynchronous } from '../../sqliteFile.js';
 import type {
   LeaseRef,
   NewTask,
@@ -105,6 +105,12 @@ export interface SqliteTaskStoreOptions {
    * sqliteCheckpointer.ts). Default true; false leaves SQLite's automatic checkpoint on the serving thread.
    */
   backgroundCheckpoints?: boolean;
+  /**
+   * `full` (default): task creation, terminal results and every other write are on disk before they are acknowledged,
+   * so they survive a power cut. `normal`: faster, and safe against a crash of the process, but the last writes before
+   * a power cut or an OS crash may be lost, CreateTaskResults already answered among them. See `SqliteSynchronous`.
+   */
+  synchronous?: SqliteSynchronous;
 }
 
 export class SqliteTaskStore implements TaskStore {
@@ -120,6 +126,7 @@ export class SqliteTaskStore implements TaskStore {
       migrations: MIGRATIONS,
       what: 'task store',
       busyTimeoutMs: options.busyTimeoutMs ?? 5000,
+      synchronous: options.synchronous,
     });
     const db = this.db;
     this.stmt = {
