@@ -17,7 +17,7 @@ import type {
   TaskStore,
   TerminalOutcome,
 } from './taskStore.js';
-import { OpenTaskLimitError } from './taskStore.js';
+import { OpenTaskLimitError, StoredTaskLimitError } from './taskStore.js';
 
 const MIGRATIONS: readonly string[] = [
   `CREATE TABLE tasks (
@@ -63,6 +63,8 @@ const MIGRATIONS: readonly string[] = [
   `CREATE INDEX tasks_open_owner ON tasks (owner) WHERE status IN ('working','input_required');`,
   // a tombstone remembers its owner: only the owner may learn that the id existed
   `ALTER TABLE purged_tasks ADD COLUMN owner TEXT;`,
+  // the per-principal stored-task limit counts a principal's tasks, open and finished, on every tools/call
+  `CREATE INDEX tasks_owner ON tasks (owner);`,
 ];
 
 const OPEN = `status IN ('working','input_required')`;
@@ -139,6 +141,8 @@ export class SqliteTaskStore implements TaskStore {
       ),
       byIdempotencyKey: db.prepare(`SELECT * FROM tasks WHERE owner = ? AND idempotency_key = ?`),
       openOfOwner: db.prepare(`SELECT COUNT(*) AS n FROM tasks WHERE owner = ? AND ${OPEN}`),
+      // counts no further than the limit: the cost of the check stops growing there
+      storedOfOwner: db.prepare(`SELECT COUNT(*) AS n FROM (SELECT 1 FROM tasks WHERE owner = ? LIMIT ?)`),
       get: db.prepare(`SELECT * FROM tasks WHERE task_id = ?`),
       inputs: db.prepare(
         `SELECT key, request, response, requested_at, answered_at FROM task_inputs WHERE task_id = ? ORDER BY seq`,
@@ -212,12 +216,19 @@ export class SqliteTaskStore implements TaskStore {
   async create(task: NewTask): Promise<{ task: StoredTask; created: boolean }> {
     return this.db
       .transaction(() => {
-        if (task.maxOpenTasksForOwner !== undefined) {
-          // an idempotent replay returns its task below, at the limit too
+        if (task.maxOpenTasksForOwner !== undefined || task.maxStoredTasksForOwner !== undefined) {
+          // an idempotent replay returns its task below, at the limits too
           const replay =
             task.idempotencyKey !== undefined && this.stmt.byIdempotencyKey.get(task.owner, task.idempotencyKey);
-          const { n } = this.stmt.openOfOwner.get(task.owner) as { n: number };
-          if (!replay && n >= task.maxOpenTasksForOwner) throw new OpenTaskLimitError(task.maxOpenTasksForOwner);
+          if (!replay && task.maxOpenTasksForOwner !== undefined) {
+            const { n } = this.stmt.openOfOwner.get(task.owner) as { n: number };
+            if (n >= task.maxOpenTasksForOwner) throw new OpenTaskLimitError(task.maxOpenTasksForOwner);
+          }
+          if (!replay && task.maxStoredTasksForOwner !== undefined) {
+            const max = task.maxStoredTasksForOwner;
+            const { n } = this.stmt.storedOfOwner.get(task.owner, max) as { n: number };
+            if (n >= max) throw new StoredTaskLimitError(max);
+          }
         }
         const argumentsJson = JSON.stringify(task.arguments);
         const info = this.stmt.insert.run({
