@@ -12,22 +12,11 @@ export type JsonObject = z.infer<typeof JsonObjectSchema>;
 export const TaskStatusSchema = z.enum(['working', 'input_required', 'completed', 'failed', 'cancelled']);
 export type TaskStatus = z.infer<typeof TaskStatusSchema>;
 
-// C0/C1 controls (ESC among them), DEL, bidi controls and line separators: what a terminal acts on or a reader misreads
-// eslint-disable-next-line no-control-regex
-const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]/;
-
-/**
- * A taskId on the wire: a non-empty string of bounded length without control characters. The spec leaves the id
- * opaque; an id that is printed, logged, pasted back and sent in the `Mcp-Name` header must not carry escape
- * sequences, so a server's id with one is refused as a bad answer rather than shown to anyone.
- */
+/** A taskId on the wire: a non-empty string of bounded length. */
 export const TaskIdSchema = z
   .string({ error: 'taskId must be a string' })
   .min(1, { error: 'taskId must not be empty' })
-  .max(MAX_TASK_ID_LENGTH, { error: `taskId must be at most ${MAX_TASK_ID_LENGTH} characters` })
-  .refine((taskId) => !CONTROL_CHARACTER.test(taskId), {
-    error: 'taskId must not contain control characters (escape sequences, bidi controls, line breaks)',
-  });
+  .max(MAX_TASK_ID_LENGTH, { error: `taskId must be at most ${MAX_TASK_ID_LENGTH} characters` });
 
 const nonNegativeInt = z.number().int().nonnegative();
 

@@ -3,7 +3,6 @@
 import { describe, expect, it } from 'vitest';
 
 import { quoteServer, serverBlock, serverLine, terminalJson } from '../../src/cli/serverText.js';
-import { TaskIdSchema } from '../../src/protocol/index.js';
 
 describe('server text', () => {
   it('drops CSI, OSC and other escape sequences and control characters', () => {
@@ -30,14 +29,5 @@ describe('server text', () => {
     // eslint-disable-next-line no-control-regex
     expect(line).not.toMatch(/[\u0000-\u001f\u007f-\u009f\u202a-\u202e\u2028\u2029]/);
     expect(JSON.parse(line)).toEqual(value);
-  });
-
-  it('refuses a taskId that carries a control character, and keeps every other string', () => {
-    for (const bad of ['a\u001b[2J', 'a\nb', 'a\u009bb', 'a\u202eb', 'a\u2028b', 'a\u0000']) {
-      expect(TaskIdSchema.safeParse(bad).success, JSON.stringify(bad)).toBe(false);
-    }
-    for (const good of ['786512e2-9e0d-44bd-8f29-789f320fe840', 'tâche-é', 'a b', 'a/b:c']) {
-      expect(TaskIdSchema.safeParse(good).success).toBe(true);
-    }
   });
 });
