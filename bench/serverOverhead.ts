@@ -8,13 +8,15 @@
  *   c      tasks/get on a working task (SQLite);
  *   d.b    (b) on the PostgreSQL store;  d.c  (c) on the PostgreSQL store;
  *   e.b    (b) on a SQLite store whose WAL checkpoints run inside the serving thread's commits (SQLite's default),
- *          not in the store's background worker: what the worker buys.
+ *          not in the store's background worker: what the worker buys;
+ *   f.b    (b) on a SQLite store with `synchronous: 'normal'` (commits not synced to disk one by one): what the
+ *          default's power-loss durability (every commit fsynced, DESIGN.md rule 4) costs.
  * Every scenario runs once per round, in an order rotated each round; the table shows medians over rounds, and each
  * ratio is the median of the ratios measured within one round (the machine is noisy; both sides of a ratio saw the
  * same noise). Targets: b/a >= 0.7 and c/a >= 0.9 in throughput.
  *
  *   node dist/bench/bench/serverOverhead.js [--smoke] [--rounds 5] [--requests 3000] [--concurrency 16]
- *     [--only floor,a,b,c,d.b,d.c,e.b] [--skip-postgres]
+ *     [--only floor,a,b,c,d.b,d.c,e.b,f.b] [--skip-postgres]
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -102,7 +104,7 @@ try {
     expect: '"text":"hello"',
   });
 
-  const addCloseout = async (prefix: '' | 'd.' | 'e.', storeName: string, store: TaskStore) => {
+  const addCloseout = async (prefix: '' | 'd.' | 'e.' | 'f.', storeName: string, store: TaskStore) => {
     const server = await startCloseoutServer(store);
     cleanups.push(async () => {
       await server.close();
@@ -122,8 +124,8 @@ try {
       request: taskCall,
       expect: '"resultType":"task"',
     });
-    // e: only the create, to show what the background checkpoints buy
-    if (prefix === 'e.') return;
+    // e, f: only the create, to show what the background checkpoints buy and what synced commits cost
+    if (prefix === 'e.' || prefix === 'f.') return;
     scenarios.push({
       key: `${prefix}c`,
       label: `tasks/get on a working task (${storeName})`,
@@ -141,6 +143,12 @@ try {
     const inline = new SqliteTaskStore(join(dir, 'tasks-inline.db'), { backgroundCheckpoints: false });
     cleanups.push(() => inline.close());
     await addCloseout('e.', 'SQLite, checkpoints inline', inline);
+  }
+  if (wanted('f.b')) {
+    // the explicit faster choice: commits reach the disk at checkpoints, not one by one
+    const unsynced = new SqliteTaskStore(join(dir, 'tasks-normal.db'), { synchronous: 'normal' });
+    cleanups.push(() => unsynced.close());
+    await addCloseout('f.', "SQLite, synchronous 'normal'", unsynced);
   }
 
   let postgresNote: string | undefined;
@@ -205,6 +213,8 @@ try {
     ['d.b/a', 'd.b', 'a', undefined],
     ['d.c/a', 'd.c', 'a', undefined],
     ['e.b/a', 'e.b', 'a', undefined],
+    ['f.b/a', 'f.b', 'a', undefined],
+    ['b/f.b', 'b', 'f.b', undefined],
     ['a/floor', 'a', 'floor', undefined],
   ];
   console.log('');

@@ -2,9 +2,18 @@
  * WAL checkpoints off the event loop. SQLite runs its automatic checkpoint inside the commit that crosses the
  * threshold: that commit copies the WAL back into the database file and fsyncs it, so every hundred or so tasks one
  * request of the serving process stalls for milliseconds (≈ 400 µs per task averaged over a create+finish loop on
- * this project's machines). Here the serving connection turns the automatic checkpoint off and a worker thread, with
+ * this project's machines). Here the serving connection raises the automatic checkpoint's threshold and a worker thread, with
  * a connection of its own to the same file, runs PASSIVE checkpoints: they copy what no reader still needs and never
- * wait for, nor block, a writer. Commits stay as durable as before (WAL, synchronous=NORMAL); only who copies changes.
+ * wait for, nor block, a writer. Commits stay as durable as the connection's `synchronous` setting makes them; only
+ * who copies changes.
+ *
+ * A passive checkpoint from another connection never resets the WAL while writes go on: the writer starts the log
+ * over only when every frame has been copied, and under sustained load a new commit always lands first, so the file
+ * grew without bound (issue 11, item 9: 600 MB in 12 s). Two things bound it now. The serving connection keeps an
+ * automatic checkpoint at a high threshold (`restartBytes` of WAL): past it, the writer itself copies the few frames
+ * the worker has not, so its next commit starts the log over, and `journal_size_limit` cuts the file back; the
+ * stall is what the worker left, not the whole log. And when the worker finds the WAL larger than `restartBytes`
+ * (idle after a burst, say) it runs a TRUNCATE checkpoint, which empties the file.
  *
  * Should the worker fail, the serving connection takes the automatic checkpoint back, so the WAL never grows unbounded.
  */
@@ -13,18 +22,40 @@ import { Worker } from 'node:worker_threads';
 
 import type Database from 'better-sqlite3';
 
+import { WAL_SIZE_LIMIT_BYTES } from './sqliteFile.js';
+
 /** SQLite's own default threshold, restored when the worker is gone. */
 const AUTO_CHECKPOINT_PAGES = 1000;
+
+/** How long a TRUNCATE checkpoint waits for the writer lock and the readers before it gives up until the next round. */
+const TRUNCATE_BUSY_MS = 2000;
 
 // A CommonJS script: it runs from this file under vitest (TypeScript) and from dist alike, and loads the driver by
 // the absolute path the main thread resolved.
 const WORKER_SOURCE = `
+const { statSync } = require('node:fs');
 const { parentPort, workerData } = require('node:worker_threads');
 const Database = require(workerData.driver);
 const db = new Database(workerData.path, { timeout: 0 });
+const walBytes = () => {
+  try {
+    return statSync(workerData.path + '-wal').size;
+  } catch {
+    return 0;
+  }
+};
 const checkpoint = () => {
   try {
-    db.pragma('wal_checkpoint(PASSIVE)');
+    if (walBytes() > workerData.restartBytes) {
+      db.pragma('busy_timeout = ' + workerData.truncateBusyMs);
+      try {
+        db.pragma('wal_checkpoint(TRUNCATE)');
+      } finally {
+        db.pragma('busy_timeout = 0');
+      }
+    } else {
+      db.pragma('wal_checkpoint(PASSIVE)');
+    }
   } catch {
     // busy or locked: the next round copies it
   }
@@ -43,13 +74,25 @@ export interface Checkpointer {
   stop(): Promise<void>;
 }
 
-/** Take checkpoints of `db` (opened on `path`) off its thread, every `everyMs`. */
-export function startCheckpointer(db: Database.Database, path: string, everyMs = 250): Checkpointer {
+/**
+ * Take checkpoints of `db` (opened on `path`) off its thread, every `everyMs`, truncating the WAL once it is larger
+ * than `restartBytes`.
+ */
+export function startCheckpointer(
+  db: Database.Database,
+  path: string,
+  everyMs = 250,
+  restartBytes = WAL_SIZE_LIMIT_BYTES,
+): Checkpointer {
   const driver = createRequire(import.meta.url).resolve('better-sqlite3');
-  const worker = new Worker(WORKER_SOURCE, { eval: true, workerData: { driver, path, everyMs } });
+  const worker = new Worker(WORKER_SOURCE, {
+    eval: true,
+    workerData: { driver, path, everyMs, restartBytes, truncateBusyMs: TRUNCATE_BUSY_MS },
+  });
   // the worker must not keep a process alive that is otherwise done
   worker.unref();
-  db.pragma('wal_autocheckpoint = 0');
+  const pageSize = db.pragma('page_size', { simple: true }) as number;
+  db.pragma(`wal_autocheckpoint = ${Math.max(1, Math.ceil(restartBytes / pageSize))}`);
   let stopping = false;
   const exited = new Promise<void>((resolve) => {
     worker.once('exit', () => {

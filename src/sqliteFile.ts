@@ -1,6 +1,7 @@
 /**
  * Opening a SQLite file the way both halves keep theirs (the server's task store, the client's ledger): created
- * owner-only, WAL, foreign keys on, and migrated to this build's schema by `user_version`.
+ * owner-only, WAL with a bounded file, every commit synced to disk unless the caller chose otherwise, foreign keys
+ * on, and migrated to this build's schema by `user_version`.
  */
 import { chmodSync, closeSync, existsSync, openSync } from 'node:fs';
 
@@ -13,6 +14,20 @@ import Database from 'better-sqlite3';
  */
 export type Migration = string | ((db: Database.Database) => void);
 
+/**
+ * What the WAL file is truncated back to whenever the log starts over (SQLite's `journal_size_limit`): without it the
+ * file keeps the largest size it ever reached. The task store's checkpointer starts the log over past the same size.
+ */
+export const WAL_SIZE_LIMIT_BYTES = 16 * 1024 * 1024;
+
+/**
+ * When a commit is acknowledged (SQLite's `synchronous` in WAL mode). `full` (the default): every commit is fsynced
+ * before it returns, so what was acknowledged survives a power cut or an OS crash (DESIGN.md, rule 4). `normal`: the
+ * WAL is fsynced only at checkpoints; a commit survives the process being killed, but the last ones before a power
+ * cut or an OS crash may be lost. An explicit choice, for deployments that trade that for throughput.
+ */
+export type SqliteSynchronous = 'full' | 'normal';
+
 export interface SqliteFileOptions {
   /** Each entry migrates the schema from version `index` to `index + 1`. Shipped entries are never edited. */
   migrations: readonly Migration[];
@@ -20,6 +35,8 @@ export interface SqliteFileOptions {
   what: string;
   /** How long the busy handler waits for another process's write lock before failing. */
   busyTimeoutMs: number;
+  /** Default `full`: see `SqliteSynchronous`. */
+  synchronous?: SqliteSynchronous | undefined;
 }
 
 export function openSqliteFile(path: string, options: SqliteFileOptions): Database.Database {
@@ -31,7 +48,9 @@ export function openSqliteFile(path: string, options: SqliteFileOptions): Databa
   const db = new Database(path, { timeout: options.busyTimeoutMs });
   try {
     db.pragma('journal_mode = WAL');
-    db.pragma('synchronous = NORMAL');
+    db.pragma(`journal_size_limit = ${WAL_SIZE_LIMIT_BYTES}`);
+    // spec: MUST NOT return CreateTaskResult until the task is durably created; FULL syncs each commit to disk
+    db.pragma(`synchronous = ${synchronousLevel(options.synchronous)}`);
     db.pragma('foreign_keys = ON');
     migrate(db, path, options);
   } catch (error) {
@@ -39,6 +58,12 @@ export function openSqliteFile(path: string, options: SqliteFileOptions): Databa
     throw error;
   }
   return db;
+}
+
+function synchronousLevel(synchronous: SqliteSynchronous | undefined): 'FULL' | 'NORMAL' {
+  if (synchronous === undefined || synchronous === 'full') return 'FULL';
+  if (synchronous === 'normal') return 'NORMAL';
+  throw new RangeError(`synchronous must be "full" or "normal", got ${JSON.stringify(synchronous)}`);
 }
 
 function migrate(db: Database.Database, path: string, { migrations, what }: SqliteFileOptions): void {

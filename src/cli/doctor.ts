@@ -9,6 +9,7 @@ import { parseJsonObject, parseUrl } from './arguments.js';
 import { CliError } from './cliError.js';
 import { DOCTOR_PROBE_MCP_NAME } from './doctorProbe.js';
 import { colorsFor } from './output.js';
+import { serverLine, terminalJson } from './serverText.js';
 import { rpc, type RpcResponse } from './wireProbe.js';
 
 export type CheckStatus = 'pass' | 'warn' | 'fail' | 'skip';
@@ -263,11 +264,12 @@ export function registerDoctor(program: Command, resumeCheck?: DoctorOptions['re
         });
         const ok = !checks.some((c) => c.status === 'fail');
         if (flags.json) {
-          process.stdout.write(`${JSON.stringify({ url, ok, checks })}\n`);
+          process.stdout.write(`${terminalJson({ url, ok, checks })}\n`);
         } else {
           const mark = marks();
           const pc = colorsFor(process.stdout);
-          for (const c of checks) process.stdout.write(`${mark[c.status]}  ${c.name.padEnd(13)} ${c.detail}\n`);
+          for (const c of checks)
+            process.stdout.write(`${mark[c.status]}  ${c.name.padEnd(13)} ${serverLine(c.detail)}\n`);
           process.stdout.write(ok ? `${pc.green('ok')}: no check failed\n` : `${pc.red('failed')}: see FAIL lines\n`);
         }
         if (!ok) throw new CliError('', 1);

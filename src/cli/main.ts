@@ -7,6 +7,7 @@ import { Command, CommanderError } from 'commander';
 
 import { CliError } from './cliError.js';
 import { watchOutput } from './closedOutput.js';
+import { serverLine } from './serverText.js';
 
 // `closeout ... | head -1`: a closed stdout ends the command quietly, never with an EPIPE stack trace
 watchOutput();
@@ -60,10 +61,11 @@ try {
   if (error instanceof CommanderError) {
     process.exitCode = error.exitCode;
   } else if (error instanceof CliError) {
-    if (error.message) console.error(`closeout: ${error.message}`);
+    // a message may quote a server (an HTTP error body, a JSON-RPC error): one line of words, nothing a terminal acts on
+    if (error.message) console.error(`closeout: ${serverLine(error.message)}`);
     process.exitCode = error.exitCode;
   } else {
-    console.error(`closeout: ${error instanceof Error ? error.message : String(error)}`);
+    console.error(`closeout: ${serverLine(error instanceof Error ? error.message : String(error))}`);
     process.exitCode = 1;
   }
 }

@@ -6,6 +6,7 @@
 import pc from 'picocolors';
 
 import { LiveArea } from './liveArea.js';
+import { terminalJson } from './serverText.js';
 
 export type Colors = ReturnType<typeof pc.createColors>;
 
@@ -51,7 +52,7 @@ export class Output {
   /** One JSON value on its own line of stdout; nothing in human mode. */
   event(value: unknown): void {
     if (!this.json) return;
-    this.stdout.write(`${JSON.stringify(value)}\n`);
+    this.stdout.write(`${terminalJson(value)}\n`);
   }
 
   /** A remark for the person at the terminal, on stderr in both modes (never mixed into what scripts read). */

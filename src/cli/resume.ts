@@ -83,7 +83,7 @@ async function runResume(ref: string | undefined, flags: ResumeFlags): Promise<v
           client = await session.client(server);
         } catch (error) {
           const count = open.filter((r) => r.endpoint === server).length;
-          out.aside(`closeout: ${(error as Error).message}; its ${count} open task(s) stay in the ledger`);
+          out.aside(`closeout: ${serverLine((error as Error).message)}; its ${count} open task(s) stay in the ledger`);
           codes.push(EXIT.usage);
           continue;
         }

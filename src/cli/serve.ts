@@ -6,7 +6,7 @@ import { dirname, resolve } from 'node:path';
 
 import { InMemoryServerEventBus } from '@modelcontextprotocol/server';
 import type { Command } from 'commander';
-import { InvalidArgumentError } from 'commander';
+import { InvalidArgumentError, Option } from 'commander';
 import { parse as parseConnectionString } from 'pg-connection-string';
 
 import { conformanceDiagnostics, registerConformanceTools } from '../demo/conformanceTools.js';
@@ -25,6 +25,7 @@ interface ServeFlags {
   leaseMs: number;
   retentionMs: number;
   unlimitedRetentionMs: number;
+  sqliteSynchronous?: 'full' | 'normal';
 }
 
 export function registerServe(program: Command): void {
@@ -54,9 +55,21 @@ export function registerServe(program: Command): void {
       parsePositiveInt,
       7 * 24 * 3_600_000,
     )
+    .addOption(
+      new Option(
+        '--sqlite-synchronous <level>',
+        'full (default): every commit on disk before it is acknowledged; normal: faster, but the last tasks ' +
+          'acknowledged before a power cut may be lost',
+      )
+        .choices(['full', 'normal'])
+        .env('CLOSEOUT_SQLITE_SYNCHRONOUS'),
+    )
     .action(async (flags: ServeFlags) => {
+      if (flags.sqliteSynchronous !== undefined && /^postgres(ql)?:\/\//i.test(flags.store)) {
+        throw new CliError('--sqlite-synchronous applies to a SQLite store only, not to a postgres:// URL');
+      }
       assertStoreFolder(flags.store);
-      const store = await openTaskStore(flags.store);
+      const store = await openTaskStore(flags.store, { synchronous: flags.sqliteSynchronous });
       const tasks = new TaskServer({
         store,
         leaseMs: flags.leaseMs,

@@ -132,7 +132,8 @@ function printRecord(
       'last error',
       `${record.lastError.kind}: ${serverLine(record.lastError.message)} (${formatAgo(record.lastError.at, now)})`,
     );
-  if (record.terminalReason) field('closed out', `${record.terminalReason} (${formatAgo(record.terminalAt, now)})`);
+  if (record.terminalReason)
+    field('closed out', `${serverLine(record.terminalReason)} (${formatAgo(record.terminalAt, now)})`);
   if (record.supersededBy) field('resubmitted', `as ${record.supersededBy}`);
   if (refresh)
     field(

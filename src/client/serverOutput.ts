@@ -18,6 +18,23 @@ export const MAX_INPUT_REQUESTS = 64;
 /** The most bytes (as JSON) the `inputRequests` of one answer may take: a request is shown and stored, not streamed. */
 export const MAX_INPUT_REQUESTS_BYTES = 1_048_576;
 
+// C0/C1 controls (ESC among them), DEL, bidi controls and line separators: what a terminal acts on or a reader misreads
+// eslint-disable-next-line no-control-regex
+const CONTROL_CHARACTER = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]/;
+
+/**
+ * A server's taskId is printed, logged, pasted back by a person and sent in the `Mcp-Name` header: one that carries
+ * escape sequences or other control characters is refused as bad output, never shown to anyone (the spec leaves the
+ * id opaque; no server of good faith needs them).
+ */
+function checkTaskId(taskId: string, what: string): void {
+  if (CONTROL_CHARACTER.test(taskId)) {
+    throw new ServerOutputError(
+      `${what} is not a valid task: taskId must not contain control characters (escape sequences, bidi controls, line breaks)`,
+    );
+  }
+}
+
 export class ServerOutputError extends Error {
   constructor(message: string) {
     super(message);
@@ -49,6 +66,7 @@ export function parseCreateTaskResult(raw: Record<string, unknown>): ObservedTas
   if (!parsed.success) {
     throw new ServerOutputError(`CreateTaskResult is not a valid task: ${describeIssues(parsed.error)}`);
   }
+  checkTaskId(parsed.data.taskId, 'CreateTaskResult');
   checkCreatedAt(parsed.data.createdAt, 'CreateTaskResult');
   return {
     taskId: parsed.data.taskId,
@@ -102,6 +120,7 @@ function toObservedTask(raw: Record<string, unknown>, what: string): ObservedTas
   const parsed = DetailedTaskSchema.safeParse(task);
   if (!parsed.success) throw new ServerOutputError(`${what} is not a valid task: ${describeIssues(parsed.error)}`);
   const data = parsed.data;
+  checkTaskId(data.taskId, what);
   checkCreatedAt(data.createdAt, what);
   if (data.status === 'input_required') checkInputRequests(data.inputRequests, what);
   return {

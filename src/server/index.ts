@@ -23,7 +23,7 @@ export type {
   TaskStore,
   TerminalOutcome,
 } from './store/taskStore.js';
-export { OpenTaskLimitError } from './store/taskStore.js';
+export { OpenTaskLimitError, StoredTaskLimitError } from './store/taskStore.js';
 export type { RegisteredTaskTool, TaskServerOptions } from './taskServer.js';
 export { INTERRUPTED_MESSAGE, TaskServer } from './taskServer.js';
 export type {

@@ -15,6 +15,12 @@ export interface TaskLimits {
   maxInputRequestsPerTask: number;
   /** Most non-terminal tasks one principal may have; `tools/call` beyond it answers -32603 naming the limit. */
   maxOpenTasksPerPrincipal: number;
+  /**
+   * Most tasks one principal may keep stored: open ones and finished ones not yet purged (kept for `ttlMs` plus the
+   * retention). With the size limits it bounds the store's disk: at most this many times (`maxArgumentsBytes` +
+   * `maxResultBytes`) per principal. `tools/call` beyond it answers -32603 naming the limit.
+   */
+  maxStoredTasksPerPrincipal: number;
 }
 
 export const DEFAULT_LIMITS: Readonly<TaskLimits> = {
@@ -23,6 +29,8 @@ export const DEFAULT_LIMITS: Readonly<TaskLimits> = {
   maxJsonDepth: 256,
   maxInputRequestsPerTask: 16,
   maxOpenTasksPerPrincipal: 1000,
+  // two hours of a task every 72 ms at the default ttl and retention (an hour each)
+  maxStoredTasksPerPrincipal: 100_000,
 };
 
 /** The limits in `options` over the defaults; each must be a positive integer (or Infinity to switch it off). */

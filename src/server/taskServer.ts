@@ -29,7 +29,7 @@ import type {
   TaskStore,
   TerminalOutcome,
 } from './store/taskStore.js';
-import { OpenTaskLimitError } from './store/taskStore.js';
+import { OpenTaskLimitError, StoredTaskLimitError } from './store/taskStore.js';
 import { newTaskId } from './taskId.js';
 import type {
   AbortCause,
@@ -279,6 +279,9 @@ export class TaskServer {
           leaseExpiresAt: now + this.leaseMs,
           ...(this.limits.maxOpenTasksPerPrincipal !== Infinity && {
             maxOpenTasksForOwner: this.limits.maxOpenTasksPerPrincipal,
+          }),
+          ...(this.limits.maxStoredTasksPerPrincipal !== Infinity && {
+            maxStoredTasksForOwner: this.limits.maxStoredTasksPerPrincipal,
           }),
         }),
       );
@@ -788,6 +791,13 @@ export class TaskServer {
           ProtocolErrorCode.InternalError,
           `Too many open tasks: this caller already has ${error.limit} tasks that have not finished, this server's limit (maxOpenTasksPerPrincipal); wait for some to finish, or cancel them with tasks/cancel, then call again`,
           { limit: 'maxOpenTasksPerPrincipal', max: error.limit },
+        );
+      }
+      if (error instanceof StoredTaskLimitError) {
+        throw new ProtocolError(
+          ProtocolErrorCode.InternalError,
+          `Too many stored tasks: this caller already has ${error.limit} tasks kept on this server (open, or finished and kept for their retention), this server's limit (maxStoredTasksPerPrincipal); wait for finished ones to be purged, then call again`,
+          { limit: 'maxStoredTasksPerPrincipal', max: error.limit },
         );
       }
       this.report(error);

@@ -40,7 +40,15 @@ describe.concurrent('benchmark smoke runs', () => {
     // PostgreSQL rows, or the line saying why they were skipped
     if (!/^d skipped: /m.test(output))
       for (const label of ['d.b', 'd.c']) expect(row(output, label).at(-1)).toMatch(NUMBER);
-    for (const ratio of ['b/a', 'c/a', 'a/floor']) expect(row(output, ratio)[1]).toMatch(NUMBER);
+    for (const ratio of ['b/a', 'c/a', 'a/floor', 'b/f.b']) expect(row(output, ratio)[1]).toMatch(NUMBER);
+  }, 90_000);
+
+  it('walGrowth prints throughput and the WAL size window by window', async () => {
+    const output = await smoke('walGrowth');
+    expect(output).toMatch(/^largest WAL over the run: \d+\.\d MiB after \d+ tasks$/m);
+    const windows = output.split('\n').filter((l) => /^\d+\s{2,}\d+\s{2,}/.test(l));
+    expect(windows.length, output).toBeGreaterThan(0);
+    for (const cell of windows[0]!.trim().split(/\s{2,}/)) expect(cell, output).toMatch(NUMBER);
   }, 90_000);
 
   it('serverRecovery settles every interrupted task and prints the times', async () => {

@@ -42,6 +42,17 @@ describe('parsing task answers', () => {
     expect(() => parseGetTaskResult({ ...base, taskId: 't2' }, 't1')).toThrow(/answered with taskId t2/);
     expect(() => parseGetTaskResult([base], 't1')).toThrow(/not an object/);
   });
+
+  it('refuses a taskId carrying a control character, and keeps every other string', () => {
+    // a taskId is printed and pasted back by a person: escape sequences, bidi controls and line breaks have no place
+    for (const bad of ['a\u001b[2J', 'a\nb', 'a\u009bb', 'a\u202eb', 'a\u2028b', 'a\u0000']) {
+      expect(() => parseCreateTaskResult({ resultType: 'task', ...base, taskId: bad })).toThrow(/control characters/);
+      expect(() => parseGetTaskResult({ ...base, taskId: bad }, bad)).toThrow(/control characters/);
+    }
+    for (const good of ['786512e2-9e0d-44bd-8f29-789f320fe840', 'tâche-é', 'a b', 'a/b:c']) {
+      expect(parseCreateTaskResult({ resultType: 'task', ...base, taskId: good }).taskId).toBe(good);
+    }
+  });
 });
 
 describe('progressionViolation', () => {

@@ -265,6 +265,7 @@ describe('configuration', () => {
       maxJsonDepth: 256,
       maxInputRequestsPerTask: 16,
       maxOpenTasksPerPrincipal: 1000,
+      maxStoredTasksPerPrincipal: 100_000,
     });
     const store = new SqliteTaskStore(':memory:');
     expect(new TaskServer({ store }).limits).toEqual(DEFAULT_LIMITS);

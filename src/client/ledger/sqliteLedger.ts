@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import type Database from 'better-sqlite3';
 
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
-import type { Migration } from '../../sqliteFile.js';
+import type { Migration, SqliteSynchronous } from '../../sqliteFile.js';
 import { openSqliteFile } from '../../sqliteFile.js';
 import { endpointIdentity } from './endpointIdentity.js';
 import type {
@@ -204,6 +204,12 @@ export interface SqliteLedgerOptions {
   busyTimeoutMs?: number;
   /** Longest a schedule note waits in memory before it is committed. Default 1000 ms. */
   deferMs?: number;
+  /**
+   * `full` (default): a taskId, an answer and every other commit is on disk before the call that made it returns, so
+   * a handle survives a power cut. `normal`: faster, safe against the process being killed, but the last commits
+   * before a power cut or an OS crash may be lost. See `SqliteSynchronous`.
+   */
+  synchronous?: SqliteSynchronous;
 }
 
 /** A schedule note waiting to be committed; `nextPollAt` undefined: not part of the note. */
@@ -235,6 +241,7 @@ export class SqliteLedger implements Ledger {
       migrations: MIGRATIONS,
       what: 'ledger',
       busyTimeoutMs: options.busyTimeoutMs ?? 5000,
+      synchronous: options.synchronous,
     });
     this.deferMs = options.deferMs ?? 1000;
     const db = this.db;

@@ -23,7 +23,7 @@ import type {
   TaskStore,
   TerminalOutcome,
 } from './taskStore.js';
-import { OpenTaskLimitError } from './taskStore.js';
+import { OpenTaskLimitError, StoredTaskLimitError } from './taskStore.js';
 
 /** The NOTIFY channel; payload `{"taskId": "...", "kind": "input" | "cancel"}`. */
 export const TASK_SIGNAL_CHANNEL = 'closeout_task_signal';
@@ -99,6 +99,8 @@ const MIGRATIONS: readonly string[] = [
   `CREATE INDEX closeout_purged_tasks_purged_at ON closeout_purged_tasks (purged_at);
    CREATE INDEX closeout_tasks_closed_unlimited ON closeout_tasks (last_updated_at)
      WHERE status IN ('completed','failed','cancelled') AND expires_at IS NULL;`,
+  // the per-principal stored-task limit counts a principal's tasks, open and finished, on every tools/call
+  `CREATE INDEX closeout_tasks_owner ON closeout_tasks (owner);`,
 ];
 
 const OPEN = `status IN ('working','input_required')`;
@@ -132,6 +134,8 @@ const SQL = {
   // the open-task limit: count and insert under one per-owner lock, so concurrent creates cannot both squeeze in
   ownerLock: `SELECT pg_advisory_xact_lock(hashtextextended('closeout_open_tasks:' || $1, 0))`,
   openOfOwner: `SELECT COUNT(*) AS n FROM closeout_tasks WHERE owner = $1 AND ${OPEN}`,
+  // counts no further than the limit: the cost of the check stops growing there
+  storedOfOwner: `SELECT COUNT(*) AS n FROM (SELECT 1 FROM closeout_tasks WHERE owner = $1 LIMIT $2) s`,
   byIdempotencyKey: `SELECT ${TASK_WITH_INPUTS} FROM closeout_tasks t WHERE t.owner = $1 AND t.idempotency_key = $2`,
   get: `SELECT ${TASK_WITH_INPUTS} FROM closeout_tasks t WHERE t.task_id = $1`,
   purged: `SELECT 1 FROM closeout_purged_tasks WHERE task_id = $1 AND owner = $2`,
@@ -396,14 +400,21 @@ export class PostgresTaskStore implements TaskStore {
 
   async create(task: NewTask): Promise<{ task: StoredTask; created: boolean }> {
     const limit = task.maxOpenTasksForOwner;
-    if (limit === undefined) return this.guard('create', () => this.insert(this.pool, task));
+    const stored = task.maxStoredTasksForOwner;
+    if (limit === undefined && stored === undefined) return this.guard('create', () => this.insert(this.pool, task));
     return this.transaction('create', async (client) => {
       await client.query(SQL.ownerLock, [task.owner]);
-      // an idempotent replay returns its task, at the limit too
+      // an idempotent replay returns its task, at the limits too
       const replay = await this.byIdempotencyKey(client, task);
       if (replay) return { task: replay, created: false };
-      const { rows } = await client.query<{ n: string }>(SQL.openOfOwner, [task.owner]);
-      if (Number(rows[0]?.n ?? 0) >= limit) throw new OpenTaskLimitError(limit);
+      if (limit !== undefined) {
+        const { rows } = await client.query<{ n: string }>(SQL.openOfOwner, [task.owner]);
+        if (Number(rows[0]?.n ?? 0) >= limit) throw new OpenTaskLimitError(limit);
+      }
+      if (stored !== undefined) {
+        const { rows } = await client.query<{ n: string }>(SQL.storedOfOwner, [task.owner, stored]);
+        if (Number(rows[0]?.n ?? 0) >= stored) throw new StoredTaskLimitError(stored);
+      }
       return this.insert(client, task);
     });
   }
@@ -713,7 +724,7 @@ export class PostgresTaskStore implements TaskStore {
       return await fn();
     } catch (error) {
       // the store's own refusals keep their class: the runtime answers them with their own error
-      if (error instanceof OpenTaskLimitError) throw error;
+      if (error instanceof OpenTaskLimitError || error instanceof StoredTaskLimitError) throw error;
       throw this.wrap(op, error);
     }
   }

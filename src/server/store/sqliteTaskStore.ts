@@ -7,7 +7,7 @@ import type Database from 'better-sqlite3';
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
 import type { Checkpointer } from '../../sqliteCheckpointer.js';
 import { startCheckpointer } from '../../sqliteCheckpointer.js';
-import { openSqliteFile } from '../../sqliteFile.js';
+import { openSqliteFile, type SqliteSynchronous } from '../../sqliteFile.js';
 import type {
   AwaitedInput,
   InputCapabilities,
@@ -21,7 +21,7 @@ import type {
   TaskStore,
   TerminalOutcome,
 } from './taskStore.js';
-import { OpenTaskLimitError } from './taskStore.js';
+import { OpenTaskLimitError, StoredTaskLimitError } from './taskStore.js';
 
 const MIGRATIONS: readonly string[] = [
   `CREATE TABLE tasks (
@@ -75,6 +75,8 @@ const MIGRATIONS: readonly string[] = [
    CREATE INDEX tasks_open_lease_owner ON tasks (lease_owner) WHERE status IN ('working','input_required');
    CREATE INDEX tasks_closed_unlimited ON tasks (last_updated_at)
      WHERE status IN ('completed','failed','cancelled') AND expires_at IS NULL;`,
+  // the per-principal stored-task limit counts a principal's tasks, open and finished, on every tools/call
+  `CREATE INDEX tasks_owner ON tasks (owner);`,
 ];
 
 /** The size of one step of a sweep that pages (expiry, purge), when the caller sets none. */
@@ -127,6 +129,12 @@ export interface SqliteTaskStoreOptions {
    * sqliteCheckpointer.ts). Default true; false leaves SQLite's automatic checkpoint on the serving thread.
    */
   backgroundCheckpoints?: boolean;
+  /**
+   * `full` (default): task creation, terminal results and every other write are on disk before they are acknowledged,
+   * so they survive a power cut. `normal`: faster, and safe against a crash of the process, but the last writes before
+   * a power cut or an OS crash may be lost, CreateTaskResults already answered among them. See `SqliteSynchronous`.
+   */
+  synchronous?: SqliteSynchronous;
 }
 
 export class SqliteTaskStore implements TaskStore {
@@ -142,6 +150,7 @@ export class SqliteTaskStore implements TaskStore {
       migrations: MIGRATIONS,
       what: 'task store',
       busyTimeoutMs: options.busyTimeoutMs ?? 5000,
+      synchronous: options.synchronous,
     });
     const db = this.db;
     this.stmt = {
@@ -156,6 +165,8 @@ export class SqliteTaskStore implements TaskStore {
       ),
       byIdempotencyKey: db.prepare(`SELECT * FROM tasks WHERE owner = ? AND idempotency_key = ?`),
       openOfOwner: db.prepare(`SELECT COUNT(*) AS n FROM tasks WHERE owner = ? AND ${OPEN}`),
+      // counts no further than the limit: the cost of the check stops growing there
+      storedOfOwner: db.prepare(`SELECT COUNT(*) AS n FROM (SELECT 1 FROM tasks WHERE owner = ? LIMIT ?)`),
       get: db.prepare(`SELECT * FROM tasks WHERE task_id = ?`),
       inputs: db.prepare(
         `SELECT key, request, response, requested_at, answered_at FROM task_inputs WHERE task_id = ? ORDER BY seq`,
@@ -248,12 +259,19 @@ export class SqliteTaskStore implements TaskStore {
   async create(task: NewTask): Promise<{ task: StoredTask; created: boolean }> {
     return this.db
       .transaction(() => {
-        if (task.maxOpenTasksForOwner !== undefined) {
-          // an idempotent replay returns its task below, at the limit too
+        if (task.maxOpenTasksForOwner !== undefined || task.maxStoredTasksForOwner !== undefined) {
+          // an idempotent replay returns its task below, at the limits too
           const replay =
             task.idempotencyKey !== undefined && this.stmt.byIdempotencyKey.get(task.owner, task.idempotencyKey);
-          const { n } = this.stmt.openOfOwner.get(task.owner) as { n: number };
-          if (!replay && n >= task.maxOpenTasksForOwner) throw new OpenTaskLimitError(task.maxOpenTasksForOwner);
+          if (!replay && task.maxOpenTasksForOwner !== undefined) {
+            const { n } = this.stmt.openOfOwner.get(task.owner) as { n: number };
+            if (n >= task.maxOpenTasksForOwner) throw new OpenTaskLimitError(task.maxOpenTasksForOwner);
+          }
+          if (!replay && task.maxStoredTasksForOwner !== undefined) {
+            const max = task.maxStoredTasksForOwner;
+            const { n } = this.stmt.storedOfOwner.get(task.owner, max) as { n: number };
+            if (n >= max) throw new StoredTaskLimitError(max);
+          }
         }
         const argumentsJson = JSON.stringify(task.arguments);
         const info = this.stmt.insert.run({

@@ -81,6 +81,11 @@ export interface NewTask {
    * checked in the same transaction as the insert (an idempotent replay of an existing task is never refused).
    */
   maxOpenTasksForOwner?: number | undefined;
+  /**
+   * When set, the insert is refused with StoredTaskLimitError if `owner` already has this many tasks stored, open or
+   * finished and not yet purged, checked in the same transaction as the insert (an idempotent replay is never refused).
+   */
+  maxStoredTasksForOwner?: number | undefined;
 }
 
 /** `create` refused a task because its owner already has `limit` non-terminal tasks. */
@@ -88,6 +93,14 @@ export class OpenTaskLimitError extends Error {
   constructor(readonly limit: number) {
     super(`the owner already has ${limit} non-terminal tasks`);
     this.name = 'OpenTaskLimitError';
+  }
+}
+
+/** `create` refused a task because its owner already has `limit` tasks stored (open or finished, not yet purged). */
+export class StoredTaskLimitError extends Error {
+  constructor(readonly limit: number) {
+    super(`the owner already has ${limit} tasks stored`);
+    this.name = 'StoredTaskLimitError';
   }
 }
 
@@ -133,7 +146,8 @@ export interface TaskStore {
   /**
    * Inserts a task, committed when this resolves (spec: MUST NOT return CreateTaskResult before the task is durably
    * created). With an `idempotencyKey`, the same owner and key return the existing task and `created: false`.
-   * Throws OpenTaskLimitError when `maxOpenTasksForOwner` is set and reached.
+   * Throws OpenTaskLimitError when `maxOpenTasksForOwner` is set and reached, StoredTaskLimitError when
+   * `maxStoredTasksForOwner` is.
    */
   create(task: NewTask): Promise<{ task: StoredTask; created: boolean }>;
 

@@ -9,7 +9,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 
 import type { InputRequest, InputResponse } from '../../../src/protocol/index.js';
 import type { LeaseRef, NewTask, StoredTask, TaskSignal, TaskStore } from '../../../src/server/store/taskStore.js';
-import { OpenTaskLimitError } from '../../../src/server/store/taskStore.js';
+import { OpenTaskLimitError, StoredTaskLimitError } from '../../../src/server/store/taskStore.js';
 
 /** What a store's test file hands the contract: a fresh, empty store and how to dispose of it. */
 export interface TaskStoreFixture {
@@ -219,6 +219,22 @@ export function describeTaskStoreContract(
         );
         expect(racing.filter((r) => r.status === 'fulfilled')).toHaveLength(3);
         for (const r of racing) if (r.status === 'rejected') expect(r.reason).toBeInstanceOf(OpenTaskLimitError);
+      });
+
+      it('refuses a create over maxStoredTasksForOwner, counting finished tasks too, never an idempotent replay', async () => {
+        // invariant: what one owner keeps stored (open and retained finished tasks) is bounded (issue 11, item 9)
+        const limit = { maxStoredTasksForOwner: 2 };
+        const first = await created({ owner: 'dora', idempotencyKey: 'k-stored', ...limit });
+        await store.finish(leaseOf(first), { status: 'completed', result: {} }, T0 + 1);
+        await created({ owner: 'dora', ...limit });
+        await created({ owner: 'erin', ...limit });
+        const over = newTask({ owner: 'dora', ...limit });
+        await expect(store.create(over)).rejects.toBeInstanceOf(StoredTaskLimitError);
+        await expect(store.create(over)).rejects.toMatchObject({ limit: 2 });
+        expect(await store.get(over.taskId)).toBeUndefined();
+        expect((await store.create(newTask({ owner: 'dora', idempotencyKey: 'k-stored', ...limit }))).created).toBe(
+          false,
+        );
       });
 
       it('answers undefined for an unknown taskId and does not call it purged', async () => {
