@@ -655,7 +655,6 @@ export class TaskClient {
         { record: now ?? record },
       );
     }
-    const now = this.clock.now();
     const committed = await this.reload(record.recordId);
     this.emit({ type: 'status', record: committed });
     if (committed.localState === 'terminal') {
