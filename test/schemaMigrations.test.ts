@@ -13,7 +13,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 
 import { argumentsDigest } from '../src/client/argumentsDigest.js';
 import { LEDGER_SCHEMA_VERSION, SqliteLedger } from '../src/client/ledger/sqliteLedger.js';
-import { SqliteTaskStore } from '../src/server/store/sqliteTaskStore.js';
+import { SqliteTaskStore, STORE_SCHEMA_VERSION } from '../src/server/store/sqliteTaskStore.js';
 
 const FIXTURES = fileURLToPath(new URL('./fixtures/schemas/', import.meta.url));
 const ENDPOINT = 'http://127.0.0.1:3000/mcp';
@@ -147,7 +147,7 @@ describe.each(['store-v1-0b0553c.db', 'store-v2-6581262.db', 'store-v3-7194a8a.d
         await store.close();
       }
       const after = inspect(path);
-      expect(after.version).toBe(3);
+      expect(after.version).toBe(STORE_SCHEMA_VERSION);
       expect(after.foreignKeyErrors).toEqual([]);
     });
   },

@@ -79,6 +79,9 @@ const MIGRATIONS: readonly string[] = [
   `CREATE INDEX tasks_owner ON tasks (owner);`,
 ];
 
+/** The task store schema version this build writes. */
+export const STORE_SCHEMA_VERSION = MIGRATIONS.length;
+
 /** The size of one step of a sweep that pages (expiry, purge), when the caller sets none. */
 const SWEEP_PAGE = 500;
 

@@ -596,7 +596,8 @@ export function describeTaskStoreContract(
         expect(renewed).toHaveLength(2000);
         expect(renewed.filter((l) => l.cancelRequested).map((l) => l.taskId)).toEqual([tasks[7]!.taskId]);
         expect(await read(tasks[1999]!.taskId)).toMatchObject({ leaseExpiresAt: T0 + 5 * MINUTE });
-      });
+        // 2,000 creates, each synced to disk on SQLite's durable default: seconds on a slow disk
+      }, 60_000);
 
       it('reads the stored answers of awaited keys, and only those', async () => {
         // invariant: the fallback for a lost input signal is one read for every awaited key of every running task
