@@ -7,6 +7,8 @@ import { chmodSync, closeSync, existsSync, openSync } from 'node:fs';
 
 import Database from 'better-sqlite3';
 
+import type { SqliteSynchronous } from './sqliteSynchronous.js';
+
 /**
  * One schema step: SQL, or a function for a step SQL alone cannot say (a table rebuilt from its own stored
  * definition). Either runs inside the step's transaction, with foreign keys off (so a table can be rebuilt under
@@ -19,14 +21,6 @@ export type Migration = string | ((db: Database.Database) => void);
  * file keeps the largest size it ever reached. The task store's checkpointer starts the log over past the same size.
  */
 export const WAL_SIZE_LIMIT_BYTES = 16 * 1024 * 1024;
-
-/**
- * When a commit is acknowledged (SQLite's `synchronous` in WAL mode). `full` (the default): every commit is fsynced
- * before it returns, so what was acknowledged survives a power cut or an OS crash (DESIGN.md, rule 4). `normal`: the
- * WAL is fsynced only at checkpoints; a commit survives the process being killed, but the last ones before a power
- * cut or an OS crash may be lost. An explicit choice, for deployments that trade that for throughput.
- */
-export type SqliteSynchronous = 'full' | 'normal';
 
 export interface SqliteFileOptions {
   /** Each entry migrates the schema from version `index` to `index + 1`. Shipped entries are never edited. */

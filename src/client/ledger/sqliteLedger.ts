@@ -9,8 +9,9 @@ import { randomBytes } from 'node:crypto';
 import type Database from 'better-sqlite3';
 
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
-import type { Migration, SqliteSynchronous } from '../../sqliteFile.js';
+import type { Migration } from '../../sqliteFile.js';
 import { openSqliteFile } from '../../sqliteFile.js';
+import type { SqliteSynchronous } from '../../sqliteSynchronous.js';
 import { endpointIdentity } from './endpointIdentity.js';
 import type {
   Closing,

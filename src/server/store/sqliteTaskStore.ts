@@ -7,7 +7,8 @@ import type Database from 'better-sqlite3';
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
 import type { Checkpointer } from '../../sqliteCheckpointer.js';
 import { startCheckpointer } from '../../sqliteCheckpointer.js';
-import { openSqliteFile, type SqliteSynchronous } from '../../sqliteFile.js';
+import { openSqliteFile } from '../../sqliteFile.js';
+import type { SqliteSynchronous } from '../../sqliteSynchronous.js';
 import type {
   AwaitedInput,
   InputCapabilities,
