@@ -59,7 +59,9 @@ describe('SqliteTaskStore write-ahead log', () => {
       maxWal = Math.max(maxWal, walBytes(path));
       console.log(`${tasks} tasks in ${Date.now() - started} ms, largest WAL ${(maxWal / MiB).toFixed(1)} MiB`);
       expect(tasks).toBeGreaterThan(1000);
-      expect(maxWal).toBeLessThan(4 * WAL_SIZE_LIMIT_BYTES);
+      // bounded, not exact: while other test files load the machine, a checkpoint can lag the writer (73 MiB was seen
+      // in a full `npm test` run); without the bound the log passed 600 MiB in this time
+      expect(maxWal).toBeLessThan(6 * WAL_SIZE_LIMIT_BYTES);
       // idle, it comes back under the limit
       const idle = Date.now() + 15_000;
       while (walBytes(path) > WAL_SIZE_LIMIT_BYTES && Date.now() < idle) await new Promise((r) => setTimeout(r, 50));
