@@ -3,7 +3,7 @@
  * that asks for approval through elicitation, a job that fails with a protocol error, and a plain fast tool.
  *
  * With `CLOSEOUT_RUN_LOG=FILE` in the environment, every handler start appends one JSON line
- * `{"tool","taskId","attempt","pid","at"}` to FILE before it does anything else: the chaos soak (test/e2e/soak.ts) counts
+ * `{"tool","taskId","attempt","pid","instance","at"}` to FILE before it does anything else: the chaos soak (test/e2e/soak.ts) counts
  * how often each handler really ran from it, rather than from what the server's store says about itself.
  */
 import { appendFileSync } from 'node:fs';
@@ -18,7 +18,9 @@ import { abortableSleep } from './abortableSleep.js';
 function recordRun(tool: string, ctx: TaskContext): void {
   const path = process.env['CLOSEOUT_RUN_LOG'];
   if (!path) return;
-  const run = { tool, taskId: ctx.taskId ?? null, attempt: ctx.attempt, pid: process.pid, at: Date.now() };
+  // CLOSEOUT_RUN_INSTANCE names the process when pids are not unique (instances in PID namespaces of their own)
+  const instance = process.env['CLOSEOUT_RUN_INSTANCE'] ?? String(process.pid);
+  const run = { tool, taskId: ctx.taskId ?? null, attempt: ctx.attempt, pid: process.pid, instance, at: Date.now() };
   appendFileSync(path, `${JSON.stringify(run)}\n`);
 }
 

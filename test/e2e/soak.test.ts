@@ -1,6 +1,7 @@
 // The chaos soak (test/e2e/soak.ts): every submission closes out with the ledger and the store agreeing, no handler
 // runs more often than its policy allows, no input is asked twice, nothing is left open, two reads agree, and each
-// kind of fault was actually injected and recovered from. SHORT here; `npm run soak` (SOAK_MODE=long) runs LONG.
+// kind of fault was actually injected and recovered from: kills, pauses past the lease, a second process racing
+// resumeAll, client clock steps, PostgreSQL connection drops and outages, an instance in another PID namespace. SHORT here; `npm run soak` (SOAK_MODE=long) runs LONG.
 import { describe, expect, it } from 'vitest';
 
 import { formatReport, LONG, runSoak, SHORT } from './soak.js';
@@ -22,6 +23,14 @@ describe(`chaos soak (${config.name})`, () => {
       expect(report.faults.clientKills).toBeGreaterThan(0);
       expect(report.faults.droppedBefore + report.faults.droppedAfter).toBeGreaterThan(0);
       expect(report.faults.delayed).toBeGreaterThan(0);
+      expect(report.faults.clientPauses).toBeGreaterThan(0);
+      expect(report.faults.resumeRaces).toBeGreaterThan(0);
+      expect(report.faults.clockSteps).toBeGreaterThan(0);
+      expect(report.namespacedStarts).toBeGreaterThan(0);
+      if (config.backends.includes('postgres')) {
+        expect(report.faults.connectionDrops).toBeGreaterThan(0);
+        expect(report.faults.databaseOutages).toBeGreaterThan(0);
+      }
       expect(report.recovered.total).toBeGreaterThan(0);
       expect(report.outcomes).toMatchObject({
         completed: expect.any(Number),

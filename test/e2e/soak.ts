@@ -3,7 +3,10 @@
  * principal) submit a steady stream of tasks of every kind — fast, slow, input-requiring, failing, cancelled — to
  * several `closeout serve` processes, on SQLite (one store file shared by every instance) and on PostgreSQL, each
  * backend behind a ChaosProxy that drops connections and delays answers, while a fault injector SIGKILLs random
- * server and client processes and starts them again. Everything runs on loopback and is bounded in count and time.
+ * server and client processes and starts them again, pauses client processes (SIGSTOP) for longer than their lease,
+ * races a second process's resumeAll() against a client on its own ledger, steps a client's wall clock (libfaketime),
+ * drops the PostgreSQL connections and stops PostgreSQL for seconds; one instance per backend runs in a PID namespace
+ * of its own (a container sharing the host's name). Everything runs on loopback and is bounded in count and time.
  *
  * Then, for every submission: the client's ledger and the server's store agree on the final state and result; no
  * handler ran more often than its policy allows (counted from the demo tools' CLOSEOUT_RUN_LOG, not from the store:
@@ -26,8 +29,10 @@ import type { TaskRecord } from '../../src/client/index.js';
 import { SqliteLedger } from '../../src/client/index.js';
 import { INTERRUPTED_MESSAGE } from '../../src/server/taskServer.js';
 import { ChaosProxy, type ChaosRates } from '../support/chaosProxy.js';
+import { type FakeClock, fakeClock } from '../support/faketime.js';
 import { type StartedPostgres, startPostgres } from '../support/postgres.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
+import { inNewPidNamespace, requirePidNamespaces } from '../support/processWrappers.js';
 import { rpc } from '../support/rpc.js';
 
 const SOAK_CLIENT = fileURLToPath(new URL('./fixtures/soakClient.mjs', import.meta.url));
@@ -46,8 +51,10 @@ export interface SoakConfig {
   submitForMs: number;
   /** Processes are killed until this long after the first submission; the proxy misbehaves until then too. */
   faultsForMs: number;
-  /** Mean pause between two process kills (over all backends). */
+  /** Mean pause between two faults (over all backends). */
   killEveryMs: number;
+  /** How long PostgreSQL stays down in one outage. */
+  databaseOutageMs: number;
   /** After the faults stop, how long the clients have to close out everything. */
   settleTimeoutMs: number;
   serverLeaseMs: number;
@@ -77,7 +84,8 @@ export const SHORT: SoakConfig = {
   jobsPerClient: 18,
   submitForMs: 15_000,
   faultsForMs: 20_000,
-  killEveryMs: 1_500,
+  killEveryMs: 1_200,
+  databaseOutageMs: 3_000,
   settleTimeoutMs: 45_000,
   serverLeaseMs: 3_000,
   clientLeaseMs: 2_000,
@@ -102,6 +110,31 @@ export const LONG: SoakConfig = {
 };
 
 type JobKind = 'fast' | 'slow' | 'stream' | 'input' | 'failing' | 'cancelled';
+
+/** What the injector does at one tick. The PostgreSQL faults only hit the PostgreSQL backend. */
+type FaultKind =
+  | 'kill-server'
+  | 'kill-client'
+  | 'pause-client'
+  | 'resume-race'
+  | 'clock-step'
+  | 'connection-drops'
+  | 'database-outage';
+
+const FAULT_WEIGHTS: Array<[FaultKind, number]> = [
+  ['kill-server', 30],
+  ['kill-client', 25],
+  ['pause-client', 15],
+  ['resume-race', 10],
+  ['clock-step', 8],
+  ['connection-drops', 8],
+  ['database-outage', 4],
+];
+
+const POSTGRES_FAULTS = new Set<FaultKind>(['connection-drops', 'database-outage']);
+
+/** The wall-clock offsets a stepped client moves between (an NTP step, a VM snapshot restored). */
+const CLOCK_OFFSETS = ['+0', '-45s', '+40s', '-20s'];
 
 interface Job {
   jobId: string;
@@ -137,6 +170,11 @@ export interface SoakReport {
   faults: {
     serverKills: number;
     clientKills: number;
+    clientPauses: number;
+    resumeRaces: number;
+    clockSteps: number;
+    connectionDrops: number;
+    databaseOutages: number;
     droppedBefore: number;
     droppedAfter: number;
     delayed: number;
@@ -151,6 +189,10 @@ export interface SoakReport {
   };
   /** Input requests asked again because the client died between asking and storing the answer. */
   reaskedAfterCrash: number;
+  /** ... or was paused past its lease there, and another process took the task up (told `previouslyAsked`). */
+  reaskedAfterPause: number;
+  /** Instance starts in a PID namespace of their own. */
+  namespacedStarts: number;
   /** What the server instances logged (not a failure by itself: a killed database connection is logged). */
   serverLog: string[];
   /** Jobs without a closed-out record that agrees with the server's store, with why. */
@@ -186,7 +228,14 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
         mkdirSync(join(dir, kind));
         store = join(dir, kind, 'server.db');
       }
-      const backend = new BackendRun(kind, join(dir, kind), store, config, mulberry32(config.seed * 31 + index));
+      const backend = new BackendRun(
+        kind,
+        join(dir, kind),
+        store,
+        config,
+        mulberry32(config.seed * 31 + index),
+        kind === 'postgres' ? postgres : undefined,
+      );
       backends.push(backend);
       await backend.startServers();
     }
@@ -198,13 +247,17 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
         `faults for ${config.faultsForMs / 1000} s`,
     );
 
-    // the fault injector: a random process of a random backend, killed and started again a moment later
+    // the fault injector: every kind of fault on every backend once, in a seeded order, then random ones
+    const due = shuffle(
+      backends.flatMap((backend) => backend.supportedFaults().map((fault) => ({ backend, fault }))),
+      random,
+    );
     const faultsUntil = startAt + config.faultsForMs;
     while (Date.now() < faultsUntil) {
       await sleep(config.killEveryMs * (0.5 + random()));
-      const backend = backends[Math.floor(random() * backends.length)]!;
-      if (random() < 0.5) backend.killServer(random);
-      else backend.killClient(random);
+      const next = due.shift();
+      const backend = next?.backend ?? backends[Math.floor(random() * backends.length)]!;
+      backend.inject(next?.fault ?? pickFault(backend.supportedFaults(), random), random);
     }
     for (const backend of backends) await backend.quiesce();
     log(`soak ${config.name}: faults stopped after ${Math.round((Date.now() - started) / 1000)} s, settling`);
@@ -223,6 +276,11 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
     const faults = {
       serverKills: sum((r) => r.serverKills),
       clientKills: sum((r) => r.clientKills),
+      clientPauses: sum((r) => r.clientPauses),
+      resumeRaces: sum((r) => r.resumeRaces),
+      clockSteps: sum((r) => r.clockSteps),
+      connectionDrops: sum((r) => r.connectionDrops),
+      databaseOutages: sum((r) => r.databaseOutages),
       droppedBefore: sum((r) => r.proxy.droppedBefore),
       droppedAfter: sum((r) => r.proxy.droppedAfter),
       delayed: sum((r) => r.proxy.delayed),
@@ -232,6 +290,11 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
     faults.total =
       faults.serverKills +
       faults.clientKills +
+      faults.clientPauses +
+      faults.resumeRaces +
+      faults.clockSteps +
+      faults.connectionDrops +
+      faults.databaseOutages +
       faults.droppedBefore +
       faults.droppedAfter +
       faults.delayed +
@@ -251,6 +314,8 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
         takenOverAfterServerKill: sum((r) => r.takenOver),
       },
       reaskedAfterCrash: sum((r) => r.reaskedAfterCrash),
+      reaskedAfterPause: sum((r) => r.reaskedAfterPause),
+      namespacedStarts: sum((r) => r.namespacedStarts),
       serverLog: results.flatMap((r) =>
         [...r.serverLog].sort((a, b) => b[1] - a[1]).map(([line, n]) => `${r.kind}: ${n}x ${line.slice(0, 300)}`),
       ),
@@ -259,7 +324,15 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
       backends: results.map((r) => ({
         kind: r.kind,
         submitted: r.submitted,
-        faults: r.serverKills + r.clientKills + r.proxyFaults,
+        faults:
+          r.serverKills +
+          r.clientKills +
+          r.clientPauses +
+          r.resumeRaces +
+          r.clockSteps +
+          r.connectionDrops +
+          r.databaseOutages +
+          r.proxyFaults,
         recovered: r.recovered.size,
         lost: r.lost.length,
         badGateway: r.badGateway,
@@ -290,12 +363,17 @@ export function formatReport(report: SoakReport): string[] {
       .map(([status, n]) => `${status} ${n}`)
       .join(
         ', ',
-      )}; tools/call sent ${report.toolCalls}; inputs re-asked after a client died mid-answer ${report.reaskedAfterCrash}`,
+      )}; tools/call sent ${report.toolCalls}; inputs re-asked after a client died mid-answer ${report.reaskedAfterCrash}, ` +
+      `after a pause past its lease ${report.reaskedAfterPause}; instance starts in a PID namespace of their own ` +
+      `${report.namespacedStarts}`,
     ...report.serverLog.slice(0, 10).map((line) => `  server log ${line}`),
     ...report.violations.map((line) => `  VIOLATION ${line}`),
     ...report.lost.map((line) => `  LOST ${line}`),
     `submitted: ${report.submitted}`,
     `faults injected: ${faults.total} (server processes killed ${faults.serverKills}, client processes killed ${faults.clientKills}, ` +
+      `client processes paused past their lease ${faults.clientPauses}, second processes racing resumeAll ${faults.resumeRaces}, ` +
+      `client clock steps ${faults.clockSteps}, PostgreSQL connection drops ${faults.connectionDrops}, ` +
+      `PostgreSQL outages ${faults.databaseOutages}, ` +
       `connections dropped before the server ${faults.droppedBefore}, answers dropped after it ${faults.droppedAfter}, ` +
       `answers delayed ${faults.delayed}, answers stalled past the client's timeout ${faults.stalled})`,
     `recovered: ${recovered.total} (resubmitted after a lost answer ${recovered.resubmitted}, resumed by a restarted client ` +
@@ -319,6 +397,10 @@ interface ClientSlot {
   eventLog: string;
   askedLog: string;
   child: ChildProcess | undefined;
+  /** Second processes racing this client's resumeAll() on its ledger, while they run. */
+  racers: Set<ChildProcess>;
+  /** The stepped wall clock every process of this slot runs on, for the one slot per backend that has one. */
+  clock: FakeClock | undefined;
   done: boolean;
   stderr: string;
 }
@@ -341,6 +423,12 @@ interface BackendResult {
   outcomes: Record<string, number>;
   serverKills: number;
   clientKills: number;
+  clientPauses: number;
+  resumeRaces: number;
+  clockSteps: number;
+  connectionDrops: number;
+  databaseOutages: number;
+  namespacedStarts: number;
   proxy: ChaosProxy['counts'];
   proxyFaults: number;
   badGateway: Record<string, number>;
@@ -349,6 +437,7 @@ interface BackendResult {
   resumedByAnotherClient: number;
   takenOver: number;
   reaskedAfterCrash: number;
+  reaskedAfterPause: number;
   lost: string[];
   violations: string[];
   /** What the instances wrote to stderr besides their start line, ids masked, with how often. */
@@ -363,7 +452,18 @@ class BackendRun {
   private readonly started: ServeProcess[] = [];
   private readonly clients: ClientSlot[] = [];
   private readonly killedServerPids = new Set<number>();
+  /** The CLOSEOUT_RUN_INSTANCE of every killed instance: pids repeat across PID namespaces, these never do. */
+  private readonly killedServerInstances = new Set<string>();
+  private readonly instanceOf = new Map<ServeProcess, string>();
+  private instancesStarted = 0;
+  private namespacedStarts = 0;
   private readonly killedClientPids = new Set<number>();
+  private readonly pausedClientPids = new Set<number>();
+  private resumeRaces = 0;
+  private clockSteps = 0;
+  private connectionDrops = 0;
+  private databaseOutages = 0;
+  private outageRunning = false;
   private readonly restarts = new Set<Promise<void>>();
   private readonly violations: string[] = [];
   private readonly runLog: string;
@@ -378,6 +478,7 @@ class BackendRun {
     private readonly store: string,
     private readonly config: SoakConfig,
     random: () => number,
+    private readonly postgres?: StartedPostgres,
   ) {
     mkdirSync(dir, { recursive: true });
     this.runLog = join(dir, 'runs.log');
@@ -395,6 +496,9 @@ class BackendRun {
         eventLog: join(dir, `events-${index}.log`),
         askedLog: join(dir, `asked-${index}.log`),
         child: undefined,
+        racers: new Set(),
+        // the first client of each backend lives on a wall clock the injector steps
+        clock: index === 0 ? fakeClock('+0') : undefined,
         done: false,
         stderr: '',
       });
@@ -402,12 +506,38 @@ class BackendRun {
   }
 
   async startServers(): Promise<void> {
+    requirePidNamespaces();
     this.proxyUrl = await this.proxy.listen();
     // the first instance creates the store; the others start together, as a deployment would
-    this.servers.push(await this.serve());
-    const others = await Promise.all(Array.from({ length: this.config.serversPerBackend - 1 }, () => this.serve()));
+    this.servers.push(await this.serve(0));
+    const others = await Promise.all(
+      Array.from({ length: this.config.serversPerBackend - 1 }, (_, i) => this.serve(i + 1)),
+    );
     this.servers.push(...others);
     this.route();
+  }
+
+  supportedFaults(): FaultKind[] {
+    return FAULT_WEIGHTS.map(([fault]) => fault).filter((fault) => this.postgres || !POSTGRES_FAULTS.has(fault));
+  }
+
+  inject(fault: FaultKind, random: () => number): void {
+    switch (fault) {
+      case 'kill-server':
+        return this.killServer(random);
+      case 'kill-client':
+        return this.killClient(random);
+      case 'pause-client':
+        return this.pauseClient(random);
+      case 'resume-race':
+        return this.raceResume(random);
+      case 'clock-step':
+        return this.stepClock(random);
+      case 'connection-drops':
+        return this.dropConnections();
+      case 'database-outage':
+        return this.stopDatabase();
+    }
   }
 
   startClients(startAt: number, random: () => number): void {
@@ -426,6 +556,7 @@ class BackendRun {
     const server = this.servers[index]!;
     this.servers[index] = undefined;
     this.killedServerPids.add(server.child.pid!);
+    this.killedServerInstances.add(this.instanceOf.get(server)!);
     this.note('kill server', server.child.pid!);
     const restartAfter = 200 + random() * 1_300;
     this.track(
@@ -433,7 +564,7 @@ class BackendRun {
         await server.kill();
         this.route();
         await sleep(restartAfter);
-        this.servers[index] = await this.serve();
+        this.servers[index] = await this.serve(index);
         this.route();
       })(),
     );
@@ -459,6 +590,96 @@ class BackendRun {
     );
   }
 
+  /** SIGSTOP for longer than the client's lease (a laptop lid, a debugger, a paused container), then SIGCONT. */
+  pauseClient(random: () => number): void {
+    const live = this.clients.filter((slot) => slot.child && !slot.done && slot.child.exitCode === null);
+    if (live.length === 0) return;
+    const child = live[Math.floor(random() * live.length)]!.child!;
+    const pausedFor = this.config.clientLeaseMs * (1.5 + random());
+    this.pausedClientPids.add(child.pid!);
+    this.note('pause client', child.pid!);
+    this.track(
+      (async () => {
+        child.kill('SIGSTOP');
+        await sleep(pausedFor);
+        child.kill('SIGCONT');
+        this.note('continue client', child.pid!);
+      })(),
+    );
+  }
+
+  /** A second process on a client's ledger whose resumeAll() runs while the client runs its own. */
+  raceResume(random: () => number): void {
+    const live = this.clients.filter((slot) => slot.child && !slot.done);
+    if (live.length === 0) return;
+    const slot = live[Math.floor(random() * live.length)]!;
+    this.resumeRaces++;
+    const racer = this.spawnSoakClient(slot, true);
+    slot.racers.add(racer);
+    this.note(`racer for client ${slot.index} spawned`, racer.pid!);
+    let stderr = '';
+    racer.stderr!.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-4_000)));
+    racer.once('exit', (code, signal) => {
+      slot.racers.delete(racer);
+      if (code !== 0 && !this.stopping) {
+        this.violations.push(`the resume racer of client ${slot.index} exited with ${code ?? signal}: ${stderr}`);
+      }
+    });
+  }
+
+  /** Step the wall clock of the slot that has a stepped one, to another offset. */
+  stepClock(random: () => number): void {
+    const slot = this.clients.find((candidate) => candidate.clock);
+    if (!slot?.clock) return;
+    const offset = CLOCK_OFFSETS[1 + Math.floor(random() * (CLOCK_OFFSETS.length - 1))]!;
+    slot.clock.set(offset);
+    this.clockSteps++;
+    this.note(`client ${slot.index} clock at ${offset}`, slot.child?.pid ?? 0);
+    // and back a few seconds later, so each step is a jump both ways
+    this.track(
+      (async () => {
+        await sleep(2_000 + random() * 3_000);
+        slot.clock?.set('+0');
+      })(),
+    );
+  }
+
+  /** Every connection the instances hold to the database, cut at once (a failover, a proxy restart). */
+  dropConnections(): void {
+    this.connectionDrops++;
+    this.note('drop database connections', 0);
+    this.track(
+      (async () => {
+        const admin = new pg.Client({ connectionString: this.store });
+        admin.on('error', () => undefined);
+        try {
+          await admin.connect();
+          await admin.query(
+            'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()',
+          );
+        } catch {
+          // the database is down for an outage right now: nothing to cut
+        } finally {
+          await admin.end().catch(() => undefined);
+        }
+      })(),
+    );
+  }
+
+  /** PostgreSQL stopped for some seconds and started again: instances must neither die nor run anything twice. */
+  stopDatabase(): void {
+    if (!this.postgres || this.outageRunning) return;
+    this.outageRunning = true;
+    this.databaseOutages++;
+    this.note('database outage', 0);
+    this.track(
+      this.postgres.outage(this.config.databaseOutageMs).finally(() => {
+        this.outageRunning = false;
+        this.note('database back', 0);
+      }),
+    );
+  }
+
   /** No more faults: the proxy forwards faithfully, and every killed process is back. */
   async quiesce(): Promise<void> {
     this.proxy.chaos = false;
@@ -466,23 +687,36 @@ class BackendRun {
   }
 
   allClientsDone(): boolean {
-    return this.clients.every((slot) => slot.done);
+    return this.clients.every((slot) => slot.done && slot.racers.size === 0);
   }
 
   async stop(): Promise<void> {
     this.stopping = true;
     await Promise.allSettled([...this.restarts]);
-    for (const slot of this.clients) slot.child?.kill('SIGKILL');
+    for (const slot of this.clients) {
+      slot.child?.kill('SIGKILL');
+      for (const racer of slot.racers) racer.kill('SIGKILL');
+    }
     await Promise.allSettled(this.servers.map((server) => server?.stop()));
     await this.proxy.close();
   }
 
-  private async serve(): Promise<ServeProcess> {
+  /** Instance `index`; the second one always runs in a PID namespace of its own, as in a container. */
+  private async serve(index: number): Promise<ServeProcess> {
     const tokens = this.clients.flatMap((slot) => ['--token', `${slot.token}=${slot.principal}`]);
     const args = ['--store', this.store, '--lease-ms', String(this.config.serverLeaseMs), ...tokens];
+    const namespaced = index === 1;
     for (let attempt = 1; ; attempt++) {
+      const instance = `${this.kind}-${++this.instancesStarted}${namespaced ? '-ns' : ''}`;
       try {
-        const server = await startServe(args, 30_000, { CLOSEOUT_RUN_LOG: this.runLog });
+        const server = await startServe(
+          args,
+          30_000,
+          { CLOSEOUT_RUN_LOG: this.runLog, CLOSEOUT_RUN_INSTANCE: instance },
+          namespaced ? inNewPidNamespace : undefined,
+        );
+        this.instanceOf.set(server, instance);
+        if (namespaced) this.namespacedStarts++;
         this.started.push(server);
         this.note('server up', server.child.pid!);
         server.child.once('exit', (code, signal) => this.exitedOnItsOwn(server, code ?? signal));
@@ -509,7 +743,7 @@ class BackendRun {
     this.route();
     this.track(
       (async () => {
-        this.servers[index] = await this.serve();
+        this.servers[index] = await this.serve(index);
         this.route();
       })(),
     );
@@ -529,18 +763,7 @@ class BackendRun {
 
   private spawnClient(slot: ClientSlot): void {
     if (this.stopping) return;
-    const args = {
-      url: this.proxyUrl,
-      token: slot.token,
-      ledger: slot.ledger,
-      plan: slot.planFile,
-      eventLog: slot.eventLog,
-      askedLog: slot.askedLog,
-      startAt: this.startAt,
-      leaseMs: this.config.clientLeaseMs,
-      requestTimeoutMs: this.config.clientRequestTimeoutMs,
-    };
-    const child = spawn(process.execPath, [SOAK_CLIENT, JSON.stringify(args)], { stdio: ['ignore', 'ignore', 'pipe'] });
+    const child = this.spawnSoakClient(slot, false);
     slot.child = child;
     this.note(`client ${slot.index} spawned`, child.pid!);
     child.stderr!.on('data', (chunk: Buffer) => (slot.stderr = (slot.stderr + chunk.toString()).slice(-4_000)));
@@ -556,6 +779,26 @@ class BackendRun {
     });
   }
 
+  /** A process of fixtures/soakClient.mjs for this slot, on the slot's clock. */
+  private spawnSoakClient(slot: ClientSlot, resumeOnly: boolean): ChildProcess {
+    const args = {
+      url: this.proxyUrl,
+      token: slot.token,
+      ledger: slot.ledger,
+      plan: slot.planFile,
+      eventLog: slot.eventLog,
+      askedLog: slot.askedLog,
+      startAt: this.startAt,
+      leaseMs: this.config.clientLeaseMs,
+      requestTimeoutMs: this.config.clientRequestTimeoutMs,
+      resumeOnly,
+    };
+    return spawn(process.execPath, [SOAK_CLIENT, JSON.stringify(args)], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+      env: { ...process.env, ...slot.clock?.env },
+    });
+  }
+
   // ---- the checks --------------------------------------------------------------------------------------------
 
   async verify(): Promise<BackendResult> {
@@ -568,16 +811,18 @@ class BackendRun {
     const outcomes: Record<string, number> = {};
     let toolCalls = 0;
     let reaskedAfterCrash = 0;
+    let reaskedAfterPause = 0;
 
     const rows = await this.readStore();
     const byKey = new Map(rows.map((row) => [`${row.owner}\0${row.idempotencyKey}`, row]));
-    const runs = readJsonLines<{ tool: string; taskId: string | null; attempt: number; pid: number }>(this.runLog);
+    const runs = readJsonLines<{ tool: string; taskId: string | null; attempt: number; instance: string }>(this.runLog);
     const runsByTask = groupBy(runs, (run) => String(run.taskId));
     const readUrls = this.servers.flatMap((server) => (server ? [server.url] : []));
     const jobIds = new Set<string>();
 
     for (const slot of this.clients) {
       if (!slot.done) violations.push(`client ${slot.index} did not close out its plan in time: ${slot.stderr}`);
+      if (slot.racers.size > 0) violations.push(`a resume racer of client ${slot.index} did not finish in time`);
       const records = existsSync(slot.ledger) ? await readLedger(slot.ledger) : [];
       toolCalls += records.filter((record) => record.sentAt !== undefined).length;
       const events = readJsonLines<{ event: string; pid: number; jobId?: string }>(slot.eventLog);
@@ -592,6 +837,7 @@ class BackendRun {
           if (i === 0) continue;
           const before = asks[i - 1]!;
           if (ask.previouslyAsked && this.killedClientPids.has(before.pid)) reaskedAfterCrash++;
+          else if (ask.previouslyAsked && this.pausedClientPids.has(before.pid)) reaskedAfterPause++;
           else violations.push(`input ${ask.taskId} ${ask.key} asked again by pid ${ask.pid} after pid ${before.pid}`);
         }
       }
@@ -667,6 +913,12 @@ class BackendRun {
       outcomes,
       serverKills: this.killedServerPids.size,
       clientKills: this.killedClientPids.size,
+      clientPauses: this.pausedClientPids.size,
+      resumeRaces: this.resumeRaces,
+      clockSteps: this.clockSteps,
+      connectionDrops: this.connectionDrops,
+      databaseOutages: this.databaseOutages,
+      namespacedStarts: this.namespacedStarts,
       proxy: { ...this.proxy.counts },
       proxyFaults: this.proxy.faults,
       badGateway: Object.fromEntries(this.proxy.badGatewayCauses),
@@ -675,6 +927,7 @@ class BackendRun {
       resumedByAnotherClient: resumedJobs.size,
       takenOver: takenOverJobs.size,
       reaskedAfterCrash,
+      reaskedAfterPause,
       lost,
       violations,
       serverLog: this.serverLog(),
@@ -697,7 +950,7 @@ class BackendRun {
    * Runs a handler may have: a non-resumable tool once; a resumable one once per attempt, the store's attempt the
    * last, and every earlier attempt in a server process that was SIGKILLed (never two live instances at once).
    */
-  private checkRuns(job: Job, task: StoreRow, runs: Array<{ attempt: number; pid: number }>): string[] {
+  private checkRuns(job: Job, task: StoreRow, runs: Array<{ attempt: number; instance: string }>): string[] {
     const problems: string[] = [];
     const where = `${job.jobId} (${task.toolName}, task ${task.taskId})`;
     if (runs.length === 0 && task.status === 'completed') problems.push(`${where} completed without a handler run`);
@@ -710,8 +963,8 @@ class BackendRun {
       if (i > 0 && sorted[i - 1]!.attempt === run.attempt) problems.push(`${where} ran attempt ${run.attempt} twice`);
       if (run.attempt > task.attempt)
         problems.push(`${where} ran attempt ${run.attempt}, the store says ${task.attempt}`);
-      if (i < sorted.length - 1 && !this.killedServerPids.has(run.pid)) {
-        problems.push(`${where} re-ran after attempt ${run.attempt}, while its instance (pid ${run.pid}) was alive`);
+      if (i < sorted.length - 1 && !this.killedServerInstances.has(run.instance)) {
+        problems.push(`${where} re-ran after attempt ${run.attempt}, while its instance ${run.instance} was alive`);
       }
     }
     return problems;
@@ -904,6 +1157,22 @@ function storeView(row: StoreRow): Record<string, unknown> {
 function pick(value: unknown, keys: string[]): Record<string, unknown> {
   const source = (value ?? {}) as Record<string, unknown>;
   return Object.fromEntries(keys.filter((key) => source[key] !== undefined).map((key) => [key, source[key]]));
+}
+
+function pickFault(faults: FaultKind[], random: () => number): FaultKind {
+  const weighted = FAULT_WEIGHTS.filter(([fault]) => faults.includes(fault));
+  let roll = random() * weighted.reduce((n, [, w]) => n + w, 0);
+  return weighted.find(([, w]) => (roll -= w) < 0)?.[0] ?? 'kill-server';
+}
+
+/** A seeded Fisher-Yates shuffle. */
+function shuffle<T>(items: T[], random: () => number): T[] {
+  const out = [...items];
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1));
+    [out[i], out[j]] = [out[j]!, out[i]!];
+  }
+  return out;
 }
 
 /** A small seeded PRNG (mulberry32): the same seed gives the same plans and the same fault choices. */
