@@ -266,7 +266,11 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
     const settleBy = Math.min(Date.now() + config.settleTimeoutMs, started + config.timeoutMs - 20_000);
     while (Date.now() < settleBy && !backends.every((backend) => backend.allClientsDone())) await sleep(200);
     const results: BackendResult[] = [];
-    for (const backend of backends) results.push(await backend.verify());
+    for (const backend of backends) {
+      const verifying = Date.now();
+      results.push(await backend.verify());
+      log(`soak ${config.name}: ${backend.kind} verified in ${((Date.now() - verifying) / 1000).toFixed(1)} s`);
+    }
 
     const sum = (pick: (result: BackendResult) => number) => results.reduce((total, r) => total + pick(r), 0);
     const outcomes: Record<string, number> = {};
@@ -341,8 +345,10 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
     };
     return report;
   } finally {
+    const stopping = Date.now();
     await Promise.allSettled(backends.map((backend) => backend.stop()));
     await postgres?.stop();
+    log(`soak ${config.name}: stopped in ${((Date.now() - stopping) / 1000).toFixed(1)} s`);
     if (process.env['SOAK_KEEP'] === '1') log(`soak ${config.name}: files kept in ${dir}`);
     else rmSync(dir, { recursive: true, force: true });
   }
@@ -697,7 +703,13 @@ class BackendRun {
       slot.child?.kill('SIGKILL');
       for (const racer of slot.racers) racer.kill('SIGKILL');
     }
-    await Promise.allSettled(this.servers.map((server) => server?.stop()));
+    // `unshare --fork` ignores SIGTERM while it waits for its child: an instance in its own PID namespace is killed
+    // (the wrapper's --kill-child takes the instance with it), the others stop gracefully
+    await Promise.allSettled(
+      this.servers.map((server) =>
+        server && this.instanceOf.get(server)?.endsWith('-ns') ? server.kill() : server?.stop(),
+      ),
+    );
     await this.proxy.close();
   }
 
@@ -864,7 +876,15 @@ class BackendRun {
         // two reads, on two instances, agree with each other and with the store
         const reads = await Promise.all(
           [0, 1].map((i) =>
-            rpc(readUrls[i % readUrls.length]!, 'tasks/get', { taskId: task.taskId }, { token: slot.token }),
+            rpc(
+              readUrls[i % readUrls.length]!,
+              'tasks/get',
+              { taskId: task.taskId },
+              { token: slot.token, timeoutMs: 5_000 },
+            ).catch((error: unknown) => {
+              violations.push(`${job.jobId}: tasks/get on ${readUrls[i % readUrls.length]} failed: ${String(error)}`);
+              return { result: undefined };
+            }),
           ),
         );
         const [first, second] = reads.map((read) => comparable(read.result)) as [unknown, unknown];
