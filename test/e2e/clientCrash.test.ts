@@ -2,7 +2,6 @@
 // working, while an input answer is on its way (before it leaves and after the server took it), and between sending
 // tools/call and receiving the handle. After a restart on the same ledger each task ends correctly, no tool ran
 // twice (one task row per call in the server's store, first attempt), and no input handler was asked twice.
-import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,27 +11,15 @@ import Database from 'better-sqlite3';
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 
 import { SqliteLedger } from '../../src/client/index.js';
+import { type ClientWorker, startClientWorker } from '../support/clientWorker.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
 
-const WORKER = fileURLToPath(new URL('./fixtures/clientWorker.mjs', import.meta.url));
 const BUILT_CLIENT = fileURLToPath(new URL('../../dist/client/index.js', import.meta.url));
-
-interface WorkerEvent {
-  event: string;
-  [key: string]: unknown;
-}
-
-interface Worker {
-  child: ChildProcess;
-  events: WorkerEvent[];
-  next(event: string, timeoutMs?: number): Promise<WorkerEvent>;
-  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-}
 
 let dir: string;
 let server: ServeProcess;
 let config: { url: string; ledger: string; askedLog: string };
-const workers: Worker[] = [];
+const workers: ClientWorker[] = [];
 
 beforeAll(() => {
   if (!existsSync(BUILT_CLIENT)) throw new Error('dist/client is missing: run `npm run build` (npm test does it)');
@@ -50,44 +37,8 @@ afterEach(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-function startWorker(options: Record<string, unknown>): Worker {
-  const child = spawn(process.execPath, [WORKER, JSON.stringify({ ...config, ...options })], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  const events: WorkerEvent[] = [];
-  const waiters: Array<() => void> = [];
-  let buffer = '';
-  let stderr = '';
-  child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-  child.stdout!.on('data', (chunk: Buffer) => {
-    buffer += chunk.toString();
-    for (let newline = buffer.indexOf('\n'); newline >= 0; newline = buffer.indexOf('\n')) {
-      events.push(JSON.parse(buffer.slice(0, newline)) as WorkerEvent);
-      buffer = buffer.slice(newline + 1);
-      for (const wake of waiters.splice(0)) wake();
-    }
-  });
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
-    child.once('exit', (code, signal) => {
-      for (const wake of waiters.splice(0)) wake();
-      resolve({ code, signal });
-    }),
-  );
-  const next = async (event: string, timeoutMs = 20_000) => {
-    const deadline = Date.now() + timeoutMs;
-    for (;;) {
-      const found = events.find((candidate) => candidate.event === event);
-      if (found) return found;
-      if (child.exitCode !== null || child.signalCode !== null || Date.now() > deadline) {
-        throw new Error(`worker gave no ${event} event: ${JSON.stringify(events)} ${stderr}`);
-      }
-      await new Promise<void>((resolve) => {
-        waiters.push(resolve);
-        setTimeout(resolve, 100);
-      });
-    }
-  };
-  const worker = { child, events, next, exited };
+function startWorker(options: Record<string, unknown>): ClientWorker {
+  const worker = startClientWorker({ ...config, ...options });
   workers.push(worker);
   return worker;
 }
