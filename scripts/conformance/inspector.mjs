@@ -55,6 +55,9 @@ function startServer() {
   return { child, url };
 }
 
+/** The Inspector run in progress, stopped with the server when this script is stopped. */
+let running;
+
 /** One `inspector --cli` run: its exit status and the JSON objects it printed (stdout, then stderr). */
 function inspector(url, era, tool, args) {
   const argv = [launcher, '--cli', url, '--method', 'tools/call', '--tool-name', tool];
@@ -67,20 +70,25 @@ function inspector(url, era, tool, args) {
     MCP_CLIENT_CONFIG_PATH: join(dir, 'client.json'),
   };
   return new Promise((resolve) => {
-    execFile(node22, argv, { env, timeout: RUN_TIMEOUT_MS, killSignal: 'SIGKILL' }, (error, stdout, stderr) => {
-      const objects = `${stdout}\n${stderr}`
-        .split('\n')
-        .map((line) => {
-          try {
-            return JSON.parse(line);
-          } catch {
-            return undefined;
-          }
-        })
-        .filter((value) => typeof value === 'object' && value !== null);
-      const status = error ? (error.killed ? 'timeout' : error.code) : 0;
-      resolve({ status, objects, output: `${stdout}${stderr}`.trim() });
-    });
+    running = execFile(
+      node22,
+      argv,
+      { env, timeout: RUN_TIMEOUT_MS, killSignal: 'SIGKILL' },
+      (error, stdout, stderr) => {
+        const objects = `${stdout}\n${stderr}`
+          .split('\n')
+          .map((line) => {
+            try {
+              return JSON.parse(line);
+            } catch {
+              return undefined;
+            }
+          })
+          .filter((value) => typeof value === 'object' && value !== null);
+        const status = error ? (error.killed ? 'timeout' : error.code) : 0;
+        resolve({ status, objects, output: `${stdout}${stderr}`.trim() });
+      },
+    );
   });
 }
 
@@ -180,6 +188,15 @@ const CASES = [
 
 const version = JSON.parse(readFileSync(join(dirname(dirname(dirname(dirname(launcher)))), 'package.json'), 'utf8'));
 const server = startServer();
+// stopped from outside (conformance.sh's traps, ^C): stop the server too, and leave no temporary folder behind
+for (const signal of ['SIGINT', 'SIGTERM']) {
+  process.once(signal, () => {
+    server.child.kill('SIGKILL');
+    running?.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+    process.exit(signal === 'SIGINT' ? 130 : 143);
+  });
+}
 let failures = 0;
 try {
   const url = await server.url;
