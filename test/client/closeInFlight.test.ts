@@ -2,37 +2,17 @@
 // The server's answer is awaited, not cut off: the taskId it carries is committed, the handle the call resolves with
 // is settled (rejected as closed), and the record is open with its lease handed back, so another process resumes it.
 // This holds for an SDK client the application connected itself and for one connectHttpTaskClient made.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 
 import type { PollPolicy, TaskClient, TaskHandle } from '../../src/client/index.js';
 import { connectHttpTaskClient, isTaskHandle, SqliteLedger, TaskClient as Tasks } from '../../src/client/index.js';
 import { waitFor } from '../support/waitFor.js';
-import type { FixtureServer } from './fixtures/tasksFixtureServer.js';
-import { startTasksFixture } from './fixtures/tasksFixtureServer.js';
+import { useClientHarness } from './fixtures/clientHarness.js';
 
 const FAST: Partial<PollPolicy> = { floorMs: 5, capMs: 100, defaultIntervalMs: 20, backoffBaseMs: 10 };
 
-let dir: string;
-let ledgerPath: string;
-let fixture: FixtureServer;
-const clients: TaskClient[] = [];
-
-beforeEach(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'closeout-close-'));
-  ledgerPath = join(dir, 'ledger.db');
-  fixture = await startTasksFixture();
-});
-
-afterEach(async () => {
-  for (const client of clients.splice(0)) await client.close();
-  await fixture.close();
-  rmSync(dir, { recursive: true, force: true });
-});
+const harness = useClientHarness('close', FAST);
 
 /** A fetch whose tools/call answers are held back until `release()`: a slow server, seen from the client. */
 function holdingFetch(): { fetch: typeof fetch; release: () => void; held: () => boolean } {
@@ -79,28 +59,28 @@ async function closeDuringCall(client: TaskClient, release: () => void, held: ()
 
 async function expectResumable(handle: TaskHandle): Promise<void> {
   expect(await settlement(handle, 3_000)).toBe('closed');
-  const ledger = new SqliteLedger(ledgerPath);
+  const ledger = new SqliteLedger(harness.ledgerPath);
   try {
     const record = await ledger.get(handle.recordId);
     expect(record).toMatchObject({ taskId: handle.taskId, localState: 'tracking', leaseOwner: undefined });
   } finally {
     await ledger.dispose();
   }
-  const next = await connectHttpTaskClient(fixture.url, { ledger: ledgerPath, pollPolicy: FAST });
-  clients.push(next);
+  const next = await connectHttpTaskClient(harness.fixture.url, { ledger: harness.ledgerPath, pollPolicy: FAST });
+  harness.track(next);
   const report = await next.resumeAll();
   expect(report.resumed.map((resumed) => resumed.taskId)).toEqual([handle.taskId]);
   expect(report.unknownOutcome).toEqual([]);
-  expect(fixture.runs.get('cancellable')).toBe(1);
+  expect(harness.fixture.runs.get('cancellable')).toBe(1);
 }
 
 describe('close() while callTool() is in flight', () => {
   it('settles the call and hands the record back, on an SDK client the application owns', async () => {
     const { fetch: holding, release, held } = holdingFetch();
     const sdk = new Client({ name: 'app', version: '1.0.0' }, { versionNegotiation: { mode: 'auto' } });
-    await sdk.connect(new StreamableHTTPClientTransport(fixture.url, { fetch: holding }));
-    const ledger = new SqliteLedger(ledgerPath);
-    const client = new Tasks({ client: sdk, ledger, endpoint: fixture.url.href, pollPolicy: FAST });
+    await sdk.connect(new StreamableHTTPClientTransport(harness.fixture.url, { fetch: holding }));
+    const ledger = new SqliteLedger(harness.ledgerPath);
+    const client = new Tasks({ client: sdk, ledger, endpoint: harness.fixture.url.href, pollPolicy: FAST });
     try {
       await expectResumable(await closeDuringCall(client, release, held));
     } finally {
@@ -111,7 +91,11 @@ describe('close() while callTool() is in flight', () => {
 
   it('settles the call and hands the record back, with connectHttpTaskClient', async () => {
     const { fetch: holding, release, held } = holdingFetch();
-    const client = await connectHttpTaskClient(fixture.url, { ledger: ledgerPath, pollPolicy: FAST, fetch: holding });
+    const client = await connectHttpTaskClient(harness.fixture.url, {
+      ledger: harness.ledgerPath,
+      pollPolicy: FAST,
+      fetch: holding,
+    });
     await expectResumable(await closeDuringCall(client, release, held));
   });
 });

@@ -2,16 +2,11 @@
 // from one TaskClient or from two on one ledger, send one tools/call (the ledger decides in one transaction); and a
 // call repeated with the same idempotency key and arguments after its answer was lost recovers the call by sending it
 // again with that key (a Closeout server then hands back the task the lost call created), once.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
 
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-
-import type { PollPolicy, TaskClient } from '../../src/client/index.js';
-import { argumentsDigest, connectHttpTaskClient, isTaskHandle, SqliteLedger } from '../../src/client/index.js';
-import type { FixtureServer } from './fixtures/tasksFixtureServer.js';
-import { startTasksFixture } from './fixtures/tasksFixtureServer.js';
+import type { PollPolicy } from '../../src/client/index.js';
+import { argumentsDigest, isTaskHandle, SqliteLedger } from '../../src/client/index.js';
+import { useClientHarness } from './fixtures/clientHarness.js';
 
 const FAST: Partial<PollPolicy> = {
   floorMs: 5,
@@ -22,36 +17,15 @@ const FAST: Partial<PollPolicy> = {
 };
 const KEY_META = 'io.closeout/idempotencyKey';
 
-let dir: string;
-let ledgerPath: string;
-let fixture: FixtureServer;
-const clients: TaskClient[] = [];
-
-beforeEach(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'closeout-resubmit-'));
-  ledgerPath = join(dir, 'ledger.db');
-  fixture = await startTasksFixture();
-});
-
-afterEach(async () => {
-  for (const client of clients.splice(0)) await client.close();
-  await fixture.close();
-  rmSync(dir, { recursive: true, force: true });
-});
-
-async function connect(): Promise<TaskClient> {
-  const client = await connectHttpTaskClient(fixture.url, { ledger: ledgerPath, pollPolicy: FAST });
-  clients.push(client);
-  return client;
-}
+const harness = useClientHarness('resubmit', FAST);
 
 /** A call whose answer never arrived: sent by a process that died, settled unknown-outcome. */
 async function lostCall(recordId: string, args: Record<string, string> = {}): Promise<void> {
-  const ledger = new SqliteLedger(ledgerPath);
+  const ledger = new SqliteLedger(harness.ledgerPath);
   try {
     await ledger.recordIntent({
       recordId,
-      endpoint: fixture.url.href,
+      endpoint: harness.fixture.url.href,
       toolName: 'unlimited',
       arguments: args,
       argumentsDigest: argumentsDigest(args),
@@ -61,14 +35,14 @@ async function lostCall(recordId: string, args: Record<string, string> = {}): Pr
       leaseExpiresAt: Date.now() - 30_000,
     });
     await ledger.markSent(recordId, 'dead-process', Date.now() - 59_000);
-    await ledger.settleAbandonedSubmissions(fixture.url.href, Date.now(), 'found in the test');
+    await ledger.settleAbandonedSubmissions(harness.fixture.url.href, Date.now(), 'found in the test');
   } finally {
     await ledger.dispose();
   }
 }
 
 const sentKeys = () =>
-  fixture.requests
+  harness.fixture.requests
     .filter((request) => request.method === 'tools/call')
     .map((request) => (request.params['_meta'] as Record<string, unknown>)[KEY_META]);
 
@@ -78,8 +52,8 @@ describe('resubmission', () => {
     ['two TaskClients on one ledger', 2],
   ])('of one record twice at the same moment goes through once (%s)', async (_name, count) => {
     await lostCall('lost');
-    const first = await connect();
-    const second = count === 1 ? first : await connect();
+    const first = await harness.connect();
+    const second = count === 1 ? first : await harness.connect();
     const outcomes = await Promise.allSettled([
       first.resubmit('lost', { idempotencyKey: 'new' }),
       second.resubmit('lost', { idempotencyKey: 'new' }),
@@ -90,13 +64,13 @@ describe('resubmission', () => {
       code: 'invalid-state',
       message: expect.stringMatching(/already resubmitted/),
     });
-    expect(fixture.count('tools/call')).toBe(1);
+    expect(harness.fixture.count('tools/call')).toBe(1);
     const all = await first.list();
     expect(all.filter((record) => record.resubmittedFrom === 'lost')).toHaveLength(1);
   });
 
   it('is refused for a record that is still open, inside the ledger too', async () => {
-    const ledger = new SqliteLedger(ledgerPath);
+    const ledger = new SqliteLedger(harness.ledgerPath);
     try {
       await ledger.recordIntent({
         recordId: 'open',
@@ -130,7 +104,7 @@ describe('resubmission', () => {
 describe('a call repeated with the same idempotency key after its answer was lost', () => {
   it('is sent again with that key, once, and the repeat after that joins the task', async () => {
     await lostCall('lost', { n: '1' });
-    const client = await connect();
+    const client = await harness.connect();
     const answer = await client.callTool('unlimited', { n: '1' }, { idempotencyKey: 'key-lost' });
     expect(isTaskHandle(answer)).toBe(true);
     expect(sentKeys()).toEqual(['key-lost']);
@@ -142,16 +116,16 @@ describe('a call repeated with the same idempotency key after its answer was los
 
   it('with other arguments is a conflict, and nothing is sent', async () => {
     await lostCall('lost', { n: '1' });
-    const client = await connect();
+    const client = await harness.connect();
     await expect(client.callTool('unlimited', { n: '2' }, { idempotencyKey: 'key-lost' })).rejects.toMatchObject({
       code: 'idempotency-conflict',
     });
-    expect(fixture.count('tools/call')).toBe(0);
+    expect(harness.fixture.count('tools/call')).toBe(0);
   });
 
   it('from two TaskClients at the same moment is sent once', async () => {
     await lostCall('lost');
-    const [first, second] = [await connect(), await connect()];
+    const [first, second] = [await harness.connect(), await harness.connect()];
     const outcomes = await Promise.allSettled([
       first.callTool('unlimited', {}, { idempotencyKey: 'key-lost' }),
       second.callTool('unlimited', {}, { idempotencyKey: 'key-lost' }),

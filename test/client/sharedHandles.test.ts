@@ -1,47 +1,21 @@
 // Invariant (issue 13 item 7): one record, one live handle. Whatever mix of attach(), resumeAll() and
 // callTool(sameKey) asks for a record at the same moment, every caller gets the same TaskHandle, and that handle
 // settles when the task ends; none is left behind un-updated.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 
 import type { PollPolicy, TaskClient, TaskHandle, TaskOutcome } from '../../src/client/index.js';
-import { connectHttpTaskClient, isTaskHandle } from '../../src/client/index.js';
-import type { FixtureServer } from './fixtures/tasksFixtureServer.js';
-import { startTasksFixture } from './fixtures/tasksFixtureServer.js';
+import { isTaskHandle } from '../../src/client/index.js';
+import { useClientHarness } from './fixtures/clientHarness.js';
 
 const FAST: Partial<PollPolicy> = { floorMs: 5, capMs: 100, defaultIntervalMs: 20, backoffBaseMs: 10 };
 const ARGS = { order: 7 };
 const KEY = 'order-7';
 
-let dir: string;
-let ledgerPath: string;
-let fixture: FixtureServer;
-const clients: TaskClient[] = [];
-
-beforeEach(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'closeout-shared-'));
-  ledgerPath = join(dir, 'ledger.db');
-  fixture = await startTasksFixture();
-});
-
-afterEach(async () => {
-  for (const client of clients.splice(0)) await client.close();
-  await fixture.close();
-  rmSync(dir, { recursive: true, force: true });
-});
-
-async function connect(): Promise<TaskClient> {
-  const client = await connectHttpTaskClient(fixture.url, { ledger: ledgerPath, pollPolicy: FAST });
-  clients.push(client);
-  return client;
-}
+const harness = useClientHarness('shared', FAST);
 
 /** A task left open and detached in the ledger, for a second client to pick up. */
 async function detachedTask(): Promise<string> {
-  const first = await connect();
+  const first = await harness.connect();
   const answer = await first.callTool('cancellable', ARGS, { idempotencyKey: KEY });
   if (!isTaskHandle(answer)) throw new Error('cancellable answered without a task');
   await answer.detach();
@@ -74,14 +48,14 @@ function handlesOf(value: TaskHandle | { resumed: TaskHandle[] } | unknown): Tas
 describe('one record, one live handle', () => {
   it('gives two attach() at once the same handle', async () => {
     const taskId = await detachedTask();
-    const client = await connect();
+    const client = await harness.connect();
     const handles = await Promise.all([client.attach(taskId), client.attach(taskId)]);
     await expectOneLiveHandle(client, taskId, handles);
   });
 
   it('gives two resumeAll() at once the same handle', async () => {
     const taskId = await detachedTask();
-    const client = await connect();
+    const client = await harness.connect();
     const reports = await Promise.all([client.resumeAll(), client.resumeAll()]);
     const handles = reports.flatMap(handlesOf);
     expect(handles).toHaveLength(2);
@@ -90,19 +64,19 @@ describe('one record, one live handle', () => {
 
   it('gives attach() and resumeAll() at once the same handle', async () => {
     const taskId = await detachedTask();
-    const client = await connect();
+    const client = await harness.connect();
     const [attached, report] = await Promise.all([client.attach(taskId), client.resumeAll()]);
     await expectOneLiveHandle(client, taskId, [attached, ...handlesOf(report)]);
   });
 
   it('gives attach() and callTool() with the same idempotency key at once the same handle', async () => {
     const taskId = await detachedTask();
-    const client = await connect();
+    const client = await harness.connect();
     const [attached, called] = await Promise.all([
       client.attach(taskId),
       client.callTool('cancellable', ARGS, { idempotencyKey: KEY }),
     ]);
     await expectOneLiveHandle(client, taskId, [attached, ...handlesOf(called)]);
-    expect(fixture.runs.get('cancellable')).toBe(1);
+    expect(harness.fixture.runs.get('cancellable')).toBe(1);
   });
 });
