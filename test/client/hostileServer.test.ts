@@ -4,12 +4,10 @@
 // closed out as usual. (The unknown resultType, mismatched taskId, missing fields and status going backwards or
 // changing after terminal are in taskClient.test.ts, "against a misbehaving server".)
 
-import type { CallToolResult } from '@modelcontextprotocol/client';
 import { describe, expect, it } from 'vitest';
 
-import type { PollPolicy, TaskClient, TaskHandle } from '../../src/client/index.js';
-import { isTaskHandle } from '../../src/client/index.js';
-import { useClientHarness } from './fixtures/clientHarness.js';
+import type { PollPolicy } from '../../src/client/index.js';
+import { task, textOf, useClientHarness } from './fixtures/clientHarness.js';
 
 const FAST: Partial<PollPolicy> = {
   floorMs: 5,
@@ -21,17 +19,6 @@ const FAST: Partial<PollPolicy> = {
 };
 
 const harness = useClientHarness('hostile', FAST);
-
-async function task(client: TaskClient, name: string): Promise<TaskHandle> {
-  const answer = await client.callTool(name);
-  if (!isTaskHandle(answer)) throw new Error(`${name} answered without a task`);
-  return answer;
-}
-
-function textOf(result: CallToolResult): string {
-  const first = result.content[0];
-  return first?.type === 'text' ? first.text : '';
-}
 
 /** The times tasks/get reached the fixture for one task. */
 function getTimes(taskId: string): number[] {

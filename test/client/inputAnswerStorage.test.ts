@@ -6,11 +6,11 @@
 
 import { describe, expect, it } from 'vitest';
 
-import type { PollPolicy, TaskClient, TaskHandle, TaskInputHandlers } from '../../src/client/index.js';
-import { isTaskHandle, SqliteLedger } from '../../src/client/index.js';
+import type { PollPolicy, TaskClient, TaskInputHandlers } from '../../src/client/index.js';
+import { SqliteLedger } from '../../src/client/index.js';
 import { type HeldLock, holdWriteLock } from '../support/ledgerLock.js';
 import { waitFor } from '../support/waitFor.js';
-import { useClientHarness } from './fixtures/clientHarness.js';
+import { task, useClientHarness } from './fixtures/clientHarness.js';
 
 const FAST: Partial<PollPolicy> = {
   floorMs: 5,
@@ -27,12 +27,6 @@ async function connect(handlers: TaskInputHandlers): Promise<TaskClient> {
   const ledger = new SqliteLedger(harness.ledgerPath, { busyTimeoutMs: 100 });
   harness.defer(() => ledger.dispose());
   return harness.connect({ ledger, inputHandlers: handlers });
-}
-
-async function task(client: TaskClient, name: string): Promise<TaskHandle> {
-  const answer = await client.callTool(name, {});
-  if (!isTaskHandle(answer)) throw new Error(`${name} answered without a task`);
-  return answer;
 }
 
 describe('an input answer the ledger cannot store at once', () => {

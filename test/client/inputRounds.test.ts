@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 
 import type { PollPolicy } from '../../src/client/index.js';
 import { isTaskHandle, TaskClientError } from '../../src/client/index.js';
-import { useClientHarness } from './fixtures/clientHarness.js';
+import { textOf, useClientHarness } from './fixtures/clientHarness.js';
 
 const FAST: Partial<PollPolicy> = { floorMs: 5, capMs: 100, defaultIntervalMs: 20, jitterRatio: 0.1 };
 
@@ -21,11 +21,6 @@ const answering = (values: Record<string, string>, asked: string[] = []) => ({
     return { action: 'accept' as const, content: { value: values[context.key] ?? '?' } };
   },
 });
-
-function textOf(result: CallToolResult): string {
-  const first = result.content[0];
-  return first?.type === 'text' ? first.text : '';
-}
 
 const callsOf = (tool: string) =>
   harness.fixture.requests.filter((request) => request.method === 'tools/call' && request.params['name'] === tool);

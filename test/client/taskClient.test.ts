@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest';
 
 import type { PollPolicy, TaskHandle, TaskInputHandlers } from '../../src/client/index.js';
 import { argumentsDigest, isTaskHandle, SqliteLedger, TaskClient, TaskClientError } from '../../src/client/index.js';
-import { useClientHarness } from './fixtures/clientHarness.js';
+import { task, textOf, useClientHarness } from './fixtures/clientHarness.js';
 import { startTasksFixture } from './fixtures/tasksFixtureServer.js';
 
 const FAST: Partial<PollPolicy> = {
@@ -26,18 +26,7 @@ const CAPS = 'io.modelcontextprotocol/clientCapabilities';
 
 const harness = useClientHarness('client', FAST);
 
-async function task(client: TaskClient, name: string, args = {}, options = {}): Promise<TaskHandle> {
-  const answer = await client.callTool(name, args, options);
-  if (!isTaskHandle(answer)) throw new Error(`${name} answered without a task`);
-  return answer;
-}
-
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-function textOf(result: CallToolResult): string {
-  const first = result.content[0];
-  return first?.type === 'text' ? first.text : '';
-}
 
 describe('TaskClient against a raw Tasks fixture', () => {
   it('returns a plain result as is and declares the extension on that request only', async () => {
