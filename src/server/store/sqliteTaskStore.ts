@@ -9,6 +9,7 @@ import type { Checkpointer } from '../../sqliteCheckpointer.js';
 import { startCheckpointer } from '../../sqliteCheckpointer.js';
 import { openSqliteFile } from '../../sqliteFile.js';
 import type { SqliteSynchronous } from '../../sqliteSynchronous.js';
+import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from '../../statusSql.js';
 import type {
   AwaitedInput,
   InputCapabilities,
@@ -24,6 +25,10 @@ import type {
 } from './taskStore.js';
 import { OpenTaskLimitError, StoredTaskLimitError } from './taskStore.js';
 
+/**
+ * Versioned schema: entry i brings `user_version` from i to i + 1. Never edit a shipped entry; append. Its status sets
+ * stay written out, and test/statusSql.test.ts fails when they no longer match the status machine.
+ */
 const MIGRATIONS: readonly string[] = [
   `CREATE TABLE tasks (
      task_id          TEXT PRIMARY KEY,
@@ -91,8 +96,6 @@ const RENEW_STEP = 2000;
 
 /** Purged ids are remembered this long, enough to outlive a client's last reasonable poll. */
 const TOMBSTONE_RETENTION_MS = 7 * 24 * 3600_000;
-
-const OPEN = `status IN ('working','input_required')`;
 
 interface TaskRow {
   task_id: string;
@@ -162,7 +165,7 @@ export class SqliteTaskStore implements TaskStore {
         `INSERT INTO tasks (task_id, owner, tool_name, arguments, status, status_message, created_at, last_updated_at,
            ttl_ms, expires_at, poll_interval_ms, resumable, idempotency_key, lease_owner, lease_expires_at,
            input_capabilities)
-         VALUES (@taskId, @owner, @toolName, @arguments, 'working', @statusMessage, @createdAt, @createdAt,
+         VALUES (@taskId, @owner, @toolName, @arguments, ${sqlStatus('working')}, @statusMessage, @createdAt, @createdAt,
            @ttlMs, @expiresAt, @pollIntervalMs, @resumable, @idempotencyKey, @leaseOwner, @leaseExpiresAt,
            @inputCapabilities)
          ON CONFLICT DO NOTHING`,
@@ -185,7 +188,7 @@ export class SqliteTaskStore implements TaskStore {
          VALUES (?, ?, (SELECT COUNT(*) FROM task_inputs WHERE task_id = ?), ?, ?)`,
       ),
       toInputRequired: db.prepare(
-        `UPDATE tasks SET status = 'input_required', last_updated_at = ? WHERE task_id = ? AND fence = ? AND ${OPEN}`,
+        `UPDATE tasks SET status = ${sqlStatus('input_required')}, last_updated_at = ? WHERE task_id = ? AND fence = ? AND ${OPEN}`,
       ),
       holds: db.prepare(`SELECT 1 FROM tasks WHERE task_id = ? AND fence = ? AND ${OPEN}`),
       finish: db.prepare(
@@ -200,7 +203,7 @@ export class SqliteTaskStore implements TaskStore {
       ),
       outstanding: db.prepare(`SELECT COUNT(*) AS n FROM task_inputs WHERE task_id = ? AND response IS NULL`),
       toWorking: db.prepare(
-        `UPDATE tasks SET status = 'working', last_updated_at = ? WHERE task_id = ? AND status = 'input_required'`,
+        `UPDATE tasks SET status = ${sqlStatus('working')}, last_updated_at = ? WHERE task_id = ? AND status = ${sqlStatus('input_required')}`,
       ),
       touch: db.prepare(`UPDATE tasks SET last_updated_at = ? WHERE task_id = ?`),
       cancel: db.prepare(
@@ -236,17 +239,17 @@ export class SqliteTaskStore implements TaskStore {
         `SELECT task_id, ttl_ms FROM tasks WHERE ${OPEN} AND expires_at IS NOT NULL AND expires_at <= ? LIMIT ?`,
       ),
       expire: db.prepare(
-        `UPDATE tasks SET status = 'failed', error = ?, status_message = ?, last_updated_at = ?,
+        `UPDATE tasks SET status = ${sqlStatus('failed')}, error = ?, status_message = ?, last_updated_at = ?,
            lease_owner = NULL, lease_expires_at = NULL
          WHERE task_id = ? AND ${OPEN}`,
       ),
       // a cutoff compared with the bare column, so the partial indexes on expires_at and last_updated_at serve it
       purgeable: db.prepare(
-        `SELECT task_id, owner FROM tasks WHERE status IN ('completed','failed','cancelled')
+        `SELECT task_id, owner FROM tasks WHERE ${TERMINAL}
            AND expires_at IS NOT NULL AND expires_at <= ? LIMIT ?`,
       ),
       purgeableUnlimited: db.prepare(
-        `SELECT task_id, owner FROM tasks WHERE status IN ('completed','failed','cancelled')
+        `SELECT task_id, owner FROM tasks WHERE ${TERMINAL}
            AND expires_at IS NULL AND last_updated_at <= ? LIMIT ?`,
       ),
       delete: db.prepare(`DELETE FROM tasks WHERE task_id = ?`),
