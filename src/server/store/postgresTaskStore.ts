@@ -132,11 +132,11 @@ const SQL = {
            VALUES ($1, $2, $3, $4, ${sqlStatus('working')}, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14)
            ON CONFLICT DO NOTHING
            RETURNING *`,
-  // the open-task limit: count and insert under one per-owner lock, so concurrent creates cannot both squeeze in
-  ownerLock: `SELECT pg_advisory_xact_lock(hashtextextended('closeout_open_tasks:' || $1, 0))`,
-  openOfOwner: `SELECT COUNT(*) AS n FROM closeout_tasks WHERE owner = $1 AND ${OPEN}`,
+  // the open-task limit: count and insert under one per-principal lock, so concurrent creates cannot both squeeze in
+  principalLock: `SELECT pg_advisory_xact_lock(hashtextextended('closeout_open_tasks:' || $1, 0))`,
+  openOfPrincipal: `SELECT COUNT(*) AS n FROM closeout_tasks WHERE owner = $1 AND ${OPEN}`,
   // counts no further than the limit: the cost of the check stops growing there
-  storedOfOwner: `SELECT COUNT(*) AS n FROM (SELECT 1 FROM closeout_tasks WHERE owner = $1 LIMIT $2) s`,
+  storedOfPrincipal: `SELECT COUNT(*) AS n FROM (SELECT 1 FROM closeout_tasks WHERE owner = $1 LIMIT $2) s`,
   byIdempotencyKey: `SELECT ${TASK_WITH_INPUTS} FROM closeout_tasks t WHERE t.owner = $1 AND t.idempotency_key = $2`,
   get: `SELECT ${TASK_WITH_INPUTS} FROM closeout_tasks t WHERE t.task_id = $1`,
   purged: `SELECT 1 FROM closeout_purged_tasks WHERE task_id = $1 AND owner = $2`,
@@ -205,7 +205,7 @@ const SQL = {
             RETURNING t.*
           )
           SELECT ${TASK_WITH_INPUTS} FROM claimed t ORDER BY t.created_at`,
-  leaseOwners: `SELECT DISTINCT lease_owner FROM closeout_tasks WHERE ${OPEN} AND lease_owner IS NOT NULL`,
+  leaseHolders: `SELECT DISTINCT lease_owner FROM closeout_tasks WHERE ${OPEN} AND lease_owner IS NOT NULL`,
 
   // sweeps: SKIP LOCKED so two instances sweeping at once never wait on (or deadlock over) each other's rows; a
   // skipped row is finished by its holder or swept next time
@@ -250,6 +250,10 @@ const SQL = {
   listen: `LISTEN ${TASK_SIGNAL_CHANNEL}`,
 } as const;
 
+/**
+ * A row of `closeout_tasks`. Two columns keep their first release's names: `owner` holds the caller's principal,
+ * `lease_owner` the lease holder (an instance id); the code around them says principal and holder.
+ */
 interface TaskRow {
   task_id: string;
   owner: string;
@@ -404,16 +408,16 @@ export class PostgresTaskStore implements TaskStore {
     const stored = task.maxStoredTasksForOwner;
     if (limit === undefined && stored === undefined) return this.guard('create', () => this.insert(this.pool, task));
     return this.transaction('create', async (client) => {
-      await client.query(SQL.ownerLock, [task.owner]);
+      await client.query(SQL.principalLock, [task.owner]);
       // an idempotent replay returns its task, at the limits too
       const replay = await this.byIdempotencyKey(client, task);
       if (replay) return { task: replay, created: false };
       if (limit !== undefined) {
-        const { rows } = await client.query<{ n: string }>(SQL.openOfOwner, [task.owner]);
+        const { rows } = await client.query<{ n: string }>(SQL.openOfPrincipal, [task.owner]);
         if (Number(rows[0]?.n ?? 0) >= limit) throw new OpenTaskLimitError(limit);
       }
       if (stored !== undefined) {
-        const { rows } = await client.query<{ n: string }>(SQL.storedOfOwner, [task.owner, stored]);
+        const { rows } = await client.query<{ n: string }>(SQL.storedOfPrincipal, [task.owner, stored]);
         if (Number(rows[0]?.n ?? 0) >= stored) throw new StoredTaskLimitError(stored);
       }
       return this.insert(client, task);
@@ -454,10 +458,10 @@ export class PostgresTaskStore implements TaskStore {
     return this.guard('get', () => this.read(taskId));
   }
 
-  async wasPurged(taskId: string, owner: string): Promise<boolean> {
+  async wasPurged(taskId: string, principal: string): Promise<boolean> {
     return this.guard(
       'wasPurged',
-      async () => ((await this.pool.query(SQL.purged, [taskId, owner])).rowCount ?? 0) > 0,
+      async () => ((await this.pool.query(SQL.purged, [taskId, principal])).rowCount ?? 0) > 0,
     );
   }
 
@@ -529,12 +533,12 @@ export class PostgresTaskStore implements TaskStore {
     });
   }
 
-  async renewLeases(owner: string, leases: LeaseRef[], until: number): Promise<RenewedLease[]> {
+  async renewLeases(holder: string, leases: LeaseRef[], until: number): Promise<RenewedLease[]> {
     if (leases.length === 0) return [];
     return this.guard('renewLeases', async () => {
       const { rows } = await this.leasePool.query<{ task_id: string; fence: number; cancel_requested: boolean }>(
         SQL.renew,
-        [until, leases.map((l) => l.taskId), leases.map((l) => l.fence), owner],
+        [until, leases.map((l) => l.taskId), leases.map((l) => l.fence), holder],
       );
       const renewed = new Map(rows.map((r) => [`${r.fence}:${r.task_id}`, r.cancel_requested]));
       return leases.flatMap((l) => {
@@ -556,21 +560,21 @@ export class PostgresTaskStore implements TaskStore {
   }
 
   async claimOrphans(
-    owner: string,
+    holder: string,
     now: number,
     until: number,
     limit: number,
-    deadOwners: string[] = [],
+    deadHolders: string[] = [],
   ): Promise<StoredTask[]> {
     return this.guard('claimOrphans', async () => {
-      const { rows } = await this.leasePool.query<TaskRow>(SQL.claim, [now, deadOwners, limit, owner, until]);
+      const { rows } = await this.leasePool.query<TaskRow>(SQL.claim, [now, deadHolders, limit, holder, until]);
       return rows.map(toTask);
     });
   }
 
   async leaseOwners(): Promise<string[]> {
     return this.guard('leaseOwners', async () => {
-      const { rows } = await this.pool.query<{ lease_owner: string }>(SQL.leaseOwners);
+      const { rows } = await this.pool.query<{ lease_owner: string }>(SQL.leaseHolders);
       return rows.map((r) => r.lease_owner);
     });
   }
