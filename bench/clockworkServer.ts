@@ -7,8 +7,8 @@
  */
 import { randomBytes } from 'node:crypto';
 
-import { type JsonRpcAnswer, startJsonRpcFixture } from '../test/support/jsonRpcFixture.js';
-import { PROTOCOL_VERSION, TASKS } from '../test/support/rpc.js';
+import { discoverResult, type JsonRpcAnswer, startJsonRpcFixture } from '../test/support/jsonRpcFixture.js';
+import { TASKS } from '../test/support/rpc.js';
 
 export const SLEEP_TOOL = 'sleep';
 
@@ -42,14 +42,8 @@ export async function startClockworkServer(pollIntervalMs: number): Promise<Cloc
   let releasedAt: number | undefined;
 
   const methods: Record<string, (params: Record<string, unknown>) => JsonRpcAnswer> = {
-    'server/discover': () => ({
-      result: {
-        resultType: 'complete',
-        supportedVersions: [PROTOCOL_VERSION],
-        capabilities: { tools: {}, extensions: { [TASKS]: {} } },
-        _meta: { 'io.modelcontextprotocol/serverInfo': { name: 'clockwork', version: '1.0.0' } },
-      },
-    }),
+    'server/discover': () =>
+      discoverResult({ tools: {}, extensions: { [TASKS]: {} } }, { name: 'clockwork', version: '1.0.0' }),
     'tools/list': () => ({
       result: {
         resultType: 'complete',

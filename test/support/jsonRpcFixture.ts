@@ -6,6 +6,8 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
+import { PROTOCOL_VERSION } from './rpc.js';
+
 export type JsonRpcAnswer = { result: object } | { error: object };
 
 export interface JsonRpcFixture {
@@ -18,6 +20,21 @@ export interface JsonRpcFixture {
 export interface JsonRpcFixtureOptions {
   /** Sees each request first, with its body read; returns true when it answered it itself. */
   route?: (req: IncomingMessage, res: ServerResponse) => boolean;
+}
+
+/** The answer to `server/discover` (MCP 2026-07-28): this revision only, with the given capabilities and server info. */
+export function discoverResult(
+  capabilities: object,
+  serverInfo: { name: string; version: string },
+): { result: Record<string, unknown> } {
+  return {
+    result: {
+      resultType: 'complete',
+      supportedVersions: [PROTOCOL_VERSION],
+      capabilities,
+      _meta: { 'io.modelcontextprotocol/serverInfo': serverInfo },
+    },
+  };
 }
 
 export async function startJsonRpcFixture(
