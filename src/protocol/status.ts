@@ -9,11 +9,16 @@ export const TASK_STATUSES = ['working', 'input_required', 'completed', 'failed'
 
 export type TerminalStatus = 'completed' | 'failed' | 'cancelled';
 
-export const TERMINAL_STATUSES: readonly TaskStatus[] = ['completed', 'failed', 'cancelled'] satisfies TerminalStatus[];
+// frozen: the predicates below and the SQL (src/statusSql.ts) read these sets, so nobody may change them at run time
+export const TERMINAL_STATUSES: readonly TaskStatus[] = Object.freeze([
+  'completed',
+  'failed',
+  'cancelled',
+] satisfies TerminalStatus[]);
 
 /** The statuses of a task that may still change (spec: not terminal): every status that is not terminal. */
-export const OPEN_STATUSES: readonly TaskStatus[] = TASK_STATUSES.filter(
-  (status) => !TERMINAL_STATUSES.includes(status),
+export const OPEN_STATUSES: readonly TaskStatus[] = Object.freeze(
+  TASK_STATUSES.filter((status) => !TERMINAL_STATUSES.includes(status)),
 );
 
 export function isTerminalStatus(status: TaskStatus): status is TerminalStatus {
