@@ -25,6 +25,7 @@ import { parseArgs } from 'node:util';
 
 import { type ClockworkServer, startClockworkServer } from './clockworkServer.js';
 import { fixed, machineLine, median, percentile, table } from './figures.js';
+import { positive } from './flags.js';
 import { type FollowClientConfig, type FollowClientMessage, startFollowClient } from './followClient.js';
 
 const { values: flags } = parseArgs({
@@ -38,11 +39,6 @@ const { values: flags } = parseArgs({
     'heap-cap-mb': { type: 'string' },
   },
 });
-const positive = (value: string | undefined, fallback: number) => {
-  const n = value === undefined ? fallback : Number(value);
-  if (!Number.isInteger(n) || n <= 0) throw new Error(`expected a positive integer, got ${value}`);
-  return n;
-};
 const rounds = positive(flags.rounds, flags.smoke ? 1 : 3);
 const small = positive(flags.small, flags.smoke ? 20 : 1000);
 const large = positive(flags.large, flags.smoke ? 50 : 10_000);

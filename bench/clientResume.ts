@@ -15,6 +15,7 @@ import { parseArgs } from 'node:util';
 
 import { startClockworkServer } from './clockworkServer.js';
 import { fixed, machineLine, median, table } from './figures.js';
+import { positive } from './flags.js';
 import { type FollowClientConfig, startFollowClient } from './followClient.js';
 
 const { values: flags } = parseArgs({
@@ -24,11 +25,6 @@ const { values: flags } = parseArgs({
     rounds: { type: 'string' },
   },
 });
-const positive = (value: string | undefined, fallback: number) => {
-  const n = value === undefined ? fallback : Number(value);
-  if (!Number.isInteger(n) || n <= 0) throw new Error(`expected a positive integer, got ${value}`);
-  return n;
-};
 const taskCount = positive(flags.tasks, flags.smoke ? 50 : 10_000);
 const rounds = positive(flags.rounds, flags.smoke ? 1 : 3);
 /** Long enough that nothing is polled between the submission and the kill. */

@@ -6,12 +6,10 @@
  * tasks/get and every one that came after the client had already been told the task was terminal.
  */
 import { randomBytes } from 'node:crypto';
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
 
-import { PROTOCOL_VERSION } from './wire.js';
+import { discoverResult, type JsonRpcAnswer, startJsonRpcFixture } from '../test/support/jsonRpcFixture.js';
+import { TASKS } from '../test/support/rpc.js';
 
-const TASKS_EXTENSION_ID = 'io.modelcontextprotocol/tasks';
 export const SLEEP_TOOL = 'sleep';
 
 export interface ClockworkTask {
@@ -43,63 +41,31 @@ export async function startClockworkServer(pollIntervalMs: number): Promise<Cloc
   const tasks = new Map<string, ClockworkTask>();
   let releasedAt: number | undefined;
 
-  const server = createServer((req, res) => {
-    void handle(req, res).catch((error: unknown) => res.writeHead(500).end(String(error)));
-  });
-  server.keepAliveTimeout = 60_000;
-
-  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    let body = '';
-    for await (const chunk of req) body += String(chunk);
-    if (req.method !== 'POST') return void res.writeHead(405).end();
-    const message = JSON.parse(body) as { id?: string | number; method: string; params?: Record<string, unknown> };
-    if (message.id === undefined) return void res.writeHead(202).end();
-    const answer = dispatch(message.method, message.params ?? {});
-    const reply = 'error' in answer ? { error: answer.error } : { result: answer.result };
-    res
-      .writeHead(200, { 'content-type': 'application/json' })
-      .end(JSON.stringify({ jsonrpc: '2.0', id: message.id, ...reply }));
-  }
-
-  function dispatch(method: string, params: Record<string, unknown>) {
-    switch (method) {
-      case 'server/discover':
-        return {
-          result: {
-            resultType: 'complete',
-            supportedVersions: [PROTOCOL_VERSION],
-            capabilities: { tools: {}, extensions: { [TASKS_EXTENSION_ID]: {} } },
-            _meta: { 'io.modelcontextprotocol/serverInfo': { name: 'clockwork', version: '1.0.0' } },
+  const methods: Record<string, (params: Record<string, unknown>) => JsonRpcAnswer> = {
+    'server/discover': () =>
+      discoverResult({ tools: {}, extensions: { [TASKS]: {} } }, { name: 'clockwork', version: '1.0.0' }),
+    'tools/list': () => ({
+      result: {
+        resultType: 'complete',
+        // 2026-07-28 list results carry their cache hints
+        ttlMs: 0,
+        cacheScope: 'private',
+        tools: [
+          {
+            name: SLEEP_TOOL,
+            description: 'Completes offsetMs after the run is released',
+            inputSchema: {
+              type: 'object',
+              properties: { group: { type: 'string' }, offsetMs: { type: 'number' } },
+              required: ['group', 'offsetMs'],
+            },
           },
-        };
-      case 'tools/list':
-        return {
-          result: {
-            resultType: 'complete',
-            // 2026-07-28 list results carry their cache hints
-            ttlMs: 0,
-            cacheScope: 'private',
-            tools: [
-              {
-                name: SLEEP_TOOL,
-                description: 'Completes offsetMs after the run is released',
-                inputSchema: {
-                  type: 'object',
-                  properties: { group: { type: 'string' }, offsetMs: { type: 'number' } },
-                  required: ['group', 'offsetMs'],
-                },
-              },
-            ],
-          },
-        };
-      case 'tools/call':
-        return create(params);
-      case 'tasks/get':
-        return get(params);
-      default:
-        return { error: { code: -32601, message: `Method not found: ${method}` } };
-    }
-  }
+        ],
+      },
+    }),
+    'tools/call': (params) => create(params),
+    'tasks/get': (params) => get(params),
+  };
 
   function create(params: Record<string, unknown>) {
     const args = (params['arguments'] ?? {}) as { group?: unknown; offsetMs?: unknown };
@@ -153,10 +119,13 @@ export async function startClockworkServer(pollIntervalMs: number): Promise<Cloc
     };
   }
 
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
+  const fixture = await startJsonRpcFixture(
+    (method, params) =>
+      methods[method]?.(params) ?? { error: { code: -32601, message: `Method not found: ${method}` } },
+  );
+  fixture.server.keepAliveTimeout = 60_000;
   return {
-    url: `http://127.0.0.1:${port}/mcp`,
+    url: `${fixture.origin}/mcp`,
     pollIntervalMs,
     tasks,
     release: () => {
@@ -164,10 +133,6 @@ export async function startClockworkServer(pollIntervalMs: number): Promise<Cloc
       for (const task of tasks.values()) task.completeAt = releasedAt + task.offsetMs;
       return releasedAt;
     },
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections();
-        server.close(() => resolve());
-      }),
+    close: () => fixture.close(),
   };
 }

@@ -14,15 +14,15 @@ import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import type { RawClientDispatch } from '@modelcontextprotocol/ext-tasks/client';
 import { createTaskSessionFromClient } from '@modelcontextprotocol/ext-tasks/client';
 import { connectHttpTaskClient, createHttpFetch, isTaskHandle, type TaskClient } from 'closeout/client';
 import { Agent } from 'undici';
 import * as z from 'zod/v4';
 
+import { streamableHttpDispatch } from '../test/support/extTasksDispatch.js';
+import { PROTOCOL_VERSION, wireRequest } from '../test/support/rpc.js';
 import { SLEEP_TOOL } from './clockworkServer.js';
 import { median } from './figures.js';
-import { PROTOCOL_VERSION, wireRequest } from './wire.js';
 
 export interface FollowClientConfig {
   kind: 'closeout' | 'ext-tasks';
@@ -165,27 +165,7 @@ async function closeoutClient(): Promise<{ submit: Submitter; client: TaskClient
 
 async function extTasksClient(): Promise<{ submit: Submitter }> {
   // the package's documented setup for a 2026-07-28 server (as test/e2e/clientInterop.test.ts does it)
-  const rawDispatch: RawClientDispatch = async (request, options) => {
-    const body: Record<string, unknown> = { jsonrpc: '2.0', id: crypto.randomUUID(), ...(request as object) };
-    const params = (body['params'] ?? {}) as Record<string, unknown>;
-    const name = params['name'] ?? params['taskId'];
-    const response = await fetch(config.url, {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        accept: 'application/json, text/event-stream',
-        'mcp-protocol-version': PROTOCOL_VERSION,
-        'mcp-method': String(body['method']),
-        ...(typeof name === 'string' ? { 'mcp-name': name } : {}),
-      },
-      body: JSON.stringify(body),
-      ...(options?.signal ? { signal: options.signal } : {}),
-    });
-    const message = (await response.json()) as { result?: never; error?: never };
-    return message.error !== undefined
-      ? { kind: 'error', error: message.error }
-      : { kind: 'result', result: message.result! };
-  };
+  const rawDispatch = streamableHttpDispatch(() => config.url);
   const client = new Client(CLIENT_INFO, { versionNegotiation: { mode: 'auto' } });
   await client.connect(new StreamableHTTPClientTransport(new URL(config.url)));
   const session = createTaskSessionFromClient(client, {

@@ -8,8 +8,8 @@ import { Agent, request as httpRequest } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 
+import type { WireRequest } from '../test/support/rpc.js';
 import { percentile } from './figures.js';
-import type { WireRequest } from './wire.js';
 
 export interface LoadSpec {
   url: string;

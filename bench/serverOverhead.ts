@@ -25,7 +25,9 @@ import { parseArgs } from 'node:util';
 
 import { SqliteTaskStore, type TaskStore } from 'closeout/server';
 
+import { type WireRequest, wireRequest } from '../test/support/rpc.js';
 import { fixed, machineLine, median, table } from './figures.js';
+import { positive } from './flags.js';
 import { type LoadResult, runLoad } from './loadGenerator.js';
 import { openPostgresStore } from './postgresStore.js';
 import {
@@ -36,7 +38,6 @@ import {
   startFloorServer,
   startPlainSdkServer,
 } from './servers.js';
-import { type WireRequest, wireRequest } from './wire.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -48,11 +49,6 @@ const { values: flags } = parseArgs({
     'skip-postgres': { type: 'boolean', default: false },
   },
 });
-const positive = (value: string | undefined, fallback: number) => {
-  const n = value === undefined ? fallback : Number(value);
-  if (!Number.isInteger(n) || n <= 0) throw new Error(`expected a positive integer, got ${value}`);
-  return n;
-};
 const rounds = positive(flags.rounds, flags.smoke ? 1 : 5);
 const requests = positive(flags.requests, flags.smoke ? 50 : 2000);
 const concurrency = positive(flags.concurrency, flags.smoke ? 4 : 16);

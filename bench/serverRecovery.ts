@@ -21,9 +21,10 @@ import { parseArgs } from 'node:util';
 
 import { SqliteTaskStore, type StoredTask } from 'closeout/server';
 
+import { type ServeProcess, startServe } from '../test/support/processes.js';
+import { wireRequest } from '../test/support/rpc.js';
 import { fixed, machineLine, median, table } from './figures.js';
-import { type ServeProcess, startServe } from './serveProcess.js';
-import { wireRequest } from './wire.js';
+import { positive } from './flags.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -33,11 +34,6 @@ const { values: flags } = parseArgs({
     rounds: { type: 'string' },
   },
 });
-const positive = (value: string | undefined, fallback: number) => {
-  const n = value === undefined ? fallback : Number(value);
-  if (!Number.isInteger(n) || n <= 0) throw new Error(`expected a positive integer, got ${value}`);
-  return n;
-};
 const taskCount = positive(flags.tasks, flags.smoke ? 10 : 1000);
 const runMs = positive(flags['run-ms'], flags.smoke ? 1500 : 15_000);
 const rounds = positive(flags.rounds, flags.smoke ? 1 : 3);
@@ -139,7 +135,7 @@ async function round(dir: string, index: number, live: Set<ServeProcess>): Promi
   const storePath = join(dir, `round-${index}.db`);
   const serve = async (file: string) => {
     const started = performance.now();
-    const process = await startServe(['--store', file, ...tokenArgs]);
+    const process = await startServe(['--store', file, ...tokenArgs], 30_000);
     live.add(process);
     return { process, readyMs: performance.now() - started, started };
   };

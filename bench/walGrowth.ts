@@ -18,10 +18,11 @@ import { parseArgs } from 'node:util';
 
 import { SqliteTaskStore } from 'closeout/server';
 
+import { wireRequest } from '../test/support/rpc.js';
 import { fixed, machineLine, percentile, table } from './figures.js';
+import { positive } from './flags.js';
 import { runLoad } from './loadGenerator.js';
 import { ECHO_ARGUMENTS, ECHO_TOOL, startCloseoutServer } from './servers.js';
-import { wireRequest } from './wire.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -35,11 +36,6 @@ const { values: flags } = parseArgs({
 });
 if (flags.synchronous !== 'full' && flags.synchronous !== 'normal') throw new Error('--synchronous: full or normal');
 const synchronous = flags.synchronous;
-const positive = (value: string | undefined, fallback: number) => {
-  const n = value === undefined ? fallback : Number(value);
-  if (!Number.isInteger(n) || n <= 0) throw new Error(`expected a positive integer, got ${value}`);
-  return n;
-};
 const seconds = positive(flags.seconds, flags.smoke ? 3 : 180);
 const requests = positive(flags.requests, flags.smoke ? 200 : 4000);
 const concurrency = positive(flags.concurrency, flags.smoke ? 4 : 16);

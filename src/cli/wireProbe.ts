@@ -31,16 +31,44 @@ export interface RpcResponse {
   error?: { code: number; message: string; data?: unknown };
 }
 
+/** One request's exact bytes: the body and the headers it is sent with. */
+export interface WireRequest {
+  body: string;
+  headers: Record<string, string>;
+}
+
 let nextId = 1;
 
-/** Sends one request. Throws only when the server cannot be reached or answers with a body that is not JSON-RPC. */
+/**
+ * The SEP-2243 / SEP-2663 headers of a request over Streamable HTTP: the protocol version, the method, and the
+ * `Mcp-Name` that routes it (the tool of a tools/call, the task of a tasks/* request).
+ */
+export function routingHeaders(method: string, params: Record<string, unknown>): Record<string, string> {
+  const name =
+    method === 'tools/call'
+      ? String(params['name'])
+      : method.startsWith('tasks/') && typeof params['taskId'] === 'string'
+        ? params['taskId']
+        : undefined;
+  return {
+    'content-type': 'application/json',
+    accept: 'application/json, text/event-stream',
+    'mcp-protocol-version': PROTOCOL_VERSION,
+    'mcp-method': method,
+    'user-agent': `${DEFAULT_CLIENT_INFO.name}/${DEFAULT_CLIENT_INFO.version}`,
+    ...(name !== undefined && { 'mcp-name': name }),
+  };
+}
 
-export async function rpc(
-  url: string,
+/**
+ * The bytes of one request, built once: the `_meta` envelope and the routing headers (a load generator replays
+ * them without paying for JSON on its side).
+ */
+export function wireRequest(
   method: string,
   params: Record<string, unknown> = {},
-  options: RpcOptions = {},
-): Promise<RpcResponse> {
+  options: Omit<RpcOptions, 'rawBody' | 'timeoutMs'> = {},
+): WireRequest {
   const declare = options.declareTasks ?? true;
   const capabilities = { ...(declare && { extensions: { [TASKS]: {} } }), ...options.capabilities };
   const body = {
@@ -58,29 +86,29 @@ export async function rpc(
       },
     },
   };
-  const name =
-    method === 'tools/call'
-      ? String(params['name'])
-      : method.startsWith('tasks/') && typeof params['taskId'] === 'string'
-        ? params['taskId']
-        : undefined;
   const headers: Record<string, string> = {
-    'content-type': 'application/json',
-    accept: 'application/json, text/event-stream',
-    'mcp-protocol-version': PROTOCOL_VERSION,
-    'mcp-method': method,
-    'user-agent': `${DEFAULT_CLIENT_INFO.name}/${DEFAULT_CLIENT_INFO.version}`,
-    ...(name !== undefined && { 'mcp-name': name }),
+    ...routingHeaders(method, params),
     ...(options.token && { authorization: `Bearer ${options.token}` }),
   };
   for (const [key, value] of Object.entries(options.headers ?? {})) {
     if (value === undefined) delete headers[key.toLowerCase()];
     else headers[key.toLowerCase()] = value;
   }
+  return { body: JSON.stringify(body), headers };
+}
+
+/** Sends one request. Throws only when the server cannot be reached or answers with a body that is not JSON-RPC. */
+export async function rpc(
+  url: string,
+  method: string,
+  params: Record<string, unknown> = {},
+  options: RpcOptions = {},
+): Promise<RpcResponse> {
+  const { body, headers } = wireRequest(method, params, options);
   const response = await fetch(url, {
     method: 'POST',
     headers,
-    body: options.rawBody ?? JSON.stringify(body),
+    body: options.rawBody ?? body,
     signal: AbortSignal.timeout(options.timeoutMs ?? 10_000),
   });
   const text = await response.text();

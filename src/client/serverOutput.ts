@@ -6,7 +6,13 @@
 import { SdkError, SdkErrorCode } from '@modelcontextprotocol/client';
 import type * as z from 'zod/v4';
 
-import { DetailedTaskSchema, isTerminalStatus, TASK_RESULT_TYPE, TaskSchema } from '../protocol/index.js';
+import {
+  canTransition,
+  DetailedTaskSchema,
+  isTerminalStatus,
+  TASK_RESULT_TYPE,
+  TaskSchema,
+} from '../protocol/index.js';
 import type { ObservedTask } from './ledger/ledger.js';
 
 /**
@@ -98,7 +104,7 @@ export function parseGetTaskResult(raw: unknown, expectedTaskId: string): Observ
  */
 export function progressionViolation(known: KnownTaskState, next: ObservedTask): string | undefined {
   if (next.taskId !== known.taskId) return `taskId changed from ${known.taskId} to ${next.taskId}`;
-  if (known.status !== undefined && isTerminalStatus(known.status) && next.status !== known.status) {
+  if (known.status !== undefined && next.status !== known.status && !canTransition(known.status, next.status)) {
     return isTerminalStatus(next.status)
       ? `status changed after terminal: ${known.status} -> ${next.status}`
       : `status went backwards: terminal ${known.status} -> ${next.status}`;

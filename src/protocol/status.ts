@@ -1,17 +1,28 @@
 /**
  * The task status machine (SEP-2663 "Task Status"): the one place that knows which statuses are terminal and which
- * transitions are allowed. Nobody else compares status strings by hand.
+ * transitions are allowed. Nobody else compares status strings by hand; the stores' and the ledger's SQL take their
+ * status sets from here too (src/statusSql.ts).
  */
 import type { TaskStatus } from './schemas.js';
 
 export const TASK_STATUSES = ['working', 'input_required', 'completed', 'failed', 'cancelled'] as const;
 
-export const TERMINAL_STATUSES: readonly TaskStatus[] = ['completed', 'failed', 'cancelled'];
-
 export type TerminalStatus = 'completed' | 'failed' | 'cancelled';
 
+// frozen: the predicates below and the SQL (src/statusSql.ts) read these sets, so nobody may change them at run time
+export const TERMINAL_STATUSES: readonly TaskStatus[] = Object.freeze([
+  'completed',
+  'failed',
+  'cancelled',
+] satisfies TerminalStatus[]);
+
+/** The statuses of a task that may still change (spec: not terminal): every status that is not terminal. */
+export const OPEN_STATUSES: readonly TaskStatus[] = Object.freeze(
+  TASK_STATUSES.filter((status) => !TERMINAL_STATUSES.includes(status)),
+);
+
 export function isTerminalStatus(status: TaskStatus): status is TerminalStatus {
-  return status === 'completed' || status === 'failed' || status === 'cancelled';
+  return TERMINAL_STATUSES.includes(status);
 }
 
 /**

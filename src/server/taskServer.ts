@@ -197,8 +197,8 @@ export class TaskServer {
     if (this.started) return;
     this.started = true;
     this.unsubscribe = this.store.subscribe?.((signal) => void this.onSignal(signal));
-    const deadOwners = (await this.store.leaseOwners()).filter((owner) => isDeadLocalOwner(owner));
-    await this.sweep(deadOwners);
+    const deadHolders = (await this.store.leaseOwners()).filter((holder) => isDeadLocalOwner(holder));
+    await this.sweep(deadHolders);
     await this.housekeep();
     this.sweepTimer = setInterval(() => {
       this.requestSweep();
@@ -320,7 +320,7 @@ export class TaskServer {
 
   // ---- reads and client writes (tasks/get, tasks/update, tasks/cancel) ---------------------------------------------
 
-  /** `tasks/get`: the DetailedTask for its owner; -32602 for an unknown id and for anyone else's task alike. */
+  /** `tasks/get`: the DetailedTask for its principal; -32602 for an unknown id and for anyone else's task alike. */
   async getTask(taskId: string, principal: string): Promise<DetailedTask> {
     let task = await this.ownedTask(taskId, principal);
     const now = this.now();
@@ -496,7 +496,7 @@ export class TaskServer {
   private outcomeOfThrow(toolName: string, signal: AbortSignal, error: unknown): TerminalOutcome | undefined {
     const cause = signal.aborted ? (signal.reason as TaskAbortedError).cause : undefined;
     if (cause === 'cancelled') return { status: 'cancelled', statusMessage: 'Cancelled at the client’s request' };
-    // expiry already wrote `failed`; a lost lease or a shutdown leaves the task to its next owner
+    // expiry already wrote `failed`; a lost lease or a shutdown leaves the task to its next holder
     if (cause !== undefined) return undefined;
     const jsonRpcError = asJsonRpcError(error);
     if (jsonRpcError) return { status: 'failed', error: jsonRpcError, statusMessage: jsonRpcError.message };
@@ -657,7 +657,7 @@ export class TaskServer {
    * reached says nothing about the leases: the handlers keep running and the next tick renews them (rule 3).
    * Orphans are claimed only right after a renewal, so this instance never mistakes its own leases for orphans.
    */
-  private async sweep(deadOwners: string[]): Promise<void> {
+  private async sweep(deadHolders: string[]): Promise<void> {
     try {
       const startedAt = this.now();
       const runs = [...this.running.values()];
@@ -670,7 +670,7 @@ export class TaskServer {
       // fallback for a missed input signal: one read for every awaited key
       await this.deliverAnswersTo([...this.running.values()].filter((r) => r.waiters.size > 0));
       // a renewal slower than half a lease may have let a lease run out meanwhile: claim on the next tick
-      if (this.now() - startedAt < this.leaseMs / 2) await this.takeOverOrphans(deadOwners, startedAt);
+      if (this.now() - startedAt < this.leaseMs / 2) await this.takeOverOrphans(deadHolders, startedAt);
     } catch (error) {
       this.report(error);
     }
@@ -715,10 +715,10 @@ export class TaskServer {
    * Claims orphans in batches, for at most a third of a lease per tick so the next renewal is never late; what is
    * left is claimed on the next tick.
    */
-  private async takeOverOrphans(deadOwners: string[], tickStartedAt: number): Promise<void> {
+  private async takeOverOrphans(deadHolders: string[], tickStartedAt: number): Promise<void> {
     for (;;) {
       const now = this.now();
-      const claimed = await this.store.claimOrphans(this.instanceId, now, now + this.leaseMs, 100, deadOwners);
+      const claimed = await this.store.claimOrphans(this.instanceId, now, now + this.leaseMs, 100, deadHolders);
       for (const task of claimed) {
         const lease = { taskId: task.taskId, fence: task.fence };
         const tool = this.tools.get(task.toolName);

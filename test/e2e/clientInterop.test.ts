@@ -7,17 +7,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import type {
-  ApplicationInputRequest,
-  RawClientDispatch,
-  TaskEnabledSession,
-} from '@modelcontextprotocol/ext-tasks/client';
+import type { ApplicationInputRequest, TaskEnabledSession } from '@modelcontextprotocol/ext-tasks/client';
 import { createTaskSessionFromClient } from '@modelcontextprotocol/ext-tasks/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
+import { streamableHttpDispatch } from '../support/extTasksDispatch.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
+import { PROTOCOL_VERSION } from '../support/rpc.js';
 
-const PROTOCOL_VERSION = '2026-07-28';
 const CLIENT_INFO = { name: 'ext-tasks-interop', version: '1.0.0' };
 
 let dir: string;
@@ -38,31 +35,7 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-/**
- * The package's documented setup for a 2026-07-28 Tasks server: a host-owned raw dispatch (the SDK codec refuses
- * task wire shapes) that sends each framed request as Streamable HTTP, with the SEP-2243 routing headers.
- */
-const rawDispatch: RawClientDispatch = async (request, options) => {
-  const body: Record<string, unknown> = { jsonrpc: '2.0', id: crypto.randomUUID(), ...(request as object) };
-  const params = (body['params'] ?? {}) as Record<string, unknown>;
-  const name = params['name'] ?? params['taskId'];
-  const response = await fetch(server.url, {
-    method: 'POST',
-    headers: {
-      'content-type': 'application/json',
-      accept: 'application/json, text/event-stream',
-      'mcp-protocol-version': PROTOCOL_VERSION,
-      'mcp-method': String(body['method']),
-      ...(typeof name === 'string' ? { 'mcp-name': name } : {}),
-    },
-    body: JSON.stringify(body),
-    ...(options?.signal ? { signal: options.signal } : {}),
-  });
-  const message = (await response.json()) as { result?: never; error?: never };
-  return message.error !== undefined
-    ? { kind: 'error', error: message.error }
-    : { kind: 'result', result: message.result! };
-};
+const rawDispatch = streamableHttpDispatch(() => server.url);
 
 async function session(
   onInput: (request: ApplicationInputRequest, inputId: string | undefined) => unknown,

@@ -7,6 +7,7 @@ import * as z from 'zod/v4';
 import { DEFAULT_LIMITS, measureJson } from '../../src/server/limits.js';
 import { SqliteTaskStore } from '../../src/server/store/sqliteTaskStore.js';
 import { TaskServer } from '../../src/server/taskServer.js';
+import { OPEN_STATUS_SQL } from '../../src/statusSql.js';
 import { rpc } from '../support/rpc.js';
 import { startTestServer, type TestServer } from '../support/testServer.js';
 import { waitFor } from '../support/waitFor.js';
@@ -192,11 +193,9 @@ describe('maxOpenTasksPerPrincipal', () => {
     // earlier tests may have left open tasks: count alice's from the store
     const open = () =>
       (
-        db
-          .prepare(
-            `SELECT COUNT(*) AS n FROM tasks WHERE owner = 'client:alice' AND status IN ('working','input_required')`,
-          )
-          .get() as { n: number }
+        db.prepare(`SELECT COUNT(*) AS n FROM tasks WHERE owner = 'client:alice' AND ${OPEN_STATUS_SQL}`).get() as {
+          n: number;
+        }
       ).n;
     const ids: string[] = [];
     while (open() < LIMITS.maxOpenTasksPerPrincipal) {
@@ -228,9 +227,7 @@ describe('maxOpenTasksPerPrincipal', () => {
 
     // a finished task frees a place
     const open0 = (
-      db
-        .prepare(`SELECT task_id FROM tasks WHERE owner = 'client:alice' AND status IN ('working','input_required')`)
-        .get() as {
+      db.prepare(`SELECT task_id FROM tasks WHERE owner = 'client:alice' AND ${OPEN_STATUS_SQL}`).get() as {
         task_id: string;
       }
     ).task_id;

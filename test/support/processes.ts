@@ -1,9 +1,13 @@
-/** Real `closeout` processes for end-to-end tests: the built CLI (dist/), spawned with node. */
+/**
+ * Real `closeout` processes for end-to-end tests and benchmarks: the built CLI (dist/), spawned with node, resolved
+ * through the package (so it is found from test/ and from the benchmarks compiled into dist/bench alike).
+ */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { fileURLToPath } from 'node:url';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 
-export const CLI = fileURLToPath(new URL('../../dist/cli/main.js', import.meta.url));
+export const CLI = join(dirname(createRequire(import.meta.url).resolve('closeout/package.json')), 'dist/cli/main.js');
 
 export interface ServeProcess {
   url: string;
@@ -34,10 +38,10 @@ export async function startServe(
   child.stderr!.on('data', (chunk: Buffer) => (err += chunk.toString()));
   const url = await new Promise<string>((resolve, reject) => {
     let out = '';
-    const timer = setTimeout(
-      () => reject(new Error(`closeout serve printed no URL in ${timeoutMs} ms: ${err}`)),
-      timeoutMs,
-    );
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`closeout serve printed no URL in ${timeoutMs} ms: ${err}`));
+    }, timeoutMs);
     child.stdout!.on('data', (chunk: Buffer) => {
       out += chunk.toString();
       const line = out.split('\n')[0];

@@ -29,7 +29,10 @@ import type {
 } from './ledger.js';
 import { closesOut } from './ledger.js';
 
-/** Versioned migrations: entry i brings `user_version` from i to i + 1. Never edit a shipped entry; append. */
+/**
+ * Versioned migrations: entry i brings `user_version` from i to i + 1. Never edit a shipped entry; append. Its status
+ * set stays written out, and test/statusSql.test.ts fails when it no longer matches the status machine.
+ */
 const MIGRATIONS: readonly Migration[] = [
   `CREATE TABLE submissions (
      record_id           TEXT PRIMARY KEY,

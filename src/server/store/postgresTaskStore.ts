@@ -10,6 +10,7 @@
 import pg from 'pg';
 
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from '../../statusSql.js';
 import type {
   AwaitedInput,
   InputCapabilities,
@@ -40,8 +41,11 @@ const SWEEP_PAGE = 500;
 const LISTEN_RECONNECT_MIN_MS = 100;
 const LISTEN_RECONNECT_MAX_MS = 5000;
 
-/** Versioned schema: entry i takes the database from version i to i + 1. Never edit an entry once released. */
-const MIGRATIONS: readonly string[] = [
+/**
+ * Versioned schema: entry i takes the database from version i to i + 1. Never edit an entry once released: its status
+ * sets stay written out, and test/statusSql.test.ts fails when they no longer match the status machine.
+ */
+export const MIGRATIONS: readonly string[] = [
   `CREATE TABLE closeout_tasks (
      task_id          TEXT PRIMARY KEY,
      owner            TEXT NOT NULL,
@@ -103,9 +107,6 @@ const MIGRATIONS: readonly string[] = [
   `CREATE INDEX closeout_tasks_owner ON closeout_tasks (owner);`,
 ];
 
-const OPEN = `status IN ('working','input_required')`;
-const CLOSED = `status IN ('completed','failed','cancelled')`;
-
 /** A task row with its inputs, read in one statement so both come from one snapshot. */
 const TASK_WITH_INPUTS = `t.*, (
   SELECT json_agg(json_build_object('key', i.key, 'request', i.request, 'response', i.response,
@@ -128,14 +129,14 @@ const SQL = {
   insert: `INSERT INTO closeout_tasks (task_id, owner, tool_name, arguments, status, status_message, created_at,
              last_updated_at, ttl_ms, expires_at, poll_interval_ms, resumable, idempotency_key, lease_owner,
              lease_expires_at, input_capabilities)
-           VALUES ($1, $2, $3, $4, 'working', $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+           VALUES ($1, $2, $3, $4, ${sqlStatus('working')}, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14)
            ON CONFLICT DO NOTHING
            RETURNING *`,
-  // the open-task limit: count and insert under one per-owner lock, so concurrent creates cannot both squeeze in
-  ownerLock: `SELECT pg_advisory_xact_lock(hashtextextended('closeout_open_tasks:' || $1, 0))`,
-  openOfOwner: `SELECT COUNT(*) AS n FROM closeout_tasks WHERE owner = $1 AND ${OPEN}`,
+  // the open-task limit: count and insert under one per-principal lock, so concurrent creates cannot both squeeze in
+  principalLock: `SELECT pg_advisory_xact_lock(hashtextextended('closeout_open_tasks:' || $1, 0))`,
+  openOfPrincipal: `SELECT COUNT(*) AS n FROM closeout_tasks WHERE owner = $1 AND ${OPEN}`,
   // counts no further than the limit: the cost of the check stops growing there
-  storedOfOwner: `SELECT COUNT(*) AS n FROM (SELECT 1 FROM closeout_tasks WHERE owner = $1 LIMIT $2) s`,
+  storedOfPrincipal: `SELECT COUNT(*) AS n FROM (SELECT 1 FROM closeout_tasks WHERE owner = $1 LIMIT $2) s`,
   byIdempotencyKey: `SELECT ${TASK_WITH_INPUTS} FROM closeout_tasks t WHERE t.owner = $1 AND t.idempotency_key = $2`,
   get: `SELECT ${TASK_WITH_INPUTS} FROM closeout_tasks t WHERE t.task_id = $1`,
   purged: `SELECT 1 FROM closeout_purged_tasks WHERE task_id = $1 AND owner = $2`,
@@ -148,7 +149,7 @@ const SQL = {
   input: `SELECT response FROM closeout_task_inputs WHERE task_id = $1 AND key = $2`,
   insertInput: `INSERT INTO closeout_task_inputs (task_id, key, seq, request, requested_at)
                 VALUES ($1, $2, (SELECT COUNT(*) FROM closeout_task_inputs WHERE task_id = $1), $3, $4)`,
-  toInputRequired: `UPDATE closeout_tasks SET status = 'input_required', last_updated_at = $1
+  toInputRequired: `UPDATE closeout_tasks SET status = ${sqlStatus('input_required')}, last_updated_at = $1
                     WHERE task_id = $2 AND fence = $3 AND ${OPEN}`,
   finish: `UPDATE closeout_tasks SET status = $1, result = $2, error = $3,
              status_message = COALESCE($4, status_message), last_updated_at = $5,
@@ -164,9 +165,9 @@ const SQL = {
   // back to working when nothing is outstanding any more; otherwise only the update time moves
   afterAnswer: `UPDATE closeout_tasks SET last_updated_at = $2,
                   status = CASE
-                    WHEN status = 'input_required' AND NOT EXISTS (
+                    WHEN status = ${sqlStatus('input_required')} AND NOT EXISTS (
                       SELECT 1 FROM closeout_task_inputs WHERE task_id = $1 AND response IS NULL
-                    ) THEN 'working'
+                    ) THEN ${sqlStatus('working')}
                     ELSE status
                   END
                 WHERE task_id = $1`,
@@ -204,7 +205,7 @@ const SQL = {
             RETURNING t.*
           )
           SELECT ${TASK_WITH_INPUTS} FROM claimed t ORDER BY t.created_at`,
-  leaseOwners: `SELECT DISTINCT lease_owner FROM closeout_tasks WHERE ${OPEN} AND lease_owner IS NOT NULL`,
+  leaseHolders: `SELECT DISTINCT lease_owner FROM closeout_tasks WHERE ${OPEN} AND lease_owner IS NOT NULL`,
 
   // sweeps: SKIP LOCKED so two instances sweeping at once never wait on (or deadlock over) each other's rows; a
   // skipped row is finished by its holder or swept next time
@@ -218,7 +219,7 @@ const SQL = {
              FROM closeout_tasks t JOIN overdue USING (task_id)
            )
            UPDATE closeout_tasks t
-           SET status = 'failed', error = json_build_object('code', -32603, 'message', e.message)::text,
+           SET status = ${sqlStatus('failed')}, error = json_build_object('code', -32603, 'message', e.message)::text,
                status_message = e.message, last_updated_at = $1, lease_owner = NULL, lease_expires_at = NULL
            FROM expired e
            WHERE t.task_id = e.task_id
@@ -227,12 +228,12 @@ const SQL = {
   // NULL keeps finished tasks without a TTL
   purge: `WITH doomed_ttl AS (
             SELECT task_id FROM closeout_tasks
-            WHERE ${CLOSED} AND expires_at IS NOT NULL AND expires_at <= $1
+            WHERE ${TERMINAL} AND expires_at IS NOT NULL AND expires_at <= $1
             LIMIT $3
             FOR UPDATE SKIP LOCKED
           ), doomed_unlimited AS (
             SELECT task_id FROM closeout_tasks
-            WHERE ${CLOSED} AND expires_at IS NULL AND $4::bigint IS NOT NULL AND last_updated_at <= $4::bigint
+            WHERE ${TERMINAL} AND expires_at IS NULL AND $4::bigint IS NOT NULL AND last_updated_at <= $4::bigint
             LIMIT $3
             FOR UPDATE SKIP LOCKED
           ), doomed AS (
@@ -249,6 +250,10 @@ const SQL = {
   listen: `LISTEN ${TASK_SIGNAL_CHANNEL}`,
 } as const;
 
+/**
+ * A row of `closeout_tasks`. Two columns keep their first release's names: `owner` holds the caller's principal,
+ * `lease_owner` the lease holder (an instance id); the code around them says principal and holder.
+ */
 interface TaskRow {
   task_id: string;
   owner: string;
@@ -403,16 +408,16 @@ export class PostgresTaskStore implements TaskStore {
     const stored = task.maxStoredTasksForOwner;
     if (limit === undefined && stored === undefined) return this.guard('create', () => this.insert(this.pool, task));
     return this.transaction('create', async (client) => {
-      await client.query(SQL.ownerLock, [task.owner]);
+      await client.query(SQL.principalLock, [task.owner]);
       // an idempotent replay returns its task, at the limits too
       const replay = await this.byIdempotencyKey(client, task);
       if (replay) return { task: replay, created: false };
       if (limit !== undefined) {
-        const { rows } = await client.query<{ n: string }>(SQL.openOfOwner, [task.owner]);
+        const { rows } = await client.query<{ n: string }>(SQL.openOfPrincipal, [task.owner]);
         if (Number(rows[0]?.n ?? 0) >= limit) throw new OpenTaskLimitError(limit);
       }
       if (stored !== undefined) {
-        const { rows } = await client.query<{ n: string }>(SQL.storedOfOwner, [task.owner, stored]);
+        const { rows } = await client.query<{ n: string }>(SQL.storedOfPrincipal, [task.owner, stored]);
         if (Number(rows[0]?.n ?? 0) >= stored) throw new StoredTaskLimitError(stored);
       }
       return this.insert(client, task);
@@ -453,10 +458,10 @@ export class PostgresTaskStore implements TaskStore {
     return this.guard('get', () => this.read(taskId));
   }
 
-  async wasPurged(taskId: string, owner: string): Promise<boolean> {
+  async wasPurged(taskId: string, principal: string): Promise<boolean> {
     return this.guard(
       'wasPurged',
-      async () => ((await this.pool.query(SQL.purged, [taskId, owner])).rowCount ?? 0) > 0,
+      async () => ((await this.pool.query(SQL.purged, [taskId, principal])).rowCount ?? 0) > 0,
     );
   }
 
@@ -528,12 +533,12 @@ export class PostgresTaskStore implements TaskStore {
     });
   }
 
-  async renewLeases(owner: string, leases: LeaseRef[], until: number): Promise<RenewedLease[]> {
+  async renewLeases(holder: string, leases: LeaseRef[], until: number): Promise<RenewedLease[]> {
     if (leases.length === 0) return [];
     return this.guard('renewLeases', async () => {
       const { rows } = await this.leasePool.query<{ task_id: string; fence: number; cancel_requested: boolean }>(
         SQL.renew,
-        [until, leases.map((l) => l.taskId), leases.map((l) => l.fence), owner],
+        [until, leases.map((l) => l.taskId), leases.map((l) => l.fence), holder],
       );
       const renewed = new Map(rows.map((r) => [`${r.fence}:${r.task_id}`, r.cancel_requested]));
       return leases.flatMap((l) => {
@@ -555,21 +560,21 @@ export class PostgresTaskStore implements TaskStore {
   }
 
   async claimOrphans(
-    owner: string,
+    holder: string,
     now: number,
     until: number,
     limit: number,
-    deadOwners: string[] = [],
+    deadHolders: string[] = [],
   ): Promise<StoredTask[]> {
     return this.guard('claimOrphans', async () => {
-      const { rows } = await this.leasePool.query<TaskRow>(SQL.claim, [now, deadOwners, limit, owner, until]);
+      const { rows } = await this.leasePool.query<TaskRow>(SQL.claim, [now, deadHolders, limit, holder, until]);
       return rows.map(toTask);
     });
   }
 
   async leaseOwners(): Promise<string[]> {
     return this.guard('leaseOwners', async () => {
-      const { rows } = await this.pool.query<{ lease_owner: string }>(SQL.leaseOwners);
+      const { rows } = await this.pool.query<{ lease_owner: string }>(SQL.leaseHolders);
       return rows.map((r) => r.lease_owner);
     });
   }

@@ -9,6 +9,7 @@ import type { Checkpointer } from '../../sqliteCheckpointer.js';
 import { startCheckpointer } from '../../sqliteCheckpointer.js';
 import { openSqliteFile } from '../../sqliteFile.js';
 import type { SqliteSynchronous } from '../../sqliteSynchronous.js';
+import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from '../../statusSql.js';
 import type {
   AwaitedInput,
   InputCapabilities,
@@ -24,6 +25,10 @@ import type {
 } from './taskStore.js';
 import { OpenTaskLimitError, StoredTaskLimitError } from './taskStore.js';
 
+/**
+ * Versioned schema: entry i brings `user_version` from i to i + 1. Never edit a shipped entry; append. Its status sets
+ * stay written out, and test/statusSql.test.ts fails when they no longer match the status machine.
+ */
 const MIGRATIONS: readonly string[] = [
   `CREATE TABLE tasks (
      task_id          TEXT PRIMARY KEY,
@@ -92,8 +97,10 @@ const RENEW_STEP = 2000;
 /** Purged ids are remembered this long, enough to outlive a client's last reasonable poll. */
 const TOMBSTONE_RETENTION_MS = 7 * 24 * 3600_000;
 
-const OPEN = `status IN ('working','input_required')`;
-
+/**
+ * A row of `tasks`. Two columns keep their first release's names: `owner` holds the caller's principal, `lease_owner`
+ * the lease holder (an instance id); the code around them says principal and holder.
+ */
 interface TaskRow {
   task_id: string;
   owner: string;
@@ -162,15 +169,15 @@ export class SqliteTaskStore implements TaskStore {
         `INSERT INTO tasks (task_id, owner, tool_name, arguments, status, status_message, created_at, last_updated_at,
            ttl_ms, expires_at, poll_interval_ms, resumable, idempotency_key, lease_owner, lease_expires_at,
            input_capabilities)
-         VALUES (@taskId, @owner, @toolName, @arguments, 'working', @statusMessage, @createdAt, @createdAt,
-           @ttlMs, @expiresAt, @pollIntervalMs, @resumable, @idempotencyKey, @leaseOwner, @leaseExpiresAt,
+         VALUES (@taskId, @principal, @toolName, @arguments, ${sqlStatus('working')}, @statusMessage, @createdAt, @createdAt,
+           @ttlMs, @expiresAt, @pollIntervalMs, @resumable, @idempotencyKey, @holder, @leaseExpiresAt,
            @inputCapabilities)
          ON CONFLICT DO NOTHING`,
       ),
       byIdempotencyKey: db.prepare(`SELECT * FROM tasks WHERE owner = ? AND idempotency_key = ?`),
-      openOfOwner: db.prepare(`SELECT COUNT(*) AS n FROM tasks WHERE owner = ? AND ${OPEN}`),
+      openOfPrincipal: db.prepare(`SELECT COUNT(*) AS n FROM tasks WHERE owner = ? AND ${OPEN}`),
       // counts no further than the limit: the cost of the check stops growing there
-      storedOfOwner: db.prepare(`SELECT COUNT(*) AS n FROM (SELECT 1 FROM tasks WHERE owner = ? LIMIT ?)`),
+      storedOfPrincipal: db.prepare(`SELECT COUNT(*) AS n FROM (SELECT 1 FROM tasks WHERE owner = ? LIMIT ?)`),
       get: db.prepare(`SELECT * FROM tasks WHERE task_id = ?`),
       inputs: db.prepare(
         `SELECT key, request, response, requested_at, answered_at FROM task_inputs WHERE task_id = ? ORDER BY seq`,
@@ -185,7 +192,7 @@ export class SqliteTaskStore implements TaskStore {
          VALUES (?, ?, (SELECT COUNT(*) FROM task_inputs WHERE task_id = ?), ?, ?)`,
       ),
       toInputRequired: db.prepare(
-        `UPDATE tasks SET status = 'input_required', last_updated_at = ? WHERE task_id = ? AND fence = ? AND ${OPEN}`,
+        `UPDATE tasks SET status = ${sqlStatus('input_required')}, last_updated_at = ? WHERE task_id = ? AND fence = ? AND ${OPEN}`,
       ),
       holds: db.prepare(`SELECT 1 FROM tasks WHERE task_id = ? AND fence = ? AND ${OPEN}`),
       finish: db.prepare(
@@ -200,7 +207,7 @@ export class SqliteTaskStore implements TaskStore {
       ),
       outstanding: db.prepare(`SELECT COUNT(*) AS n FROM task_inputs WHERE task_id = ? AND response IS NULL`),
       toWorking: db.prepare(
-        `UPDATE tasks SET status = 'working', last_updated_at = ? WHERE task_id = ? AND status = 'input_required'`,
+        `UPDATE tasks SET status = ${sqlStatus('working')}, last_updated_at = ? WHERE task_id = ? AND status = ${sqlStatus('input_required')}`,
       ),
       touch: db.prepare(`UPDATE tasks SET last_updated_at = ? WHERE task_id = ?`),
       cancel: db.prepare(
@@ -231,22 +238,22 @@ export class SqliteTaskStore implements TaskStore {
         `UPDATE tasks SET lease_owner = ?, lease_expires_at = ?, fence = fence + 1, attempt = attempt + 1
          WHERE task_id = ? AND ${OPEN}`,
       ),
-      leaseOwners: db.prepare(`SELECT DISTINCT lease_owner FROM tasks WHERE ${OPEN} AND lease_owner IS NOT NULL`),
+      leaseHolders: db.prepare(`SELECT DISTINCT lease_owner FROM tasks WHERE ${OPEN} AND lease_owner IS NOT NULL`),
       overdue: db.prepare(
         `SELECT task_id, ttl_ms FROM tasks WHERE ${OPEN} AND expires_at IS NOT NULL AND expires_at <= ? LIMIT ?`,
       ),
       expire: db.prepare(
-        `UPDATE tasks SET status = 'failed', error = ?, status_message = ?, last_updated_at = ?,
+        `UPDATE tasks SET status = ${sqlStatus('failed')}, error = ?, status_message = ?, last_updated_at = ?,
            lease_owner = NULL, lease_expires_at = NULL
          WHERE task_id = ? AND ${OPEN}`,
       ),
       // a cutoff compared with the bare column, so the partial indexes on expires_at and last_updated_at serve it
       purgeable: db.prepare(
-        `SELECT task_id, owner FROM tasks WHERE status IN ('completed','failed','cancelled')
+        `SELECT task_id, owner AS principal FROM tasks WHERE ${TERMINAL}
            AND expires_at IS NOT NULL AND expires_at <= ? LIMIT ?`,
       ),
       purgeableUnlimited: db.prepare(
-        `SELECT task_id, owner FROM tasks WHERE status IN ('completed','failed','cancelled')
+        `SELECT task_id, owner AS principal FROM tasks WHERE ${TERMINAL}
            AND expires_at IS NULL AND last_updated_at <= ? LIMIT ?`,
       ),
       delete: db.prepare(`DELETE FROM tasks WHERE task_id = ?`),
@@ -268,19 +275,19 @@ export class SqliteTaskStore implements TaskStore {
           const replay =
             task.idempotencyKey !== undefined && this.stmt.byIdempotencyKey.get(task.owner, task.idempotencyKey);
           if (!replay && task.maxOpenTasksForOwner !== undefined) {
-            const { n } = this.stmt.openOfOwner.get(task.owner) as { n: number };
+            const { n } = this.stmt.openOfPrincipal.get(task.owner) as { n: number };
             if (n >= task.maxOpenTasksForOwner) throw new OpenTaskLimitError(task.maxOpenTasksForOwner);
           }
           if (!replay && task.maxStoredTasksForOwner !== undefined) {
             const max = task.maxStoredTasksForOwner;
-            const { n } = this.stmt.storedOfOwner.get(task.owner, max) as { n: number };
+            const { n } = this.stmt.storedOfPrincipal.get(task.owner, max) as { n: number };
             if (n >= max) throw new StoredTaskLimitError(max);
           }
         }
         const argumentsJson = JSON.stringify(task.arguments);
         const info = this.stmt.insert.run({
           taskId: task.taskId,
-          owner: task.owner,
+          principal: task.owner,
           toolName: task.toolName,
           arguments: argumentsJson,
           statusMessage: task.statusMessage ?? null,
@@ -290,7 +297,7 @@ export class SqliteTaskStore implements TaskStore {
           pollIntervalMs: task.pollIntervalMs,
           resumable: task.resumable ? 1 : 0,
           idempotencyKey: task.idempotencyKey ?? null,
-          leaseOwner: task.leaseOwner,
+          holder: task.leaseOwner,
           leaseExpiresAt: task.leaseExpiresAt,
           inputCapabilities: task.inputCapabilities === undefined ? null : JSON.stringify(task.inputCapabilities),
         });
@@ -309,8 +316,8 @@ export class SqliteTaskStore implements TaskStore {
     return this.read(taskId);
   }
 
-  async wasPurged(taskId: string, owner: string): Promise<boolean> {
-    return this.stmt.purged.get(taskId, owner) !== undefined;
+  async wasPurged(taskId: string, principal: string): Promise<boolean> {
+    return this.stmt.purged.get(taskId, principal) !== undefined;
   }
 
   async setStatusMessage(lease: LeaseRef, message: string, now: number): Promise<boolean> {
@@ -377,23 +384,23 @@ export class SqliteTaskStore implements TaskStore {
     return open;
   }
 
-  async renewLeases(owner: string, leases: LeaseRef[], until: number): Promise<RenewedLease[]> {
+  async renewLeases(holder: string, leases: LeaseRef[], until: number): Promise<RenewedLease[]> {
     const renewed: RenewedLease[] = [];
     // one statement per step of RENEW_STEP leases, the event loop free between steps: SQLite runs on the serving
     // thread, and thousands of leases in one statement would hold it for longer than a request may wait
     for (let from = 0; from < leases.length; from += RENEW_STEP) {
       if (from > 0) await new Promise((resolve) => setImmediate(resolve));
-      renewed.push(...this.renewStep(owner, leases.slice(from, from + RENEW_STEP), until));
+      renewed.push(...this.renewStep(holder, leases.slice(from, from + RENEW_STEP), until));
     }
     return renewed;
   }
 
-  private renewStep(owner: string, leases: LeaseRef[], until: number): RenewedLease[] {
+  private renewStep(holder: string, leases: LeaseRef[], until: number): RenewedLease[] {
     const rows = this.stmt.renew.all(
       until,
       JSON.stringify(leases.map((l) => l.taskId)),
       JSON.stringify(leases.map((l) => `${l.fence}:${l.taskId}`)),
-      owner,
+      holder,
     ) as {
       task_id: string;
       fence: number;
@@ -417,23 +424,23 @@ export class SqliteTaskStore implements TaskStore {
   }
 
   async claimOrphans(
-    owner: string,
+    holder: string,
     now: number,
     until: number,
     limit: number,
-    deadOwners: string[] = [],
+    deadHolders: string[] = [],
   ): Promise<StoredTask[]> {
     return this.db
       .transaction(() => {
-        const rows = this.stmt.orphans.all(now, JSON.stringify(deadOwners), limit) as { task_id: string }[];
-        for (const { task_id } of rows) this.stmt.claim.run(owner, until, task_id);
+        const rows = this.stmt.orphans.all(now, JSON.stringify(deadHolders), limit) as { task_id: string }[];
+        for (const { task_id } of rows) this.stmt.claim.run(holder, until, task_id);
         return rows.map(({ task_id }) => this.read(task_id)!);
       })
       .immediate();
   }
 
   async leaseOwners(): Promise<string[]> {
-    return (this.stmt.leaseOwners.all() as { lease_owner: string }[]).map((r) => r.lease_owner);
+    return (this.stmt.leaseHolders.all() as { lease_owner: string }[]).map((r) => r.lease_owner);
   }
 
   async expireOverdue(now: number, limit = -1): Promise<string[]> {
@@ -455,18 +462,18 @@ export class SqliteTaskStore implements TaskStore {
     const unlimitedRetentionMs = options.unlimitedRetentionMs;
     return this.db
       .transaction(() => {
-        const rows = this.stmt.purgeable.all(now - retentionMs, limit) as { task_id: string; owner: string }[];
+        const rows = this.stmt.purgeable.all(now - retentionMs, limit) as { task_id: string; principal: string }[];
         if (unlimitedRetentionMs !== undefined && rows.length < limit) {
           rows.push(
             ...(this.stmt.purgeableUnlimited.all(now - unlimitedRetentionMs, limit - rows.length) as {
               task_id: string;
-              owner: string;
+              principal: string;
             }[]),
           );
         }
-        for (const { task_id, owner } of rows) {
+        for (const { task_id, principal } of rows) {
           this.stmt.delete.run(task_id);
-          this.stmt.tombstone.run(task_id, owner, now);
+          this.stmt.tombstone.run(task_id, principal, now);
         }
         // tombstones only need to outlive a client's last reasonable poll
         const dropped = this.stmt.dropTombstones.run(now - TOMBSTONE_RETENTION_MS, limit).changes;

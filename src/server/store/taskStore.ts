@@ -18,7 +18,10 @@ export interface StoredInput {
 
 export interface StoredTask {
   taskId: string;
-  /** The caller's principal: only it may see or touch the task. */
+  /**
+   * The caller's principal (`PrincipalResolver`): only it may see or touch the task. Named `owner` in this public type
+   * and in the schema since the first release.
+   */
   owner: string;
   toolName: string;
   arguments: JsonObject;
@@ -33,10 +36,10 @@ export interface StoredTask {
   result: JsonObject | undefined;
   error: JsonRpcError | undefined;
   cancelRequested: boolean;
-  /** The runtime instance that runs the handler, and until when its claim holds. */
+  /** The lease holder: the instance (`TaskServerOptions.instanceId`) that runs the handler, and until when. */
   leaseOwner: string | undefined;
   leaseExpiresAt: number | undefined;
-  /** Bumped on every claim: a write that carries an older fence is from a stale owner and is refused. */
+  /** Bumped on every claim: a write that carries an older fence is from a stale holder and is refused. */
   fence: number;
   /** How many times a handler was started for this task (1 on creation, +1 per takeover). */
   attempt: number;
@@ -62,6 +65,7 @@ export interface InputCapabilities {
 
 export interface NewTask {
   taskId: string;
+  /** The caller's principal (see `StoredTask.owner`). */
   owner: string;
   toolName: string;
   arguments: JsonObject;
@@ -73,22 +77,22 @@ export interface NewTask {
   statusMessage?: string | undefined;
   /** The input kinds the creating request declared; kept for the task's life, across restarts and instances. */
   inputCapabilities?: InputCapabilities | undefined;
-  /** The creating instance holds the lease from the start. */
+  /** The lease holder: the creating instance holds the lease from the start. */
   leaseOwner: string;
   leaseExpiresAt: number;
   /**
-   * When set, the insert is refused with OpenTaskLimitError if `owner` already has this many non-terminal tasks,
+   * When set, the insert is refused with OpenTaskLimitError if the principal already has this many non-terminal tasks,
    * checked in the same transaction as the insert (an idempotent replay of an existing task is never refused).
    */
   maxOpenTasksForOwner?: number | undefined;
   /**
-   * When set, the insert is refused with StoredTaskLimitError if `owner` already has this many tasks stored, open or
+   * When set, the insert is refused with StoredTaskLimitError if the principal already has this many tasks stored, open or
    * finished and not yet purged, checked in the same transaction as the insert (an idempotent replay is never refused).
    */
   maxStoredTasksForOwner?: number | undefined;
 }
 
-/** `create` refused a task because its owner already has `limit` non-terminal tasks. */
+/** `create` refused a task because its principal already has `limit` non-terminal tasks. */
 export class OpenTaskLimitError extends Error {
   constructor(readonly limit: number) {
     super(`the owner already has ${limit} non-terminal tasks`);
@@ -96,7 +100,7 @@ export class OpenTaskLimitError extends Error {
   }
 }
 
-/** `create` refused a task because its owner already has `limit` tasks stored (open or finished, not yet purged). */
+/** `create` refused a task because its principal already has `limit` tasks stored (open or finished, not yet purged). */
 export class StoredTaskLimitError extends Error {
   constructor(readonly limit: number) {
     super(`the owner already has ${limit} tasks stored`);
@@ -145,7 +149,7 @@ export interface TaskSignal {
 export interface TaskStore {
   /**
    * Inserts a task, committed when this resolves (spec: MUST NOT return CreateTaskResult before the task is durably
-   * created). With an `idempotencyKey`, the same owner and key return the existing task and `created: false`.
+   * created). With an `idempotencyKey`, the same principal and key return the existing task and `created: false`.
    * Throws OpenTaskLimitError when `maxOpenTasksForOwner` is set and reached, StoredTaskLimitError when
    * `maxStoredTasksForOwner` is.
    */
@@ -155,10 +159,10 @@ export interface TaskStore {
   get(taskId: string): Promise<StoredTask | undefined>;
 
   /**
-   * Whether the id belonged to a task of `owner` that was purged after its TTL (so the error can say "expired" to
-   * its owner, and only to its owner).
+   * Whether the id belonged to a task of `principal` that was purged after its TTL (so the error can say "expired" to
+   * that principal, and only to it).
    */
-  wasPurged(taskId: string, owner: string): Promise<boolean>;
+  wasPurged(taskId: string, principal: string): Promise<boolean>;
 
   /** Handler side: a new status message. False when the lease was lost or the task is terminal. */
   setStatusMessage(lease: LeaseRef, message: string, now: number): Promise<boolean>;
@@ -188,22 +192,29 @@ export interface TaskStore {
   requestCancel(taskId: string, now: number): Promise<boolean>;
 
   /**
-   * Extends the leases `owner` still holds (fence unchanged) and returns those; the others were lost. One statement
+   * Extends the leases the instance `holder` still holds (fence unchanged) and returns those; the others were lost. One statement
    * whatever the number of leases (DESIGN.md, "Rules learned in the field", 8). A rejection says nothing about the
    * leases: the store could not be reached.
    */
-  renewLeases(owner: string, leases: LeaseRef[], until: number): Promise<RenewedLease[]>;
+  renewLeases(holder: string, leases: LeaseRef[], until: number): Promise<RenewedLease[]>;
 
   /** The stored answers among `awaited` keys, in one read (the fallback for a lost input signal). */
   answeredInputs(awaited: AwaitedInput[]): Promise<Array<AwaitedInput & { response: InputResponse }>>;
 
   /**
-   * Takes over non-terminal tasks whose lease expired before `now`, or whose lease owner is in `deadOwners`: the
-   * lease moves to `owner` until `until`, the fence and the attempt go up by one. Returns the claimed tasks.
+   * Takes over non-terminal tasks whose lease expired before `now`, or whose lease holder is in `deadHolders`: the
+   * lease moves to the instance `holder` until `until`, the fence and the attempt go up by one. Returns the claimed
+   * tasks.
    */
-  claimOrphans(owner: string, now: number, until: number, limit: number, deadOwners?: string[]): Promise<StoredTask[]>;
+  claimOrphans(
+    holder: string,
+    now: number,
+    until: number,
+    limit: number,
+    deadHolders?: string[],
+  ): Promise<StoredTask[]>;
 
-  /** Distinct lease owners of non-terminal tasks (to spot dead local processes at start). */
+  /** Distinct lease holders (instance ids) of non-terminal tasks (to spot dead local processes at start). */
   leaseOwners(): Promise<string[]>;
 
   /**
