@@ -38,6 +38,7 @@ import type {
   ScheduleNote,
   TaskRecord,
 } from './ledger.js';
+import { isPostgresLocation, redactConnectionString } from './ledgerLocation.js';
 
 /** Versioned schema: entry i takes the database from version i to i + 1. Never edit a shipped entry; append. */
 const MIGRATIONS: readonly string[] = [
@@ -384,28 +385,6 @@ export interface PostgresLedgerOptions {
   deferMs?: number;
   /** Told about trouble the ledger handles on its own (an idle connection lost); the password is never in it. */
   onError?: (error: Error) => void;
-}
-
-/** Whether a ledger location names a PostgreSQL database rather than a SQLite file. */
-export function isPostgresLocation(location: string): boolean {
-  return /^postgres(ql)?:\/\//i.test(location);
-}
-
-/**
- * A connection string fit for a log line or an error: the password replaced by `***` (issue 17: the password never
- * reaches a log). Query parameters that carry one (`password=`) are masked too.
- */
-export function redactConnectionString(connectionString: string): string {
-  try {
-    const url = new URL(connectionString);
-    if (url.password !== '') url.password = '***';
-    for (const key of [...url.searchParams.keys()]) {
-      if (/pass/i.test(key)) url.searchParams.set(key, '***');
-    }
-    return url.href;
-  } catch {
-    return 'postgres://(a connection string that is not a URL)';
-  }
 }
 
 /** The password a connection string carries, if any: scrubbed from every message this ledger makes. */
