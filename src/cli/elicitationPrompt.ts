@@ -119,22 +119,21 @@ export function elicitationHandler(host: InputHost, endpoint: string): NonNullab
       return leave(host, context, 'stdin is not a terminal and no --accept, --decline or --dismiss was given');
     }
     return host.exclusive(async () => {
-      // the live lines stay away while the person reads and answers
-      host.out.pauseLive();
+      showRequest(host.out, endpoint, params, context);
+      // the prompt owns the terminal while the person reads and answers: no live lines, nothing printed into it
+      host.out.beginPrompt();
+      let answer: ElicitResult;
       try {
-        showRequest(host.out, endpoint, params, context);
-        const answer = await promptAnswer(host.out, params, context.signal);
-        host.answered?.(context, answer, 'prompt');
-        return answer;
+        answer = await promptAnswer(host.out, params, context.signal);
       } catch (error) {
-        if ((error as Error).name === 'ExitPromptError') {
-          host.interrupt();
-          return waitForAbort(context.signal);
-        }
-        throw error;
+        if ((error as Error).name !== 'ExitPromptError') throw error;
+        host.interrupt();
+        return waitForAbort(context.signal);
       } finally {
-        host.out.resumeLive();
+        host.out.endPrompt();
       }
+      host.answered?.(context, answer, 'prompt');
+      return answer;
     });
   };
 }

@@ -29,6 +29,9 @@ export class Output {
   /** Live lines are drawn (human mode, stdout is a terminal). */
   readonly live: boolean;
   private readonly area: LiveArea | undefined;
+  /** Open prompts (nested); while there is one, every other line waits in `held`. */
+  private prompts = 0;
+  private held: (() => void)[] = [];
 
   constructor(
     options: { json?: boolean | undefined },
@@ -45,6 +48,10 @@ export class Output {
   /** A line of human output on stdout; nothing in JSON mode (the JSON carries the same facts). */
   line(text = ''): void {
     if (this.json) return;
+    if (this.prompts > 0) {
+      this.held.push(() => this.line(text));
+      return;
+    }
     if (this.area) this.area.print(text);
     else this.stdout.write(`${text}\n`);
   }
@@ -52,11 +59,19 @@ export class Output {
   /** One JSON value on its own line of stdout; nothing in human mode. */
   event(value: unknown): void {
     if (!this.json) return;
+    if (this.prompts > 0) {
+      this.held.push(() => this.event(value));
+      return;
+    }
     this.stdout.write(`${terminalJson(value)}\n`);
   }
 
   /** A remark for the person at the terminal, on stderr in both modes (never mixed into what scripts read). */
   aside(text: string): void {
+    if (this.prompts > 0) {
+      this.held.push(() => this.aside(text));
+      return;
+    }
     this.area?.pause();
     this.stderr.write(`${text}\n`);
     this.area?.resume();
@@ -67,13 +82,23 @@ export class Output {
     this.area?.set(lines);
   }
 
-  /** Let a prompt own the terminal. */
-  pauseLive(): void {
+  /**
+   * A prompt owns the terminal until `endPrompt()`: the live lines are erased, and every line, event and remark
+   * meant for the terminal meanwhile (another task's close-out, say) is held back, then printed in order.
+   */
+  beginPrompt(): void {
+    this.prompts += 1;
     this.area?.pause();
   }
 
-  resumeLive(): void {
+  endPrompt(): void {
+    if (this.prompts === 0) return;
+    this.prompts -= 1;
     this.area?.resume();
+    if (this.prompts > 0) return;
+    const held = this.held;
+    this.held = [];
+    for (const print of held) print();
   }
 
   /** Remove the live lines and show the cursor again. */

@@ -2,46 +2,24 @@
 // host case, default port, trailing slash, loopback name), so one idempotency key makes one record and one run, and
 // one server task is never driven from two records; rows an earlier build stored under another spelling are adopted
 // by the spelling the ledger already uses, except a row that would duplicate a task or a live key, which stays apart.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 
-import type { PollPolicy, TaskClient } from '../../src/client/index.js';
-import { argumentsDigest, connectHttpTaskClient, isTaskHandle, SqliteLedger } from '../../src/client/index.js';
+import type { PollPolicy } from '../../src/client/index.js';
+import { argumentsDigest, isTaskHandle, SqliteLedger } from '../../src/client/index.js';
 import { endpointIdentity } from '../../src/client/ledger/endpointIdentity.js';
-import type { FixtureServer } from './fixtures/tasksFixtureServer.js';
-import { startTasksFixture } from './fixtures/tasksFixtureServer.js';
+import { useClientHarness } from './fixtures/clientHarness.js';
 
 const FAST: Partial<PollPolicy> = { floorMs: 5, capMs: 100, defaultIntervalMs: 20, backoffBaseMs: 10 };
 const ARGS = { order: 9 };
 const KEY = 'order-9';
 
-let dir: string;
-let fixture: FixtureServer;
-const clients: TaskClient[] = [];
-
-beforeEach(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'closeout-endpoint-'));
-  fixture = await startTasksFixture();
-});
-
-afterEach(async () => {
-  for (const client of clients.splice(0)) await client.close();
-  await fixture.close();
-  rmSync(dir, { recursive: true, force: true });
-});
-
-async function connect(url: string, ledger = join(dir, 'ledger.db')): Promise<TaskClient> {
-  const client = await connectHttpTaskClient(url, { ledger, pollPolicy: FAST });
-  clients.push(client);
-  return client;
-}
+const harness = useClientHarness('endpoint', FAST);
 
 /** Other spellings of the fixture's URL (http://127.0.0.1:PORT/mcp) that reach it (it listens on IPv4 only). */
 function spellings(): string[] {
-  const port = fixture.url.port;
+  const port = harness.fixture.url.port;
   return [`http://localhost:${port}/mcp/`, `HTTP://LocalHost:${port}/mcp`, `http://127.0.0.1:${port}/mcp/`];
 }
 
@@ -74,11 +52,11 @@ describe('endpointIdentity', () => {
 
 describe('one server under two URL spellings', () => {
   it('makes one record and one run of one idempotency key', async () => {
-    const first = await connect(fixture.url.href);
+    const first = await harness.connect({}, harness.fixture.url.href);
     const handle = await first.callTool('cancellable', ARGS, { idempotencyKey: KEY });
     if (!isTaskHandle(handle)) throw new Error('cancellable answered without a task');
     for (const spelling of spellings()) {
-      const other = await connect(spelling);
+      const other = await harness.connect({}, spelling);
       // the one record is followed by `first`: never a second record, never a second run
       await expect(other.callTool('cancellable', ARGS, { idempotencyKey: KEY })).rejects.toMatchObject({
         code: 'leased-elsewhere',
@@ -86,8 +64,8 @@ describe('one server under two URL spellings', () => {
       });
       expect((await other.get(KEY))?.recordId).toBe(handle.recordId);
     }
-    expect(fixture.runs.get('cancellable')).toBe(1);
-    const ledger = new SqliteLedger(join(dir, 'ledger.db'));
+    expect(harness.fixture.runs.get('cancellable')).toBe(1);
+    const ledger = new SqliteLedger(harness.ledgerPath);
     try {
       expect(await ledger.list({ idempotencyKey: KEY })).toHaveLength(1);
     } finally {
@@ -97,12 +75,12 @@ describe('one server under two URL spellings', () => {
 
   it('adopts the rows an earlier build stored under other spellings, and drives one task from one record', async () => {
     // a task on the server, and an earlier build's ledger that recorded it twice under two spellings
-    const maker = await connect(fixture.url.href, join(dir, 'maker.db'));
+    const maker = await harness.connect({ ledger: join(harness.dir, 'maker.db') }, harness.fixture.url.href);
     const made = await maker.callTool('cancellable', ARGS, { idempotencyKey: KEY });
     if (!isTaskHandle(made)) throw new Error('cancellable answered without a task');
     await made.detach();
     const observed = await made.record();
-    const old = new SqliteLedger(join(dir, 'ledger.db'));
+    const old = new SqliteLedger(harness.ledgerPath);
     const [slash, named] = spellings();
     const past = Date.now() - 60_000;
     for (const [index, endpoint] of [slash, named].entries()) {
@@ -136,12 +114,12 @@ describe('one server under two URL spellings', () => {
     }
     await old.dispose();
 
-    const client = await connect(fixture.url.href);
+    const client = await harness.connect({}, harness.fixture.url.href);
     const again = await client.callTool('cancellable', ARGS, { idempotencyKey: KEY });
     if (!isTaskHandle(again)) throw new Error('cancellable answered without a task');
     expect(again.taskId).toBe(made.taskId);
     expect(again.recordId).toBe('old-0'); // the spelling used first is the one kept
-    expect(fixture.runs.get('cancellable')).toBe(1);
+    expect(harness.fixture.runs.get('cancellable')).toBe(1);
     const report = await client.resumeAll();
     expect(report.resumed.map((handle) => handle.recordId)).toEqual(['old-0']);
     await client.cancel(made.taskId);

@@ -3,17 +3,11 @@
 // never polls one task faster than its floor, never asks a person what a bad answer asked, and every other task is
 // closed out as usual. (The unknown resultType, mismatched taskId, missing fields and status going backwards or
 // changing after terminal are in taskClient.test.ts, "against a misbehaving server".)
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 
-import type { CallToolResult } from '@modelcontextprotocol/client';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 
-import type { ConnectHttpOptions, PollPolicy, TaskClient, TaskHandle } from '../../src/client/index.js';
-import { connectHttpTaskClient, isTaskHandle } from '../../src/client/index.js';
-import type { FixtureServer } from './fixtures/tasksFixtureServer.js';
-import { startTasksFixture } from './fixtures/tasksFixtureServer.js';
+import type { PollPolicy } from '../../src/client/index.js';
+import { task, textOf, useClientHarness } from './fixtures/clientHarness.js';
 
 const FAST: Partial<PollPolicy> = {
   floorMs: 5,
@@ -24,45 +18,11 @@ const FAST: Partial<PollPolicy> = {
   backoffCapMs: 100,
 };
 
-let dir: string;
-let fixture: FixtureServer;
-const clients: TaskClient[] = [];
-
-beforeEach(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'closeout-hostile-'));
-  fixture = await startTasksFixture();
-});
-
-afterEach(async () => {
-  for (const client of clients.splice(0)) await client.close();
-  await fixture.close();
-  rmSync(dir, { recursive: true, force: true });
-});
-
-async function connect(overrides: Partial<ConnectHttpOptions> = {}): Promise<TaskClient> {
-  const client = await connectHttpTaskClient(fixture.url, {
-    ledger: join(dir, 'ledger.db'),
-    pollPolicy: FAST,
-    ...overrides,
-  });
-  clients.push(client);
-  return client;
-}
-
-async function task(client: TaskClient, name: string): Promise<TaskHandle> {
-  const answer = await client.callTool(name);
-  if (!isTaskHandle(answer)) throw new Error(`${name} answered without a task`);
-  return answer;
-}
-
-function textOf(result: CallToolResult): string {
-  const first = result.content[0];
-  return first?.type === 'text' ? first.text : '';
-}
+const harness = useClientHarness('hostile', FAST);
 
 /** The times tasks/get reached the fixture for one task. */
 function getTimes(taskId: string): number[] {
-  return fixture.requests
+  return harness.fixture.requests
     .filter((request) => request.method === 'tasks/get' && request.params['taskId'] === taskId)
     .map((request) => request.at);
 }
@@ -75,7 +35,7 @@ describe('TaskClient against a hostile server', () => {
     'refuses %s as bad output, asks nobody, and closes the task out when the server behaves again',
     async (tool, message) => {
       const asked: string[] = [];
-      const client = await connect({
+      const client = await harness.connect({
         inputHandlers: {
           elicitation: (_request, context) => {
             asked.push(context.key);
@@ -90,7 +50,7 @@ describe('TaskClient against a hostile server', () => {
       const record = await client.get(handle.taskId);
       expect(record).toMatchObject({ localState: 'terminal', status: 'completed', inputs: [] });
       expect(record?.lastError).toMatchObject({ kind: 'server-output', message: expect.stringMatching(message) });
-      expect(fixture.count('tasks/update')).toBe(0);
+      expect(harness.fixture.count('tasks/update')).toBe(0);
       await other.result();
       expect((await client.get(other.taskId))?.lastError).toBeUndefined();
     },
@@ -98,7 +58,7 @@ describe('TaskClient against a hostile server', () => {
 
   it('never polls faster than its floor when the server says pollIntervalMs 0', async () => {
     const floorMs = 100;
-    const client = await connect({ pollPolicy: { ...FAST, floorMs } });
+    const client = await harness.connect({ pollPolicy: { ...FAST, floorMs } });
     const handle = await task(client, 'poll-zero');
     expect(textOf(await handle.result())).toBe('poll-zero done');
     const times = getTimes(handle.taskId);
@@ -110,7 +70,7 @@ describe('TaskClient against a hostile server', () => {
   });
 
   it('polls at its cap, not a year later, when the server says pollIntervalMs of a year', async () => {
-    const client = await connect({ pollPolicy: { ...FAST, capMs: 200 } });
+    const client = await harness.connect({ pollPolicy: { ...FAST, capMs: 200 } });
     const started = Date.now();
     const handle = await task(client, 'poll-year');
     expect(textOf(await handle.result())).toBe('poll-year done');
@@ -119,18 +79,18 @@ describe('TaskClient against a hostile server', () => {
   });
 
   it('records a negative ttlMs on tools/call as bad output: unknown-outcome, not re-sent', async () => {
-    const client = await connect();
+    const client = await harness.connect();
     await expect(client.callTool('create-ttl-negative')).rejects.toMatchObject({
       code: 'bad-server-output',
       message: expect.stringMatching(/ttlMs/),
     });
     const [record] = await client.list({ toolName: 'create-ttl-negative' });
     expect(record).toMatchObject({ localState: 'unknown-outcome', lastError: { kind: 'server-output' } });
-    expect(fixture.count('tools/call')).toBe(1);
+    expect(harness.fixture.count('tools/call')).toBe(1);
   });
 
   it('records a negative ttlMs on tasks/get as bad output and neither expires nor loses the task', async () => {
-    const client = await connect();
+    const client = await harness.connect();
     const handle = await task(client, 'get-ttl-negative');
     expect(textOf(await handle.result())).toBe('get-ttl-negative done');
     const record = await client.get(handle.taskId);
@@ -139,10 +99,10 @@ describe('TaskClient against a hostile server', () => {
   });
 
   it('gives up on a tasks/get answer that trickles in, records it, and closes the task out on the next poll', async () => {
-    const client = await connect({ requestTimeoutMs: 400 });
+    const client = await harness.connect({ requestTimeoutMs: 400 });
     const other = await task(client, 'unlimited');
     const handle = await task(client, 'slow');
-    fixture.faults.push({ method: 'tasks/get', slowLorisMs: 10_000 });
+    harness.fixture.faults.push({ method: 'tasks/get', slowLorisMs: 10_000 });
     const started = Date.now();
     expect(textOf(await handle.result())).toMatch(/slow done/);
     await other.result();
@@ -154,14 +114,14 @@ describe('TaskClient against a hostile server', () => {
   });
 
   it('turns a tools/call answer that trickles in into unknown-outcome after its timeout, without re-sending', async () => {
-    const client = await connect({ requestTimeoutMs: 400 });
-    fixture.faults.push({ method: 'tools/call', slowLorisMs: 10_000 });
+    const client = await harness.connect({ requestTimeoutMs: 400 });
+    harness.fixture.faults.push({ method: 'tools/call', slowLorisMs: 10_000 });
     const started = Date.now();
     await expect(client.callTool('slow')).rejects.toMatchObject({ code: 'unknown-outcome' });
     expect(Date.now() - started).toBeLessThan(5_000);
     const [record] = await client.list({ toolName: 'slow' });
     expect(record).toMatchObject({ localState: 'unknown-outcome', lastError: { kind: 'transport' } });
-    expect(fixture.count('tools/call')).toBe(1);
+    expect(harness.fixture.count('tools/call')).toBe(1);
     // the client stays usable
     const handle = await task(client, 'unlimited');
     await handle.result();

@@ -3,18 +3,14 @@
 //   and is stored once the lock is free; the person is not asked a second time;
 // - an answer that can never be stored (not JSON: a BigInt) fails the key with the reason on the record instead of
 //   being asked for again at every poll, and the key can still be answered by hand.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 
-import type { PollPolicy, TaskClient, TaskHandle, TaskInputHandlers } from '../../src/client/index.js';
-import { connectHttpTaskClient, isTaskHandle, SqliteLedger } from '../../src/client/index.js';
+import type { PollPolicy, TaskClient, TaskInputHandlers } from '../../src/client/index.js';
+import { SqliteLedger } from '../../src/client/index.js';
 import { type HeldLock, holdWriteLock } from '../support/ledgerLock.js';
 import { waitFor } from '../support/waitFor.js';
-import type { FixtureServer } from './fixtures/tasksFixtureServer.js';
-import { startTasksFixture } from './fixtures/tasksFixtureServer.js';
+import { task, useClientHarness } from './fixtures/clientHarness.js';
 
 const FAST: Partial<PollPolicy> = {
   floorMs: 5,
@@ -24,38 +20,13 @@ const FAST: Partial<PollPolicy> = {
   backoffCapMs: 50,
 };
 
-let dir: string;
-let fixture: FixtureServer;
-const cleanups: Array<() => Promise<unknown>> = [];
-
-beforeEach(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'closeout-answer-storage-'));
-  fixture = await startTasksFixture();
-});
-
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-  await fixture.close();
-  rmSync(dir, { recursive: true, force: true });
-});
+const harness = useClientHarness('answer-storage', FAST);
 
 async function connect(handlers: TaskInputHandlers): Promise<TaskClient> {
   // a short busy timeout stands for the default 5 s: the lock below outlasts it many times over
-  const ledger = new SqliteLedger(join(dir, 'ledger.db'), { busyTimeoutMs: 100 });
-  const client = await connectHttpTaskClient(fixture.url, {
-    ledger,
-    pollPolicy: FAST,
-    inputHandlers: handlers,
-  });
-  cleanups.push(() => ledger.dispose());
-  cleanups.push(() => client.close());
-  return client;
-}
-
-async function task(client: TaskClient, name: string): Promise<TaskHandle> {
-  const answer = await client.callTool(name, {});
-  if (!isTaskHandle(answer)) throw new Error(`${name} answered without a task`);
-  return answer;
+  const ledger = new SqliteLedger(harness.ledgerPath, { busyTimeoutMs: 100 });
+  harness.defer(() => ledger.dispose());
+  return harness.connect({ ledger, inputHandlers: handlers });
 }
 
 describe('an input answer the ledger cannot store at once', () => {
@@ -67,8 +38,8 @@ describe('an input answer the ledger cannot store at once', () => {
         asked.push(context.key);
         if (context.key === 'name' && !lock) {
           // the person answers just as a backup tool takes the ledger's write lock
-          lock = await holdWriteLock(join(dir, 'ledger.db'));
-          cleanups.push(() => lock!.release());
+          lock = await holdWriteLock(harness.ledgerPath);
+          harness.defer(() => lock!.release());
           return { action: 'accept', content: { name: 'Luca' } };
         }
         const content: Record<string, string> = context.key === 'name' ? { name: 'again' } : {};
@@ -81,9 +52,13 @@ describe('an input answer the ledger cannot store at once', () => {
     });
     const handle = await task(client, 'ask');
     await waitFor('the lock to be taken', () => lock, 15_000);
-    const gets = fixture.count('tasks/get');
+    const gets = harness.fixture.count('tasks/get');
     // many busy timeouts and several polls pass while the lock is held
-    await waitFor('polls while locked', () => (fixture.count('tasks/get') >= gets + 5 ? true : undefined), 15_000);
+    await waitFor(
+      'polls while locked',
+      () => (harness.fixture.count('tasks/get') >= gets + 5 ? true : undefined),
+      15_000,
+    );
     await new Promise((resolve) => setTimeout(resolve, 1_000));
     await lock!.release();
 
@@ -106,8 +81,8 @@ describe('an input answer the ledger cannot store at once', () => {
       return record?.lastError?.kind === 'input' ? record.lastError : undefined;
     });
     expect(failed.message).toMatch(/input name \(elicitation\/create\): the handler's answer cannot be stored.*BigInt/);
-    const gets = fixture.count('tasks/get');
-    await waitFor('more polls', () => (fixture.count('tasks/get') >= gets + 10 ? true : undefined), 15_000);
+    const gets = harness.fixture.count('tasks/get');
+    await waitFor('more polls', () => (harness.fixture.count('tasks/get') >= gets + 10 ? true : undefined), 15_000);
     expect(asked).toEqual(['name']);
 
     // a person can still answer it by hand

@@ -3,44 +3,17 @@
 // with the responses and exactly the requestState given (none when none was given), until the server answers with a
 // result or a task; a call whose input this client cannot give ends with a clear error, never `unknown-outcome`; and a
 // result without `resultType` is a complete result, on tools/call and on tasks/get.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 
 import type { CallToolResult } from '@modelcontextprotocol/client';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 
-import type { ConnectHttpOptions, PollPolicy, TaskClient } from '../../src/client/index.js';
-import { connectHttpTaskClient, isTaskHandle, TaskClientError } from '../../src/client/index.js';
-import type { FixtureServer } from './fixtures/tasksFixtureServer.js';
-import { startTasksFixture } from './fixtures/tasksFixtureServer.js';
+import type { PollPolicy } from '../../src/client/index.js';
+import { isTaskHandle, TaskClientError } from '../../src/client/index.js';
+import { textOf, useClientHarness } from './fixtures/clientHarness.js';
 
 const FAST: Partial<PollPolicy> = { floorMs: 5, capMs: 100, defaultIntervalMs: 20, jitterRatio: 0.1 };
 
-let dir: string;
-let fixture: FixtureServer;
-const clients: TaskClient[] = [];
-
-beforeEach(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'closeout-mrtr-'));
-  fixture = await startTasksFixture();
-});
-
-afterEach(async () => {
-  for (const client of clients.splice(0)) await client.close();
-  await fixture.close();
-  rmSync(dir, { recursive: true, force: true });
-});
-
-async function connect(overrides: Partial<ConnectHttpOptions> = {}): Promise<TaskClient> {
-  const client = await connectHttpTaskClient(fixture.url, {
-    ledger: join(dir, 'ledger.db'),
-    pollPolicy: FAST,
-    ...overrides,
-  });
-  clients.push(client);
-  return client;
-}
+const harness = useClientHarness('mrtr', FAST);
 
 const answering = (values: Record<string, string>, asked: string[] = []) => ({
   elicitation: (request: { params: { message?: string } }, context: { key: string; taskId: string | undefined }) => {
@@ -49,18 +22,13 @@ const answering = (values: Record<string, string>, asked: string[] = []) => ({
   },
 });
 
-function textOf(result: CallToolResult): string {
-  const first = result.content[0];
-  return first?.type === 'text' ? first.text : '';
-}
-
 const callsOf = (tool: string) =>
-  fixture.requests.filter((request) => request.method === 'tools/call' && request.params['name'] === tool);
+  harness.fixture.requests.filter((request) => request.method === 'tools/call' && request.params['name'] === tool);
 
 describe('MRTR on tools/call', () => {
   it('fulfils the input through the handlers and retries with the responses and the echoed requestState', async () => {
     const asked: string[] = [];
-    const client = await connect({ inputHandlers: answering({ name: 'Ada' }, asked) });
+    const client = await harness.connect({ inputHandlers: answering({ name: 'Ada' }, asked) });
     const answer = await client.callTool('mrtr-plain', { x: 1 }, { idempotencyKey: 'mrtr-key-1' });
     expect(isTaskHandle(answer)).toBe(false);
     expect(textOf(answer as CallToolResult)).toBe('hello Ada');
@@ -86,7 +54,7 @@ describe('MRTR on tools/call', () => {
   });
 
   it('sends no requestState in a round whose InputRequiredResult gave none, and only that round’s responses', async () => {
-    const client = await connect({ inputHandlers: answering({ name: 'Ada', confirm: 'yes' }) });
+    const client = await harness.connect({ inputHandlers: answering({ name: 'Ada', confirm: 'yes' }) });
     const answer = await client.callTool('mrtr-rounds', {});
     expect(textOf(answer as CallToolResult)).toBe('hello yes');
     const legs = callsOf('mrtr-rounds');
@@ -98,7 +66,7 @@ describe('MRTR on tools/call', () => {
   });
 
   it('retries a requestState-only answer with the state and no inputResponses', async () => {
-    const client = await connect();
+    const client = await harness.connect();
     const answer = await client.callTool('mrtr-state-only', {});
     expect(textOf(answer as CallToolResult)).toBe('hello shed-load');
     const legs = callsOf('mrtr-state-only');
@@ -108,17 +76,17 @@ describe('MRTR on tools/call', () => {
   });
 
   it('follows the task the server creates once the input is in', async () => {
-    const client = await connect({ inputHandlers: answering({ name: 'Grace' }) });
+    const client = await harness.connect({ inputHandlers: answering({ name: 'Grace' }) });
     const answer = await client.callTool('mrtr-task', {});
     expect(isTaskHandle(answer)).toBe(true);
     if (!isTaskHandle(answer)) return;
     const outcome = await answer.result();
     expect(textOf(outcome)).toBe('mrtr-task done');
-    expect(fixture.tasks.get(answer.taskId)?.arguments).toMatchObject({ answered: 'Grace' });
+    expect(harness.fixture.tasks.get(answer.taskId)?.arguments).toMatchObject({ answered: 'Grace' });
   });
 
   it('ends a call whose input it cannot give with a clear error, not unknown-outcome', async () => {
-    const client = await connect({ inputHandlers: answering({}) });
+    const client = await harness.connect({ inputHandlers: answering({}) });
     const error = await client.callTool('mrtr-sampling', {}).catch((e: unknown) => e);
     expect(error).toBeInstanceOf(TaskClientError);
     expect((error as TaskClientError).code).toBe('input-unavailable');
@@ -132,14 +100,14 @@ describe('MRTR on tools/call', () => {
 
 describe('an absent resultType is "complete"', () => {
   it('takes a tools/call result without resultType as the result', async () => {
-    const client = await connect();
+    const client = await harness.connect();
     const answer = await client.callTool('no-resulttype', {});
     expect(textOf(answer as CallToolResult)).toBe('no resultType here');
     expect((await client.list())[0]?.localState).toBe('terminal');
   });
 
   it('takes a tasks/get answer without resultType as the task', async () => {
-    const client = await connect();
+    const client = await harness.connect();
     const handle = await client.callTool('get-no-resulttype', {});
     if (!isTaskHandle(handle)) throw new Error('no task');
     expect(textOf(await handle.result())).toBe('get-no-resulttype done');

@@ -3,24 +3,14 @@
 // it; every task is closed out (completed, failed, cancelled, expired by -32602 or by TTL) with no poll after the
 // end; input keys reach a handler once; transport failures are recorded and backed off, never a task failure; bad
 // server output is recorded on its own record and hurts no other task; resume and resubmission are explicit.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 
 import type { CallToolResult } from '@modelcontextprotocol/client';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 
-import type { ConnectHttpOptions, PollPolicy, TaskHandle, TaskInputHandlers } from '../../src/client/index.js';
-import {
-  argumentsDigest,
-  connectHttpTaskClient,
-  isTaskHandle,
-  SqliteLedger,
-  TaskClient,
-  TaskClientError,
-} from '../../src/client/index.js';
-import type { FixtureServer } from './fixtures/tasksFixtureServer.js';
+import type { PollPolicy, TaskHandle, TaskInputHandlers } from '../../src/client/index.js';
+import { argumentsDigest, isTaskHandle, SqliteLedger, TaskClient, TaskClientError } from '../../src/client/index.js';
+import { task, textOf, useClientHarness } from './fixtures/clientHarness.js';
 import { startTasksFixture } from './fixtures/tasksFixtureServer.js';
 
 const FAST: Partial<PollPolicy> = {
@@ -34,51 +24,19 @@ const FAST: Partial<PollPolicy> = {
 const TASKS = 'io.modelcontextprotocol/tasks';
 const CAPS = 'io.modelcontextprotocol/clientCapabilities';
 
-let dir: string;
-let ledgerPath: string;
-let fixture: FixtureServer;
-const clients: TaskClient[] = [];
-
-beforeEach(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'closeout-client-'));
-  ledgerPath = join(dir, 'ledger.db');
-  fixture = await startTasksFixture();
-});
-
-afterEach(async () => {
-  for (const client of clients.splice(0)) await client.close();
-  await fixture.close();
-  rmSync(dir, { recursive: true, force: true });
-});
-
-async function connect(overrides: Partial<ConnectHttpOptions> = {}, server = fixture): Promise<TaskClient> {
-  const client = await connectHttpTaskClient(server.url, { ledger: ledgerPath, pollPolicy: FAST, ...overrides });
-  clients.push(client);
-  return client;
-}
-
-async function task(client: TaskClient, name: string, args = {}, options = {}): Promise<TaskHandle> {
-  const answer = await client.callTool(name, args, options);
-  if (!isTaskHandle(answer)) throw new Error(`${name} answered without a task`);
-  return answer;
-}
+const harness = useClientHarness('client', FAST);
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-function textOf(result: CallToolResult): string {
-  const first = result.content[0];
-  return first?.type === 'text' ? first.text : '';
-}
-
 describe('TaskClient against a raw Tasks fixture', () => {
   it('returns a plain result as is and declares the extension on that request only', async () => {
-    const client = await connect();
+    const client = await harness.connect();
     const answer = await client.callTool('echo', { a: 1 }, { correlationId: 'c-1' });
     expect(isTaskHandle(answer)).toBe(false);
     expect(textOf(answer as CallToolResult)).toBe('{"a":1}');
 
-    const discover = fixture.requests.find((request) => request.method === 'server/discover');
-    const call = fixture.requests.find((request) => request.method === 'tools/call');
+    const discover = harness.fixture.requests.find((request) => request.method === 'server/discover');
+    const call = harness.fixture.requests.find((request) => request.method === 'tools/call');
     expect(JSON.stringify(discover?.params)).not.toContain(TASKS);
     expect((call?.params['_meta'] as Record<string, { extensions: object }>)[CAPS]?.extensions).toEqual({
       [TASKS]: {},
@@ -91,7 +49,7 @@ describe('TaskClient against a raw Tasks fixture', () => {
   it('returns the result directly from a server without Tasks support', async () => {
     const plain = await startTasksFixture({ noTasks: true });
     try {
-      const client = await connect({}, plain);
+      const client = await harness.connect({}, plain.url);
       const answer = await client.callTool('slow', { n: 1 });
       expect(isTaskHandle(answer)).toBe(false);
     } finally {
@@ -100,19 +58,19 @@ describe('TaskClient against a raw Tasks fixture', () => {
   });
 
   it('commits the taskId before handing out the handle, follows changing intervals and stops at the end', async () => {
-    const client = await connect();
+    const client = await harness.connect();
     const handle = await task(client, 'slow', { city: 'Oslo' }, { correlationId: 'order-7' });
     const saved = await client.get(handle.taskId);
     expect(saved).toMatchObject({ taskId: handle.taskId, localState: 'tracking', correlationId: 'order-7' });
 
     const result = await handle.result();
     expect(textOf(result)).toBe('slow done: {"city":"Oslo"}');
-    const gets = fixture.count('tasks/get');
+    const gets = harness.fixture.count('tasks/get');
     expect(gets).toBe(4);
     await sleep(150);
-    expect(fixture.count('tasks/get')).toBe(gets); // no tail polls (S7)
+    expect(harness.fixture.count('tasks/get')).toBe(gets); // no tail polls (S7)
 
-    for (const request of fixture.requests.filter((r) => r.method === 'tasks/get')) {
+    for (const request of harness.fixture.requests.filter((r) => r.method === 'tasks/get')) {
       expect(request.headers.mcpName).toBe(handle.taskId);
       expect(JSON.stringify(request.params['_meta'])).toContain(TASKS);
     }
@@ -124,19 +82,19 @@ describe('TaskClient against a raw Tasks fixture', () => {
   });
 
   it('closes out a task whose ttlMs is null', async () => {
-    const client = await connect();
+    const client = await harness.connect();
     const handle = await task(client, 'unlimited');
     await handle.result();
     expect((await client.get(handle.taskId))?.ttlMs).toBeNull();
   });
 
   it('fetches the result of a task that was already completed when created', async () => {
-    const client = await connect();
+    const client = await harness.connect();
     const handle = await task(client, 'born-done');
     expect(handle.status).toBe('completed');
     expect(handle.localState).toBe('tracking'); // the result is not in a CreateTaskResult: one tasks/get fetches it
     expect(textOf(await handle.result())).toBe('born-done done');
-    expect(fixture.count('tasks/get')).toBe(1);
+    expect(harness.fixture.count('tasks/get')).toBe(1);
   });
 
   it('hands each input key to a handler once, across rounds and partial answers', async () => {
@@ -153,7 +111,7 @@ describe('TaskClient against a raw Tasks fixture', () => {
         return { roots: [{ uri: 'file:///work', name: 'work' }] };
       },
     };
-    const client = await connect({ inputHandlers: handlers });
+    const client = await harness.connect({ inputHandlers: handlers });
     const handle = await task(client, 'ask');
     const result = await handle.result();
     expect(result.structuredContent).toEqual({
@@ -164,7 +122,7 @@ describe('TaskClient against a raw Tasks fixture', () => {
       },
     });
     expect(asked.sort()).toEqual(['confirm', 'name', 'roots']);
-    const updates = fixture.requests.filter((request) => request.method === 'tasks/update');
+    const updates = harness.fixture.requests.filter((request) => request.method === 'tasks/update');
     expect(updates.every((request) => request.headers.mcpName === handle.taskId)).toBe(true);
     const record = await client.get(handle.taskId);
     expect(record?.inputs.map((input) => [input.key, input.sentAt !== undefined])).toEqual([
@@ -173,24 +131,24 @@ describe('TaskClient against a raw Tasks fixture', () => {
       ['roots', true],
     ]);
     // the call declared what the handlers can answer
-    const call = fixture.requests.find((request) => request.method === 'tools/call');
+    const call = harness.fixture.requests.find((request) => request.method === 'tools/call');
     expect((call?.params['_meta'] as Record<string, object>)[CAPS]).toMatchObject({ elicitation: {}, roots: {} });
   });
 
   it('marks a task purged early (-32602) as expired and stops polling', async () => {
-    const client = await connect();
+    const client = await harness.connect();
     const handle = await task(client, 'purged');
     const outcome = await handle.outcome();
     expect(outcome).toMatchObject({ kind: 'expired', reason: expect.stringMatching(/-32602.*Task has expired/) });
     await expect(handle.result()).rejects.toMatchObject({ code: 'expired' });
-    const gets = fixture.count('tasks/get');
+    const gets = harness.fixture.count('tasks/get');
     await sleep(100);
-    expect(fixture.count('tasks/get')).toBe(gets);
+    expect(harness.fixture.count('tasks/get')).toBe(gets);
     expect((await client.get(handle.taskId))?.localState).toBe('expired');
   });
 
   it('marks a task still working after its ttlMs, by the client’s own clock, as expired (S13)', async () => {
-    const client = await connect();
+    const client = await harness.connect();
     const handle = await task(client, 'expiring');
     const outcome = await handle.outcome();
     expect(outcome).toMatchObject({
@@ -199,11 +157,11 @@ describe('TaskClient against a raw Tasks fixture', () => {
     });
     // measured from when the client first saw the handle, and kept in the ledger
     expect((await client.get(handle.taskId))?.observedAgeMs).toBeGreaterThanOrEqual(150);
-    expect(fixture.runs.get('expiring')).toBe(1); // never resubmitted on its own
+    expect(harness.fixture.runs.get('expiring')).toBe(1); // never resubmitted on its own
   });
 
   it('rejects result() of a failed task with its JSON-RPC error', async () => {
-    const client = await connect();
+    const client = await harness.connect();
     const handle = await task(client, 'failing');
     await expect(handle.result()).rejects.toMatchObject({ code: 'failed', error: { code: -32603, message: 'boom' } });
     expect(await client.get(handle.taskId)).toMatchObject({
@@ -214,18 +172,18 @@ describe('TaskClient against a raw Tasks fixture', () => {
   });
 
   it('cancels cooperatively and follows the task to its end', async () => {
-    const client = await connect();
+    const client = await harness.connect();
     const handle = await task(client, 'cancellable');
     await sleep(50);
     await handle.cancel();
     expect(await handle.outcome()).toMatchObject({ kind: 'cancelled' });
-    const cancel = fixture.requests.find((request) => request.method === 'tasks/cancel');
+    const cancel = harness.fixture.requests.find((request) => request.method === 'tasks/cancel');
     expect(cancel?.headers.mcpName).toBe(handle.taskId);
     expect((await client.get(handle.taskId))?.cancelRequestedAt).toBeGreaterThan(0);
   });
 
   it('sends one tools/call per idempotency key and returns the same handle', async () => {
-    const client = await connect();
+    const client = await harness.connect();
     const [a, b] = await Promise.all([
       client.callTool('slow', { x: 1 }, { idempotencyKey: 'job-1' }),
       client.callTool('slow', { x: 1 }, { idempotencyKey: 'job-1' }),
@@ -233,8 +191,8 @@ describe('TaskClient against a raw Tasks fixture', () => {
     const c = await client.callTool('slow', { x: 1 }, { idempotencyKey: 'job-1' });
     expect(a).toBe(b);
     expect(c).toBe(a);
-    expect(fixture.count('tools/call')).toBe(1);
-    const call = fixture.requests.find((request) => request.method === 'tools/call');
+    expect(harness.fixture.count('tools/call')).toBe(1);
+    const call = harness.fixture.requests.find((request) => request.method === 'tools/call');
     // the key on the wire is derived from job-1 with the ledger's secret: nobody without the ledger can guess it
     const wireKey = (call?.params['_meta'] as Record<string, unknown>)['io.closeout/idempotencyKey'];
     expect(wireKey).toBe((await client.get('job-1'))?.wireIdempotencyKey);
@@ -246,28 +204,28 @@ describe('TaskClient against a raw Tasks fixture', () => {
     // a closed-out key gives back the same outcome, still without sending
     const again = await client.callTool('slow', { x: 1 }, { idempotencyKey: 'job-1' });
     expect(textOf(await (again as TaskHandle).result())).toBe('slow done: {"x":1}');
-    expect(fixture.count('tools/call')).toBe(1);
+    expect(harness.fixture.count('tools/call')).toBe(1);
   });
 
   it('records transport failures, honours Retry-After and still closes the task out', async () => {
-    const client = await connect();
+    const client = await harness.connect();
     const handle = await task(client, 'slow');
-    fixture.faults.push({ method: 'tasks/get', status: 503, retryAfter: '1' });
-    fixture.faults.push({ method: 'tasks/get', destroy: true });
-    fixture.faults.push({ method: 'tasks/get', status: 500 });
+    harness.fixture.faults.push({ method: 'tasks/get', status: 503, retryAfter: '1' });
+    harness.fixture.faults.push({ method: 'tasks/get', destroy: true });
+    harness.fixture.faults.push({ method: 'tasks/get', status: 500 });
     const result = await handle.result();
     expect(textOf(result)).toMatch(/slow done/);
     const record = await client.get(handle.taskId);
     expect(record?.lastError).toMatchObject({ kind: 'transport' });
-    const gets = fixture.requests.filter((request) => request.method === 'tasks/get');
+    const gets = harness.fixture.requests.filter((request) => request.method === 'tasks/get');
     expect(gets.length).toBe(4 + 3);
     expect(record?.status).toBe('completed');
   });
 
   it('waits at least Retry-After after a 429', async () => {
-    const client = await connect();
+    const client = await harness.connect();
     const handle = await task(client, 'unlimited');
-    fixture.faults.push({ method: 'tasks/get', status: 429, retryAfter: '1' });
+    harness.fixture.faults.push({ method: 'tasks/get', status: 429, retryAfter: '1' });
     const started = Date.now();
     await handle.result();
     expect(Date.now() - started).toBeGreaterThanOrEqual(1_000);
@@ -275,7 +233,7 @@ describe('TaskClient against a raw Tasks fixture', () => {
   });
 
   it('records a JSON-RPC error from tools/call and rethrows it', async () => {
-    const client = await connect();
+    const client = await harness.connect();
     await expect(client.callTool('invalid-tool')).rejects.toMatchObject({ code: -32602 });
     const [record] = await client.list({ toolName: 'invalid-tool' });
     expect(record).toMatchObject({ localState: 'terminal', error: { code: -32602 } });
@@ -284,7 +242,7 @@ describe('TaskClient against a raw Tasks fixture', () => {
 
 describe('TaskClient submissions without an answer', () => {
   it('turns an aborted wait into unknown-outcome: the task may exist, nothing is re-sent unless called again', async () => {
-    const client = await connect();
+    const client = await harness.connect();
     const controller = new AbortController();
     setTimeout(() => controller.abort(new Error('the user gave up')), 50);
     const error = await client
@@ -292,13 +250,13 @@ describe('TaskClient submissions without an answer', () => {
       .catch((caught: unknown) => caught);
     expect(error).toMatchObject({ code: 'unknown-outcome' });
     await sleep(500);
-    expect(fixture.tasks.size).toBe(1); // the server did create it
+    expect(harness.fixture.tasks.size).toBe(1); // the server did create it
     expect(await client.get('k-abort')).toMatchObject({ localState: 'unknown-outcome', taskId: undefined });
-    expect(fixture.count('tools/call')).toBe(1);
+    expect(harness.fixture.count('tools/call')).toBe(1);
     // calling again with the same key and arguments is deliberate: sent again with the key (issue 13 item 2)
     const again = await client.callTool('slow-answer', {}, { idempotencyKey: 'k-abort' });
     expect(isTaskHandle(again)).toBe(true);
-    const keys = fixture.requests
+    const keys = harness.fixture.requests
       .filter((request) => request.method === 'tools/call')
       .map((request) => (request.params['_meta'] as Record<string, unknown>)['io.closeout/idempotencyKey']);
     // the same key both times, as sent on the wire: derived from 'k-abort' with the ledger's secret
@@ -308,35 +266,34 @@ describe('TaskClient submissions without an answer', () => {
   });
 
   it('records a refused connection as unknown-outcome with the reason', async () => {
-    const client = await connect();
-    await fixture.close();
+    const client = await harness.connect();
+    await harness.fixture.close();
     const error = await client.callTool('slow').catch((caught: unknown) => caught);
     expect(error).toMatchObject({ code: 'unknown-outcome' });
     const [record] = await client.list({ toolName: 'slow' });
     expect(record).toMatchObject({ localState: 'unknown-outcome', lastError: { kind: 'transport' } });
     expect(record?.terminalReason).toMatch(/connection refused|fetch failed/);
-    fixture = await startTasksFixture(); // for afterEach
   });
 });
 
 describe('TaskClient on an SDK client the application connected itself', () => {
   it('instruments the connected transport on first use and keeps its lease alive while following', async () => {
     const sdk = new Client({ name: 'app', version: '1.0.0' }, { versionNegotiation: { mode: 'auto' } });
-    await sdk.connect(new StreamableHTTPClientTransport(fixture.url));
-    const ledger = new SqliteLedger(ledgerPath);
+    await sdk.connect(new StreamableHTTPClientTransport(harness.fixture.url));
+    const ledger = new SqliteLedger(harness.ledgerPath);
     const client = new TaskClient({
       client: sdk,
       ledger,
-      endpoint: fixture.url.href,
+      endpoint: harness.fixture.url.href,
       leaseMs: 300,
       pollPolicy: FAST,
       ownsClient: true,
       ownsLedger: true,
     });
-    clients.push(client);
+    harness.track(client);
     const handle = await task(client, 'cancellable');
     await sleep(1_000); // three lease lengths: renewal must have kept it
-    const other = await connect();
+    const other = await harness.connect();
     expect((await other.resumeAll()).leasedElsewhere.map((record) => record.taskId)).toEqual([handle.taskId]);
     const record = await client.get(handle.taskId);
     expect(record?.leaseOwner).toBe(client.owner);
@@ -348,7 +305,7 @@ describe('TaskClient on an SDK client the application connected itself', () => {
 
 describe('TaskClient against a misbehaving server', () => {
   it('records an unknown resultType on tools/call as bad output, and other tasks carry on', async () => {
-    const client = await connect();
+    const client = await harness.connect();
     const healthy = await task(client, 'slow');
     const bad = await client.callTool('bad-resulttype').catch((error: unknown) => error);
     expect(bad).toBeInstanceOf(TaskClientError);
@@ -360,7 +317,7 @@ describe('TaskClient against a misbehaving server', () => {
   });
 
   it('records a CreateTaskResult without taskId as bad output', async () => {
-    const client = await connect();
+    const client = await harness.connect();
     await expect(client.callTool('bad-create')).rejects.toMatchObject({
       code: 'bad-server-output',
       message: expect.stringMatching(/taskId/),
@@ -372,7 +329,7 @@ describe('TaskClient against a misbehaving server', () => {
     ['get-mismatch', /answered with taskId someone-elses-task/],
     ['get-missing-fields', /not a valid task/],
   ])('records %s on the record and still closes the task out', async (tool, message) => {
-    const client = await connect();
+    const client = await harness.connect();
     const other = await task(client, 'unlimited');
     const handle = await task(client, tool);
     const result = await handle.result();
@@ -387,7 +344,7 @@ describe('TaskClient against a misbehaving server', () => {
 
   it('takes an answer whose lastUpdatedAt is earlier than the last one (a server clock stepped back)', async () => {
     // invariant (DESIGN.md rule 2): no order is taken from the server's timestamps; the terminal answer closes out
-    const client = await connect();
+    const client = await harness.connect();
     const handle = await task(client, 'backwards');
     expect(textOf(await handle.result())).toBe('backwards done');
     expect((await client.get(handle.taskId))?.lastError).toBeUndefined();
@@ -397,7 +354,7 @@ describe('TaskClient against a misbehaving server', () => {
     ['after-terminal', /went backwards: terminal completed -> working/],
     ['changes-terminal', /changed after terminal: completed -> failed/],
   ])('keeps a terminal record as it was when the server later says otherwise (%s)', async (tool, message) => {
-    const client = await connect();
+    const client = await harness.connect();
     const handle = await task(client, tool);
     const result = await handle.result();
     const record = await client.refresh(handle.taskId);
@@ -409,7 +366,7 @@ describe('TaskClient against a misbehaving server', () => {
 describe('TaskClient recovery', () => {
   it('sums the time each process saw a task open, so a restart never resets the TTL backstop', async () => {
     // invariant (DESIGN.md rule 2): the age the backstop uses is the client's own, kept in the ledger across processes
-    const first = await connect();
+    const first = await harness.connect();
     const handle = await task(first, 'cancellable');
     const seen = async (client: TaskClient, atLeast: number) => {
       for (let i = 0; i < 200; i++) {
@@ -421,49 +378,49 @@ describe('TaskClient recovery', () => {
     };
     await seen(first, 200);
     await first.close();
-    const reader = new SqliteLedger(ledgerPath);
+    const reader = new SqliteLedger(harness.ledgerPath);
     const kept = (await reader.get(handle.recordId))?.observedAgeMs ?? 0;
     await reader.dispose();
     expect(kept).toBeGreaterThanOrEqual(200);
 
-    const second = await connect();
+    const second = await harness.connect();
     await second.resumeAll();
     expect(await seen(second, kept + 100)).toBeGreaterThanOrEqual(kept + 100);
     await second.cancel(handle.taskId);
   });
 
   it('resumes an open task in a new client on the same ledger, querying it once first', async () => {
-    const first = await connect();
+    const first = await harness.connect();
     const handle = await task(first, 'slow');
     await first.close();
-    const getsBefore = fixture.count('tasks/get');
+    const getsBefore = harness.fixture.count('tasks/get');
 
-    const second = await connect();
+    const second = await harness.connect();
     const report = await second.resumeAll();
     expect(report.resumed.map((resumed) => resumed.taskId)).toEqual([handle.taskId]);
     expect(textOf(await report.resumed[0]!.result())).toMatch(/slow done/);
-    expect(fixture.count('tasks/get')).toBeGreaterThan(getsBefore);
-    expect(fixture.runs.get('slow')).toBe(1);
+    expect(harness.fixture.count('tasks/get')).toBeGreaterThan(getsBefore);
+    expect(harness.fixture.runs.get('slow')).toBe(1);
   });
 
   it('stops at once when the first query after resume finds the task terminal', async () => {
-    const first = await connect();
+    const first = await harness.connect();
     const handle = await task(first, 'unlimited');
     await first.close();
-    fixture.tasks.get(handle.taskId)!.gets = 5; // it finished while nobody was looking
-    const second = await connect();
-    const before = fixture.count('tasks/get');
+    harness.fixture.tasks.get(handle.taskId)!.gets = 5; // it finished while nobody was looking
+    const second = await harness.connect();
+    const before = harness.fixture.count('tasks/get');
     const { resumed } = await second.resumeAll();
     await resumed[0]!.result();
     await sleep(100);
-    expect(fixture.count('tasks/get')).toBe(before + 1);
+    expect(harness.fixture.count('tasks/get')).toBe(before + 1);
   });
 
   it('surfaces a submission left unanswered as unknown-outcome and re-sends it only on resubmit', async () => {
-    const ledger = new SqliteLedger(ledgerPath);
+    const ledger = new SqliteLedger(harness.ledgerPath);
     await ledger.recordIntent({
       recordId: 'lost',
-      endpoint: fixture.url.href,
+      endpoint: harness.fixture.url.href,
       toolName: 'unlimited',
       arguments: {},
       argumentsDigest: argumentsDigest({}),
@@ -475,19 +432,19 @@ describe('TaskClient recovery', () => {
     await ledger.markSent('lost', 'dead-process', Date.now() - 59_000);
     await ledger.dispose();
 
-    const client = await connect();
+    const client = await harness.connect();
     const report = await client.resumeAll();
     expect(report.unknownOutcome.map((record) => record.recordId)).toEqual(['lost']);
-    expect(fixture.count('tools/call')).toBe(0);
+    expect(harness.fixture.count('tools/call')).toBe(0);
     await expect(client.callTool('unlimited', { other: 1 }, { idempotencyKey: 'job-9' })).rejects.toMatchObject({
       code: 'idempotency-conflict',
     });
-    expect(fixture.count('tools/call')).toBe(0);
+    expect(harness.fixture.count('tools/call')).toBe(0);
 
     const handle = (await client.resubmit('job-9')) as TaskHandle;
     await handle.result();
-    expect(fixture.count('tools/call')).toBe(1);
-    const call = fixture.requests.find((request) => request.method === 'tools/call');
+    expect(harness.fixture.count('tools/call')).toBe(1);
+    const call = harness.fixture.requests.find((request) => request.method === 'tools/call');
     expect((call?.params['_meta'] as Record<string, unknown>)['io.closeout/idempotencyKey']).toBe('job-9');
     expect(await client.get('lost')).toMatchObject({ supersededBy: handle.recordId });
     expect(await client.get(handle.taskId)).toMatchObject({ resubmittedFrom: 'lost' });
@@ -495,7 +452,7 @@ describe('TaskClient recovery', () => {
 
   it('re-sends a stored input answer after a restart instead of asking again', async () => {
     let asked = 0;
-    const first = await connect({
+    const first = await harness.connect({
       owner: 'first',
       inputHandlers: {
         elicitation: () => {
@@ -509,7 +466,7 @@ describe('TaskClient recovery', () => {
     await first.close();
 
     // the answer made it to the ledger before the crash, the tasks/update did not
-    const ledger = new SqliteLedger(ledgerPath);
+    const ledger = new SqliteLedger(harness.ledgerPath);
     await ledger.claim(handle.recordId, 'first', Date.now() + 60_000, Date.now());
     const request = (await ledger.get(handle.recordId))!.inputs[0]!.request;
     await ledger.recordInputAnswer(handle.recordId, 'first', 'name', request, { action: 'accept', content: {} }, 1);
@@ -517,7 +474,7 @@ describe('TaskClient recovery', () => {
     await ledger.dispose();
 
     const seen: string[] = [];
-    const second = await connect({
+    const second = await harness.connect({
       inputHandlers: {
         elicitation: (_request, context) => {
           seen.push(context.key);
@@ -530,12 +487,12 @@ describe('TaskClient recovery', () => {
     await resumed[0]!.result();
     expect(asked).toBe(1);
     expect(seen).toEqual(['confirm']); // name was answered from the ledger
-    expect(fixture.tasks.get(handle.taskId)?.answers['name']).toEqual({ action: 'accept', content: {} });
+    expect(harness.fixture.tasks.get(handle.taskId)?.answers['name']).toEqual({ action: 'accept', content: {} });
   });
 
   it('lets one process drive a task; another sees it leased and can take over after a detach', async () => {
-    const first = await connect();
-    const second = await connect();
+    const first = await harness.connect();
+    const second = await harness.connect();
     const handle = await task(first, 'cancellable');
     const report = await second.resumeAll();
     expect(report.leasedElsewhere.map((record) => record.taskId)).toEqual([handle.taskId]);
@@ -543,10 +500,10 @@ describe('TaskClient recovery', () => {
 
     await handle.detach();
     expect(await handle.outcome()).toMatchObject({ kind: 'detached' });
-    const getsAfterDetach = fixture.count('tasks/get');
+    const getsAfterDetach = harness.fixture.count('tasks/get');
     const taken = await second.attach(handle.taskId);
     await second.cancel(handle.taskId);
     expect(await taken.outcome()).toMatchObject({ kind: 'cancelled' });
-    expect(fixture.count('tasks/get')).toBeGreaterThan(getsAfterDetach);
+    expect(harness.fixture.count('tasks/get')).toBeGreaterThan(getsAfterDetach);
   });
 });

@@ -1,0 +1,132 @@
+/**
+ * What the parts of a TaskClient share (DESIGN.md, "The task's life on the client"): its options and clocks, the
+ * live handles, the per-record chain that keeps one record's requests from overlapping, the ledger look-ups and the
+ * events. Submission (`submission.ts`), following (`following.ts`) and the front (`taskClient.ts`) all stand on it.
+ */
+import type { Client } from '@modelcontextprotocol/client';
+
+import { newLeaseOwner } from '../leaseOwner.js';
+import { TaskClientError } from './errors.js';
+import type { Ledger, RecordedError, TaskRecord } from './ledger/ledger.js';
+import { credentialFingerprint } from './ledgerKeys.js';
+import type { SchedulerClock } from './scheduler.js';
+import { STEADY_CLOCK, SYSTEM_CLOCK } from './scheduler.js';
+import type { TaskClientEvent, TaskClientOptions } from './taskClient.js';
+import type { TaskHandle } from './taskHandle.js';
+
+const DEFAULT_LEASE_MS = 30_000;
+const DEFAULT_REQUEST_TIMEOUT_MS = 60_000;
+export const DEFAULT_STORAGE_PATIENCE_MS = 600_000;
+
+export class ClientCore {
+  readonly endpoint: string;
+  readonly owner: string;
+  readonly ledger: Ledger;
+  readonly client: Client;
+  readonly clock: SchedulerClock;
+  /** Scheduling and task ages: never steps with the wall clock (the `clock` option replaces both, for tests). */
+  readonly steady: SchedulerClock;
+  readonly random: () => number;
+  readonly leaseMs: number;
+  readonly requestTimeoutMs: number;
+  readonly ttlGraceMs: number;
+  readonly storagePatienceMs: number;
+  /** One live handle per followed record. */
+  readonly handles = new Map<string, TaskHandle>();
+  /** Per followed record: when (steady clock) this process started counting its age, and the age it had then. */
+  readonly seen = new Map<string, { since: number; ageMs: number }>();
+  /** Per-record chain: polls, refreshes and cancels of one record never overlap. */
+  readonly serial = new Map<string, Promise<unknown>>();
+  closed = false;
+  private ledgerKeys: Promise<{ secret: Uint8Array; credential: string }> | undefined;
+
+  constructor(readonly options: TaskClientOptions) {
+    this.client = options.client;
+    this.ledger = options.ledger;
+    this.endpoint = options.endpoint;
+    this.owner = options.owner ?? newLeaseOwner();
+    this.clock = options.clock ?? SYSTEM_CLOCK;
+    this.steady = options.clock ?? STEADY_CLOCK;
+    this.random = options.random ?? Math.random;
+    this.leaseMs = options.leaseMs ?? DEFAULT_LEASE_MS;
+    this.requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
+    this.ttlGraceMs = options.ttlGraceMs ?? 300_000;
+    this.storagePatienceMs = options.storagePatienceMs ?? DEFAULT_STORAGE_PATIENCE_MS;
+  }
+
+  assertOpen(): void {
+    if (this.closed) throw new TaskClientError('closed', 'the TaskClient is closed');
+  }
+
+  /** The ledger's secret and this client's credential fingerprint, read once. */
+  keys(): Promise<{ secret: Uint8Array; credential: string }> {
+    this.ledgerKeys ??= this.ledger.secret().then((secret) => ({
+      secret,
+      credential: credentialFingerprint(secret, this.options.credential),
+    }));
+    return this.ledgerKeys;
+  }
+
+  /** Whether this client calls under another credential than the one `record` was created under. */
+  async underOtherCredential(record: TaskRecord): Promise<boolean> {
+    // records older than ledger schema 2 carry no fingerprint: -32602 keeps meaning what it meant for them
+    if (record.credential === undefined) return false;
+    return record.credential !== (await this.keys()).credential;
+  }
+
+  async resolve(ref: string): Promise<TaskRecord> {
+    const record = await this.find(ref);
+    if (!record) throw new TaskClientError('not-found', `no ledger record for ${ref} at ${this.endpoint}`);
+    return record;
+  }
+
+  /** The record of an id this process holds (no lookup by taskId or key). */
+  async reload(recordId: string): Promise<TaskRecord> {
+    const record = await this.ledger.get(recordId);
+    if (!record) throw new TaskClientError('not-found', `no ledger record ${recordId} at ${this.endpoint}`);
+    return record;
+  }
+
+  /** The ledger record for a taskId, record id or idempotency key. */
+  async find(ref: string): Promise<TaskRecord | undefined> {
+    return (
+      (await this.ledger.findByTaskId(this.endpoint, ref)) ??
+      (await this.ledger.get(ref)) ??
+      (await this.ledger.findByIdempotencyKey(this.endpoint, ref))
+    );
+  }
+
+  serialized<T>(recordId: string, work: () => Promise<T>): Promise<T> {
+    const previous = this.serial.get(recordId) ?? Promise.resolve();
+    const next = previous.then(work, work);
+    const tail = next.catch(() => undefined);
+    this.serial.set(recordId, tail);
+    void tail.then(() => {
+      if (this.serial.get(recordId) === tail) this.serial.delete(recordId);
+    });
+    return next;
+  }
+
+  async recordError(recordId: string, error: RecordedError): Promise<void> {
+    await this.ledger.recordError(recordId, error).catch(() => undefined);
+    this.emit({ type: 'error', recordId, error });
+  }
+
+  async emitClosed(recordId: string): Promise<TaskRecord | undefined> {
+    const record = await this.ledger.get(recordId);
+    if (record) this.emit({ type: 'closed', record });
+    return record;
+  }
+
+  emit(event: TaskClientEvent): void {
+    try {
+      this.options.onEvent?.(event);
+    } catch {
+      // an observer's bug must not stop the client
+    }
+  }
+}
+
+export function describe(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,581 @@
+/**
+ * Following open tasks (DESIGN.md, "The task's life on the client"): one PollScheduler polls every followed record at
+ * the server's `pollIntervalMs`, records what the server says, routes `inputRequests`, and closes the record out at
+ * the first terminal status (S7, S10), at the TTL backstop (S13) or on -32602. It also takes records up (resume,
+ * attach, a known idempotency key), keeps their leases, cancels, rechecks, and recovers a connection that closed.
+ */
+import { ProtocolError } from '@modelcontextprotocol/client';
+
+import { isDeadLocalOwner } from '../leaseOwner.js';
+import { ErrorCode, isTerminalStatus, TASK_METHODS } from '../protocol/index.js';
+import type { ClientCore } from './clientCore.js';
+import { describe } from './clientCore.js';
+import { TaskClientError } from './errors.js';
+import type { InputRouter } from './inputRouter.js';
+import type { RecordedError, TaskRecord } from './ledger/ledger.js';
+import { isFollowable, observationChanges } from './ledger/ledger.js';
+import type { PollOutcome } from './scheduler.js';
+import { nextPollDelay, PollScheduler } from './scheduler.js';
+import { sdkServerOutputMessage } from './serverOutput.js';
+import type { ResumeReport } from './taskClient.js';
+import { outcomeOf, TaskHandle } from './taskHandle.js';
+import type { TaskRequests } from './taskRequests.js';
+
+/** How many times a connection that closed under the client is made again before the loss is surfaced. */
+const RECONNECT_ATTEMPTS = 5;
+
+export class Following {
+  readonly scheduler: PollScheduler;
+  private leaseTimer: unknown;
+  /** Set while the client recovers from a connection that closed under it. */
+  private recovering: Promise<void> | undefined;
+  /** Cuts the recovery's wait before its next attempt short (close() does not wait out a back-off). */
+  private wakeRecovery: (() => void) | undefined;
+
+  constructor(
+    private readonly core: ClientCore,
+    private readonly requests: TaskRequests,
+    private readonly inputs: InputRouter,
+  ) {
+    this.scheduler = new PollScheduler({
+      poll: (recordId) => core.serialized(recordId, () => this.poll(recordId)),
+      policy: core.options.pollPolicy,
+      clock: core.steady,
+      random: core.random,
+      onScheduled: (recordId, nextPollAt) => {
+        core.ledger.noteSchedule(recordId, core.owner, { nextPollAt: nextPollAt ?? null });
+      },
+      onPollError: (recordId, error) => {
+        void core.recordError(recordId, { kind: 'storage', message: describe(error), at: core.clock.now() });
+      },
+    });
+  }
+
+  /** Start renewing this process's leases and watching the connection. */
+  start(): void {
+    this.armLeaseRenewal();
+    this.watchConnection();
+  }
+
+  // ---- taking records up ----
+
+  async resumeOpen(): Promise<ResumeReport> {
+    const { core } = this;
+    const held = await core.ledger.list({
+      endpoint: core.endpoint,
+      localStates: ['submitting', 'tracking', 'detached'],
+    });
+    // leases of holders proven dead are freed first, as on every other path (see freeLeasesOfDeadHolders)
+    await this.freeLeasesOfDeadHolders(held);
+    const unknownOutcome = await core.ledger.settleAbandonedSubmissions(
+      core.endpoint,
+      core.clock.now(),
+      'found on resume',
+    );
+    // settling touched only `submitting` records and freeing only leases, which the claim below decides on afresh
+    const open = held.filter((record) => isFollowable(record.localState));
+    const resumed: TaskHandle[] = [];
+    const leasedElsewhere: TaskRecord[] = [];
+    const unfollowed = open.filter((record) => {
+      const live = core.handles.get(record.recordId);
+      if (live) resumed.push(live);
+      return !live;
+    });
+    // every lease in one transaction: thousands of records are claimed in milliseconds, not one commit each
+    const now = core.clock.now();
+    const leaseExpiresAt = now + core.leaseMs;
+    const claimed = new Set(
+      await core.ledger.claimAll(
+        unfollowed.map((record) => record.recordId),
+        core.owner,
+        leaseExpiresAt,
+        now,
+      ),
+    );
+    for (const record of unfollowed) {
+      if (!claimed.has(record.recordId)) {
+        leasedElsewhere.push((await core.ledger.get(record.recordId)) ?? record);
+        continue;
+      }
+      // what the claim changed, without reading 10,000 records back; the first poll (now) refreshes the rest
+      const mine: TaskRecord = { ...record, localState: 'tracking', leaseOwner: core.owner, leaseExpiresAt };
+      resumed.push(this.startFollowing(mine, core.steady.now()));
+    }
+    return { resumed, unknownOutcome, leasedElsewhere };
+  }
+
+  async attachRecord(ref: string): Promise<TaskHandle> {
+    const record = await this.core.resolve(ref);
+    if (!record.taskId) {
+      throw new TaskClientError('invalid-state', `record ${record.recordId} has no taskId (${record.localState})`, {
+        record,
+      });
+    }
+    if (!isFollowable(record.localState)) return this.closedHandle(record);
+    const handle = await this.follow(record, true);
+    if (!handle) {
+      throw new TaskClientError('leased-elsewhere', `task ${record.taskId} is followed by ${record.leaseOwner}`, {
+        record,
+      });
+    }
+    return handle;
+  }
+
+  /** Claim the lease and schedule the record; undefined when another live process holds it. */
+  async follow(record: TaskRecord, queryNow: boolean): Promise<TaskHandle | undefined> {
+    const { core } = this;
+    const existing = core.handles.get(record.recordId);
+    if (existing) return existing;
+    const now = core.clock.now();
+    if (!(await this.claimLease(record.recordId, now))) return undefined;
+    const claimed = await core.reload(record.recordId);
+    // on resume the first thing is one query (S7, S12); a live handle waits for the suggested interval
+    const steadyNow = core.steady.now();
+    const at = queryNow
+      ? steadyNow
+      : steadyNow + nextPollDelay(claimed.pollIntervalMs, this.scheduler.policy, core.random);
+    return this.startFollowing(claimed, at);
+  }
+
+  /** Take one record's lease: free, expired, ours, or held by a holder proven dead (then freed first). */
+  private async claimLease(recordId: string, now: number): Promise<boolean> {
+    const { core } = this;
+    if (await core.ledger.claim(recordId, core.owner, now + core.leaseMs, now)) return true;
+    const record = await core.ledger.get(recordId);
+    if (!record || !(await this.freeLeasesOfDeadHolders([record]))) return false;
+    return core.ledger.claim(recordId, core.owner, now + core.leaseMs, now);
+  }
+
+  /**
+   * The client's one liveness rule (DESIGN.md, rules learned in the field, 1), for every path that takes a record
+   * over (`resumeAll`, `attach`, `callTool` with a known key): a lease whose holder is proven dead is freed at once
+   * (`isDeadLocalOwner`); any other holder keeps it until it stops renewing it. True when a holder of `records` was
+   * dead.
+   */
+  async freeLeasesOfDeadHolders(records: readonly TaskRecord[]): Promise<boolean> {
+    const dead = new Set<string>();
+    for (const { leaseOwner: holder } of records) {
+      if (holder && holder !== this.core.owner && !dead.has(holder) && isDeadLocalOwner(holder)) dead.add(holder);
+    }
+    for (const holder of dead) await this.core.ledger.releaseAllOf(holder);
+    return dead.size > 0;
+  }
+
+  /**
+   * Follow a record this process just claimed: a handle, and its first poll at `at` (steady clock). One record has one live handle
+   * (issue 13 item 7): when concurrent attach(), resumeAll() or callTool() calls claimed it too (a claim of a lease
+   * already ours succeeds), they all get the handle the first one made, which is the one every poll updates.
+   */
+  startFollowing(record: TaskRecord, at: number): TaskHandle {
+    const live = this.core.handles.get(record.recordId);
+    if (live) return live;
+    const handle = new TaskHandle(record as TaskRecord & { taskId: string }, this.driver());
+    this.core.handles.set(record.recordId, handle);
+    this.scheduler.schedule(record.recordId, at);
+    return handle;
+  }
+
+  closedHandle(record: TaskRecord): TaskHandle {
+    return new TaskHandle(record as TaskRecord & { taskId: string }, this.driver());
+  }
+
+  // ---- polling ----
+
+  /**
+   * How long this client has seen a followed task open: what the ledger holds from earlier processes plus this
+   * process's steady time since it took the record up. Time when no process followed it is not counted, so after a
+   * restart the backstop comes later, never earlier (RELIABILITY.md, "Clocks").
+   */
+  private observedAge(record: TaskRecord): number {
+    const now = this.core.steady.now();
+    let seen = this.core.seen.get(record.recordId);
+    if (!seen) {
+      seen = { since: now, ageMs: record.observedAgeMs ?? 0 };
+      this.core.seen.set(record.recordId, seen);
+    }
+    return seen.ageMs + Math.max(0, now - seen.since);
+  }
+
+  /** One scheduled poll of one record. Never throws for anything the server does. */
+  private async poll(recordId: string): Promise<PollOutcome> {
+    const { core } = this;
+    // While this process holds the lease only its own polls change a record's task fields, so the handle's snapshot
+    // is the record as committed; one indexed read checks the lease. Without a snapshot, or without the lease, the
+    // ledger says what happened.
+    const snapshot = core.handles.get(recordId)?.lastRecord;
+    const record =
+      snapshot && (await core.ledger.isTrackedBy(recordId, core.owner)) ? snapshot : await core.ledger.get(recordId);
+    if (!record || record.localState !== 'tracking' || record.leaseOwner !== core.owner || !record.taskId) {
+      this.release(recordId, record);
+      return { kind: 'done' };
+    }
+    const taskId = record.taskId;
+    const query = await this.requests.getTask(taskId, { taskId, status: record.status });
+    if (query.kind === 'unanswered') return this.onPollError(record, query.error);
+    const now = core.clock.now();
+    if (query.kind === 'bad-output') {
+      // a bad answer is recorded and ignored; the task keeps its last good state and is asked again later
+      return this.retryAfter(record, { kind: 'server-output', message: query.error.message, at: now });
+    }
+    const task = query.task;
+    // an answer that changes nothing commits nothing: only the poll time is noted (deferred, see noteSchedule)
+    const changed = observationChanges(record, task);
+    if (changed && !(await core.ledger.recordObservation(recordId, core.owner, task, now))) {
+      this.release(recordId, await core.ledger.get(recordId));
+      return { kind: 'done' };
+    }
+    const ageMs = this.observedAge(record);
+    core.ledger.noteSchedule(recordId, core.owner, { polledAt: now, observedAgeMs: ageMs });
+    // input routing reads the stored answers, so an input_required record is read afresh even when unchanged
+    const observed = changed || task.status === 'input_required' ? await core.reload(recordId) : record;
+    if (changed) core.handles.get(recordId)?.observe(observed);
+    if (record.status !== task.status) core.emit({ type: 'status', record: observed });
+    if (isTerminalStatus(task.status)) {
+      // close out: result or error stored, no tail polls, waiters resolved (S7, S10)
+      this.release(recordId, observed);
+      core.emit({ type: 'closed', record: observed });
+      return { kind: 'done' };
+    }
+    if (task.status === 'input_required' && task.inputRequests) {
+      await this.inputs.route(observed, taskId, task.inputRequests);
+    }
+    // the TTL backstop (S13) on this client's own clock, never createdAt against it (DESIGN.md, rule 2)
+    if (task.ttlMs !== null && ageMs >= task.ttlMs) {
+      await this.expire(
+        recordId,
+        `ttlMs (${task.ttlMs} ms) passed by this client's own clock without a terminal status (seen open ${Math.round(ageMs)} ms)`,
+      );
+      return { kind: 'done' };
+    }
+    return { kind: 'continue', pollIntervalMs: task.pollIntervalMs };
+  }
+
+  private async onPollError(record: TaskRecord, error: unknown): Promise<PollOutcome> {
+    const { core } = this;
+    const now = core.clock.now();
+    if (error instanceof ProtocolError && error.code === ErrorCode.InvalidParams) {
+      if (await core.underOtherCredential(record)) {
+        // another principal's task looks unknown to us: that says nothing about the task (DESIGN.md, rule 5); the
+        // record stays open, free for a process that holds the credential it was created under
+        const message = `tasks/get answered ${error.code} under another credential than the one that created the task: not taken as expiry`;
+        await core.ledger.recordPoll(record.recordId, core.owner, now, {
+          kind: 'protocol',
+          message,
+          at: now,
+          code: error.code,
+        });
+        core.emit({ type: 'error', recordId: record.recordId, error: { kind: 'protocol', message, at: now } });
+        this.scheduler.remove(record.recordId);
+        await core.ledger.release(record.recordId, core.owner);
+        const handle = core.handles.get(record.recordId);
+        core.handles.delete(record.recordId);
+        core.seen.delete(record.recordId);
+        this.inputs.abandon(record.recordId);
+        handle?.abandon(new TaskClientError('wrong-credential', message, { record }));
+        return { kind: 'done' };
+      }
+      // spec: -32602 is an invalid, unknown or purged taskId: the handle is no longer usable (S13)
+      await this.expire(record.recordId, `tasks/get answered ${error.code}: ${error.message}`);
+      return { kind: 'done' };
+    }
+    const badOutput = sdkServerOutputMessage(error);
+    const lastError: RecordedError =
+      badOutput !== undefined
+        ? { kind: 'server-output', message: `tasks/get: ${badOutput}`, at: now }
+        : this.requests.describeError('tasks/get', error);
+    const ageMs = this.observedAge(record);
+    core.ledger.noteSchedule(record.recordId, core.owner, { observedAgeMs: ageMs });
+    if (typeof record.ttlMs === 'number' && ageMs >= record.ttlMs + core.ttlGraceMs) {
+      await core.ledger.recordPoll(record.recordId, core.owner, now, lastError);
+      await this.expire(
+        record.recordId,
+        `ttlMs (${record.ttlMs} ms) passed by this client's own clock and the server could not be queried: ${lastError.message}`,
+      );
+      return { kind: 'done' };
+    }
+    return this.retryAfter(record, lastError);
+  }
+
+  private async retryAfter(record: TaskRecord, lastError: RecordedError): Promise<PollOutcome> {
+    if (!(await this.core.ledger.recordPoll(record.recordId, this.core.owner, lastError.at, lastError))) {
+      this.release(record.recordId, record);
+      return { kind: 'done' };
+    }
+    this.core.emit({ type: 'error', recordId: record.recordId, error: lastError });
+    return { kind: 'retry', retryAfterMs: lastError.retryAfterMs };
+  }
+
+  private async expire(recordId: string, reason: string): Promise<void> {
+    const { core } = this;
+    await core.ledger.close(recordId, core.owner, { localState: 'expired', reason }, core.clock.now());
+    const record = await core.ledger.get(recordId);
+    if (record) {
+      core.handles.get(recordId)?.observe(record);
+      core.emit({ type: 'closed', record });
+    }
+    this.release(recordId, record);
+  }
+
+  /** Stop following a record in this process (it was closed, detached, or taken by another process). */
+  private release(recordId: string, record: TaskRecord | undefined): void {
+    const { core } = this;
+    this.scheduler.remove(recordId);
+    core.seen.delete(recordId);
+    this.inputs.abandon(recordId);
+    const handle = core.handles.get(recordId);
+    core.handles.delete(recordId);
+    if (!handle) return;
+    if (record) handle.observe(record);
+    if (!record || outcomeOf(record) === undefined) {
+      // still open, but no longer ours: another process took the lease
+      handle.abandon(
+        new TaskClientError('leased-elsewhere', `task ${handle.taskId} is now followed by ${record?.leaseOwner}`, {
+          record,
+        }),
+      );
+    }
+  }
+
+  // ---- what a caller asks of one record ----
+
+  /**
+   * Send `tasks/cancel` (S11): an acknowledged intent, not an outcome. The task is followed until it ends, which may
+   * still be `completed`. -32602 marks the record expired.
+   */
+  async cancel(ref: string): Promise<void> {
+    const { core } = this;
+    core.assertOpen();
+    const record = await core.resolve(ref);
+    const taskId = record.taskId;
+    if (!taskId) {
+      throw new TaskClientError('invalid-state', `record ${record.recordId} has no task to cancel`, { record });
+    }
+    if (!isFollowable(record.localState)) return;
+    await core.ledger.recordCancelRequest(record.recordId, core.clock.now());
+    try {
+      await this.requests.send(TASK_METHODS.cancel, { taskId });
+    } catch (error) {
+      if (error instanceof ProtocolError && error.code === ErrorCode.InvalidParams) {
+        if (await core.underOtherCredential(record)) {
+          const message = `tasks/cancel answered ${error.code} under another credential than the one that created the task: not taken as expiry`;
+          await core.recordError(record.recordId, {
+            kind: 'protocol',
+            message,
+            at: core.clock.now(),
+            code: error.code,
+          });
+          throw new TaskClientError('wrong-credential', message, { record, cause: error });
+        }
+        await core.serialized(record.recordId, () =>
+          this.expire(record.recordId, `tasks/cancel answered ${error.code}: ${error.message}`),
+        );
+        return;
+      }
+      await core.recordError(record.recordId, this.requests.describeError('tasks/cancel', error));
+      throw error;
+    }
+    // look soon: the cancel may already have taken effect (the scheduler keeps the floor)
+    if (this.scheduler.has(record.recordId)) this.scheduler.schedule(record.recordId);
+  }
+
+  async refresh(ref: string): Promise<TaskRecord> {
+    const { core } = this;
+    const record = await core.resolve(ref);
+    if (!record.taskId) return record;
+    if (record.localState === 'tracking' && record.leaseOwner === core.owner) {
+      await core.serialized(record.recordId, () => this.poll(record.recordId));
+    } else if (record.localState === 'terminal') {
+      await core.serialized(record.recordId, () => this.verifyTerminal(record));
+    } else if (record.localState === 'expired') {
+      await core.serialized(record.recordId, () => this.recheckExpired(record, false));
+    }
+    return core.reload(record.recordId);
+  }
+
+  async recheck(ref: string): Promise<TaskHandle | undefined> {
+    const { core } = this;
+    const record = await core.resolve(ref);
+    if (record.localState !== 'expired' || !record.taskId) return undefined;
+    const reopened = await core.serialized(record.recordId, () => this.recheckExpired(record, true));
+    if (!reopened) return undefined;
+    const current = await core.reload(record.recordId);
+    if (current.localState !== 'tracking') return this.closedHandle(current);
+    return core.handles.get(record.recordId) ?? this.startFollowing(current, core.steady.now());
+  }
+
+  /**
+   * One tasks/get for an expired record; true when the record came back (tracked, or closed out terminal). A record
+   * tracked again keeps this process's lease only when `follow` (the caller then follows it).
+   */
+  private async recheckExpired(record: TaskRecord, follow: boolean): Promise<boolean> {
+    const { core } = this;
+    const taskId = record.taskId as string;
+    const query = await this.requests.getTask(taskId);
+    if (query.kind !== 'task') {
+      const lastError =
+        query.kind === 'bad-output'
+          ? { kind: 'server-output' as const, message: query.error.message, at: core.clock.now() }
+          : this.requests.describeError('tasks/get', query.error);
+      await core.recordError(record.recordId, lastError);
+      return false;
+    }
+    const task = query.task;
+    const now = core.clock.now();
+    const note = `checked again: the server still knows task ${taskId} (${task.status})`;
+    if (!(await core.ledger.reopen(record.recordId, core.owner, now + core.leaseMs, now, note))) return false;
+    core.seen.delete(record.recordId);
+    await core.ledger.recordObservation(record.recordId, core.owner, task, now);
+    const current = await core.reload(record.recordId);
+    core.emit({ type: 'status', record: current });
+    if (current.localState !== 'tracking') {
+      core.emit({ type: 'closed', record: current });
+    } else if (!follow) {
+      await core.ledger.release(record.recordId, core.owner);
+    }
+    return true;
+  }
+
+  private async verifyTerminal(record: TaskRecord): Promise<void> {
+    const taskId = record.taskId as string;
+    const query = await this.requests.getTask(taskId, { taskId, status: record.status });
+    if (query.kind === 'unanswered') {
+      // a purged terminal task answers -32602: that is allowed after its retention
+      if (!(query.error instanceof ProtocolError && query.error.code === ErrorCode.InvalidParams)) {
+        await this.core.recordError(record.recordId, this.requests.describeError('tasks/get', query.error));
+      }
+      return;
+    }
+    if (query.kind === 'bad-output') {
+      await this.core.recordError(record.recordId, {
+        kind: 'server-output',
+        message: query.error.message,
+        at: this.core.clock.now(),
+      });
+    }
+  }
+
+  private driver() {
+    return {
+      cancel: (recordId: string) => this.cancel(recordId),
+      detach: (recordId: string) => this.detach(recordId),
+      record: (recordId: string) => this.core.reload(recordId),
+    };
+  }
+
+  private async detach(recordId: string): Promise<void> {
+    const { core } = this;
+    await core.serialized(recordId, async () => {
+      this.scheduler.remove(recordId);
+      await core.ledger.detach(recordId, core.owner, core.clock.now());
+      const record = await core.ledger.get(recordId);
+      this.release(recordId, record);
+    });
+  }
+
+  // ---- leases, the connection, and stopping ----
+
+  /**
+   * Stop following in this process: leases handed back, handles settled as `closed`. The front calls it once the
+   * operations under way have finished.
+   */
+  async stop(): Promise<void> {
+    const { core } = this;
+    this.wakeRecovery?.();
+    await this.recovering;
+    if (this.leaseTimer !== undefined) core.clock.clearTimeout(this.leaseTimer);
+    this.scheduler.stop();
+    await this.inputs.close();
+    await this.scheduler.whenIdle();
+    await Promise.allSettled([...core.serial.values()]);
+    for (const [recordId, handle] of core.handles) {
+      handle.abandon(new TaskClientError('closed', `the TaskClient closed before task ${handle.taskId} ended`));
+      await core.ledger.release(recordId, core.owner).catch(() => undefined);
+    }
+    core.handles.clear();
+  }
+
+  /**
+   * Notice a connection that closes under the client (issue 13 item 10): the SDK calls `onclose` when its transport
+   * closes (a stdio server that exited), and every later request fails at once. Chained, so an application's own
+   * `onclose` still runs.
+   */
+  private watchConnection(): void {
+    const client = this.core.client;
+    const previous = client.onclose;
+    client.onclose = () => {
+      try {
+        previous?.();
+      } finally {
+        if (!this.core.closed && !this.recovering) {
+          this.recovering = this.recoverConnection().finally(() => (this.recovering = undefined));
+        }
+      }
+    };
+  }
+
+  /**
+   * Record the loss on every followed task, then connect again (bounded attempts, backed off) and query each task
+   * once (DESIGN.md rule 7: after a reconnect one tasks/get per task closes the gap); when that is not possible,
+   * settle the handles as `disconnected` and hand their leases back, so nothing polls a closed connection.
+   */
+  private async recoverConnection(): Promise<void> {
+    const { core } = this;
+    const lost: RecordedError = {
+      kind: 'transport',
+      message: 'the connection to the server closed (its process exited?)',
+      at: core.clock.now(),
+    };
+    await Promise.all([...core.handles.keys()].map((recordId) => core.recordError(recordId, lost)));
+    const reconnect = core.options.reconnect;
+    let failure: unknown = lost.message;
+    if (reconnect) {
+      const policy = this.scheduler.policy;
+      for (let attempt = 0; attempt < RECONNECT_ATTEMPTS && !core.closed; attempt += 1) {
+        if (attempt > 0) {
+          const delay = Math.min(policy.backoffCapMs, policy.backoffBaseMs * 2 ** attempt);
+          await new Promise<void>((resolve) => {
+            const timer = core.clock.setTimeout(resolve, delay);
+            this.wakeRecovery = () => {
+              core.clock.clearTimeout(timer);
+              resolve();
+            };
+          });
+          this.wakeRecovery = undefined;
+          if (core.closed) return;
+        }
+        try {
+          await reconnect();
+          // the scheduler runs on the steady clock (RELIABILITY.md, "Clocks, credentials and keys")
+          const now = core.steady.now();
+          for (const recordId of core.handles.keys()) this.scheduler.schedule(recordId, now);
+          return;
+        } catch (error) {
+          failure = error;
+        }
+      }
+    }
+    if (core.closed) return;
+    const reason = `the connection to the server closed and could not be made again: ${describe(failure)}`;
+    for (const [recordId, handle] of [...core.handles]) {
+      this.scheduler.remove(recordId);
+      this.inputs.abandon(recordId);
+      core.handles.delete(recordId);
+      handle.abandon(new TaskClientError('disconnected', `${reason} (task ${handle.taskId} is still open)`));
+      await core.ledger.release(recordId, core.owner).catch(() => undefined);
+    }
+  }
+
+  private armLeaseRenewal(): void {
+    const { core } = this;
+    const every = Math.max(1, Math.floor(core.leaseMs / 3));
+    const tick = () => {
+      if (core.closed) return;
+      void core.ledger.renewLeases(core.owner, core.clock.now() + core.leaseMs).catch(() => undefined);
+      this.leaseTimer = core.clock.setTimeout(tick, every);
+      // renewal alone must not keep a process alive: polls and waiters do
+      (this.leaseTimer as { unref?: () => void }).unref?.();
+    };
+    this.leaseTimer = core.clock.setTimeout(tick, every);
+    (this.leaseTimer as { unref?: () => void }).unref?.();
+  }
+}

@@ -1,0 +1,437 @@
+/**
+ * Submission and idempotency (DESIGN.md, "The task's life on the client"): the intent is in the ledger before
+ * `tools/call` leaves; a task handle's taskId is committed before anything else is done with it (S4); a submission
+ * whose answer never arrived is `unknown-outcome`, never re-sent on its own (S13); a call with an idempotency key the
+ * ledger already holds gets that call's outcome, never a second send (S16).
+ */
+import { randomUUID } from 'node:crypto';
+
+import type { CallToolRequest, CallToolResult } from '@modelcontextprotocol/client';
+import { ProtocolError } from '@modelcontextprotocol/client';
+
+import type { JsonObject, JsonRpcError } from '../protocol/index.js';
+import { IDEMPOTENCY_KEY_META_KEY, isTerminalStatus } from '../protocol/index.js';
+import { argumentsDigest } from './argumentsDigest.js';
+import type { ClientCore } from './clientCore.js';
+import { describe } from './clientCore.js';
+import { TaskClientError } from './errors.js';
+import type { Following } from './following.js';
+import { callThroughInputRounds, InputRoundsError } from './inputRounds.js';
+import type { InputRouter } from './inputRouter.js';
+import type { ObservedTask, RecordedError, TaskRecord } from './ledger/ledger.js';
+import { isFollowable, isTransientStorageError } from './ledger/ledger.js';
+import { wireIdempotencyKey } from './ledgerKeys.js';
+import { nextPollDelay } from './scheduler.js';
+import { parseCreateTaskResult, sdkServerOutputMessage, ServerOutputError } from './serverOutput.js';
+import type { CallToolOptions, ResubmitOptions } from './taskClient.js';
+import type { TaskHandle } from './taskHandle.js';
+import type { TaskRequests } from './taskRequests.js';
+
+export class Submission {
+  /** In-process submissions by idempotency key, so two concurrent calls with one key send once. */
+  private readonly submitting = new Map<
+    string,
+    { toolName: string; argumentsDigest: string; submission: Promise<CallToolResult | TaskHandle> }
+  >();
+
+  constructor(
+    private readonly core: ClientCore,
+    private readonly requests: TaskRequests,
+    private readonly inputs: InputRouter,
+    private readonly following: Following,
+  ) {}
+
+  startCall(name: string, args: JsonObject, options: CallToolOptions): Promise<CallToolResult | TaskHandle> {
+    const digest = argumentsDigest(args);
+    const key = options.idempotencyKey;
+    if (key === undefined) return this.submitNew(name, args, digest, options);
+    // registered before the first await, so a concurrent call with the key joins this one instead of sending
+    const inFlight = this.submitting.get(key);
+    if (inFlight) {
+      if (inFlight.toolName !== name || inFlight.argumentsDigest !== digest) {
+        throw new TaskClientError('idempotency-conflict', `idempotency key ${key} is in use for ${inFlight.toolName}`);
+      }
+      return inFlight.submission;
+    }
+    return this.trackSubmission(
+      key,
+      name,
+      digest,
+      (async () => {
+        const existing = await this.core.ledger.findByIdempotencyKey(this.core.endpoint, key);
+        if (existing) return this.fromExisting(existing, name, digest);
+        return this.submitNew(name, args, digest, options);
+      })(),
+    );
+  }
+
+  private async submitNew(
+    name: string,
+    args: JsonObject,
+    digest: string,
+    options: CallToolOptions,
+  ): Promise<CallToolResult | TaskHandle> {
+    const { core } = this;
+    const keys = await core.keys();
+    const now = core.clock.now();
+    const intent = await core.ledger.recordIntent({
+      recordId: randomUUID(),
+      endpoint: core.endpoint,
+      toolName: name,
+      arguments: args,
+      argumentsDigest: digest,
+      correlationId: options.correlationId,
+      idempotencyKey: options.idempotencyKey,
+      wireIdempotencyKey:
+        options.idempotencyKey === undefined
+          ? undefined
+          : wireIdempotencyKey(keys.secret, core.endpoint, options.idempotencyKey),
+      credential: keys.credential,
+      submittedAt: now,
+      leaseOwner: core.owner,
+      leaseExpiresAt: now + core.leaseMs,
+    });
+    // another process recorded the same key between our lookup and our insert
+    if (!intent.created) return this.fromExisting(intent.record, name, digest);
+    return this.submit(intent.record, options.signal);
+  }
+
+  async resubmitRecord(previous: TaskRecord, options: ResubmitOptions): Promise<CallToolResult | TaskHandle> {
+    const { core } = this;
+    if (previous.localState === 'submitting' || isFollowable(previous.localState)) {
+      throw new TaskClientError(
+        'invalid-state',
+        `record ${previous.recordId} is ${previous.localState}: cancel or wait for it before resubmitting`,
+        { record: previous },
+      );
+    }
+    if (previous.supersededBy) {
+      throw new TaskClientError(
+        'invalid-state',
+        `record ${previous.recordId} was already resubmitted as ${previous.supersededBy}`,
+        { record: previous },
+      );
+    }
+    const policy = options.idempotencyKey ?? (previous.localState === 'unknown-outcome' ? 'reuse' : 'new');
+    const key =
+      policy === 'reuse' ? (previous.idempotencyKey ?? randomUUID()) : policy === 'new' ? randomUUID() : policy;
+    const keys = await core.keys();
+    // a reused key goes out as it went before (records older than ledger schema 2 sent it as it is)
+    const wireKey =
+      key === previous.idempotencyKey
+        ? (previous.wireIdempotencyKey ?? previous.idempotencyKey)
+        : wireIdempotencyKey(keys.secret, core.endpoint, key);
+    const now = core.clock.now();
+    const intent = await core.ledger.recordResubmission(previous.recordId, {
+      recordId: randomUUID(),
+      endpoint: core.endpoint,
+      toolName: previous.toolName,
+      arguments: previous.arguments,
+      argumentsDigest: previous.argumentsDigest,
+      correlationId: previous.correlationId,
+      idempotencyKey: key,
+      wireIdempotencyKey: wireKey,
+      credential: keys.credential,
+      submittedAt: now,
+      leaseOwner: core.owner,
+      leaseExpiresAt: now + core.leaseMs,
+      resubmittedFrom: previous.recordId,
+    });
+    if (!intent.created) {
+      // checked again inside the ledger's transaction: of two concurrent resubmissions, one goes through
+      if (intent.refused === 'already-resubmitted') {
+        throw new TaskClientError(
+          'invalid-state',
+          `record ${previous.recordId} was already resubmitted as ${intent.record.recordId}`,
+          { record: intent.record },
+        );
+      }
+      if (intent.refused === 'still-open') {
+        throw new TaskClientError(
+          'invalid-state',
+          `record ${previous.recordId} is ${intent.record.localState}: cancel or wait for it before resubmitting`,
+          { record: intent.record },
+        );
+      }
+      return this.fromExisting(intent.record, previous.toolName, previous.argumentsDigest);
+    }
+    return this.trackSubmission(
+      key,
+      previous.toolName,
+      previous.argumentsDigest,
+      this.submit(intent.record, options.signal),
+    );
+  }
+
+  private trackSubmission(
+    key: string,
+    toolName: string,
+    digest: string,
+    submission: Promise<CallToolResult | TaskHandle>,
+  ): Promise<CallToolResult | TaskHandle> {
+    const entry = { toolName, argumentsDigest: digest, submission };
+    this.submitting.set(key, entry);
+    const forget = () => {
+      if (this.submitting.get(key) === entry) this.submitting.delete(key);
+    };
+    submission.then(forget, forget);
+    return submission;
+  }
+
+  private async submit(record: TaskRecord, signal: AbortSignal | undefined): Promise<CallToolResult | TaskHandle> {
+    const { core } = this;
+    const carrier = this.requests.carrier();
+    const meta: Record<string, unknown> = { ...this.requests.tasksMeta() };
+    const wireKey = record.wireIdempotencyKey ?? record.idempotencyKey;
+    if (wireKey !== undefined) meta[IDEMPOTENCY_KEY_META_KEY] = wireKey;
+    // from here on, silence means unknown-outcome
+    await core.ledger.markSent(record.recordId, core.owner, core.clock.now());
+    let result: CallToolResult;
+    try {
+      // MRTR rounds (an InputRequiredResult before any task) are answered here, through the input handlers
+      result = (await callThroughInputRounds({
+        params: { name: record.toolName, arguments: record.arguments, _meta: meta },
+        send: (params) =>
+          core.client.callTool(params as CallToolRequest['params'], {
+            timeout: core.requestTimeoutMs,
+            allowInputRequired: true,
+            ...(signal ? { signal } : {}),
+          }),
+        fulfil: (inputRequests) => this.inputs.fulfil(record, inputRequests, signal),
+        signal,
+      })) as CallToolResult;
+    } catch (error) {
+      const carried = carrier.extract(error);
+      if (carried) return this.acceptTask(record, carried);
+      if (error instanceof InputRoundsError) throw await this.failInputRounds(record, error);
+      throw await this.failSubmission(record, error);
+    }
+    await core.ledger.close(
+      record.recordId,
+      core.owner,
+      { localState: 'terminal', reason: 'immediate result', result: result as JsonObject },
+      core.clock.now(),
+    );
+    await core.emitClosed(record.recordId);
+    return result;
+  }
+
+  /** The server created a task: commit its taskId first (S4), then follow it. */
+  private async acceptTask(record: TaskRecord, raw: Record<string, unknown>): Promise<CallToolResult | TaskHandle> {
+    const { core } = this;
+    let task: ObservedTask;
+    try {
+      task = parseCreateTaskResult(raw);
+    } catch (error) {
+      throw await this.failSubmission(record, error);
+    }
+    if (!(await this.commitArrived(record, task))) {
+      // another record follows this task already (a resubmission that reused the key): that one is the handle
+      const holder = await core.ledger.findByTaskId(core.endpoint, task.taskId);
+      if (holder && holder.recordId !== record.recordId) {
+        return this.fromExisting(holder, holder.toolName, holder.argumentsDigest);
+      }
+      const now = await core.ledger.get(record.recordId);
+      throw new TaskClientError(
+        'invalid-state',
+        `tools/call answered task ${task.taskId}, and record ${record.recordId} cannot take it (${now?.localState ?? 'gone'}${now?.taskId ? `, task ${now.taskId}` : ''})`,
+        { record: now ?? record },
+      );
+    }
+    const committed = await core.reload(record.recordId);
+    core.emit({ type: 'status', record: committed });
+    if (committed.localState === 'terminal') {
+      core.emit({ type: 'closed', record: committed });
+      return this.following.closedHandle(committed);
+    }
+    // the first tasks/get waits for the server's suggested interval, like every later one (S5), unless the seed
+    // state already asks for something only tasks/get carries (a terminal result, the inputRequests)
+    const needsDetail = isTerminalStatus(task.status) || task.status === 'input_required';
+    const delay = needsDetail ? 0 : nextPollDelay(task.pollIntervalMs, this.following.scheduler.policy, core.random);
+    core.seen.set(record.recordId, { since: core.steady.now(), ageMs: 0 });
+    // an attach() or resumeAll() that ran while the taskId was being committed may hold the handle already
+    return this.following.startFollowing(committed, core.steady.now() + delay);
+  }
+
+  /**
+   * The server answered every round, but asked for input this client could not give, or too many rounds, or broke
+   * the InputRequiredResult shape: nothing ran on the server (MRTR comes before any task), so the record is closed
+   * with the reason, not left `unknown-outcome`.
+   */
+  private async failInputRounds(record: TaskRecord, error: InputRoundsError): Promise<TaskClientError> {
+    const { core } = this;
+    const now = core.clock.now();
+    const reason =
+      error.reason === 'input-unavailable'
+        ? `tools/call needs input this client could not give: ${error.message}`
+        : `tools/call did not end its input rounds: ${error.message}`;
+    const kind = error.reason === 'input-unavailable' ? 'input' : 'server-output';
+    await core.ledger.close(
+      record.recordId,
+      core.owner,
+      { localState: 'terminal', reason, lastError: { kind, message: error.message, at: now } },
+      now,
+    );
+    const closed = await core.emitClosed(record.recordId);
+    return new TaskClientError(
+      error.reason === 'input-unavailable' ? 'input-unavailable' : 'bad-server-output',
+      `${reason} (record ${record.recordId})`,
+      { record: closed ?? record, cause: error },
+    );
+  }
+
+  /**
+   * Commit a taskId that arrived (DESIGN.md rule 10): a ledger another process holds locked (or a full disk) is
+   * retried with backoff for `storagePatienceMs`, and an `unrecorded` event names the taskId meanwhile, so it is
+   * never only in this process's memory. After that, the error says which task the server created.
+   */
+  private async commitArrived(record: TaskRecord, task: ObservedTask): Promise<boolean> {
+    const { core } = this;
+    // patience is a duration: measured on the steady clock, which a wall-clock step does not move
+    const started = core.steady.now();
+    let delayMs = 50;
+    for (let attempt = 1; ; attempt += 1) {
+      const now = core.clock.now();
+      try {
+        return await core.ledger.commitTask(record.recordId, core.owner, task, now, now + core.leaseMs);
+      } catch (error) {
+        if (!isTransientStorageError(error)) throw error;
+        const lastError: RecordedError = {
+          kind: 'storage',
+          message: `the ledger cannot record task ${task.taskId} yet: ${describe(error)}`,
+          at: core.clock.now(),
+        };
+        if (attempt === 1)
+          core.emit({ type: 'unrecorded', recordId: record.recordId, taskId: task.taskId, error: lastError });
+        if (core.steady.now() - started >= core.storagePatienceMs) {
+          throw new TaskClientError(
+            'storage',
+            `the server created task ${task.taskId}, and the ledger could not record it for ${Math.round(core.storagePatienceMs / 1000)} s (${describe(error)}); record ${record.recordId} stays as it was: call again with its idempotency key, or resume, once the ledger is free`,
+            { record, cause: error },
+          );
+        }
+        await new Promise<void>((resolve) => core.clock.setTimeout(resolve, delayMs));
+        delayMs = Math.min(delayMs * 2, 2_000);
+      }
+    }
+  }
+
+  /** Record why a submission did not produce a result or handle, and build the error to throw. */
+  private async failSubmission(record: TaskRecord, error: unknown): Promise<unknown> {
+    const { core } = this;
+    const now = core.clock.now();
+    const badOutput = error instanceof ServerOutputError ? error.message : sdkServerOutputMessage(error);
+    if (error instanceof ProtocolError && badOutput === undefined) {
+      // the server answered with a JSON-RPC error: no task exists; keep the error as the outcome
+      const rpcError: JsonRpcError = { code: error.code, message: error.message, data: error.data };
+      await core.ledger.close(
+        record.recordId,
+        core.owner,
+        { localState: 'terminal', reason: `tools/call failed: ${error.code} ${error.message}`, error: rpcError },
+        now,
+      );
+      await core.emitClosed(record.recordId);
+      return error;
+    }
+    const lastError: RecordedError =
+      badOutput !== undefined
+        ? { kind: 'server-output', message: badOutput, at: now }
+        : this.requests.describeError('tools/call', error);
+    const reason =
+      badOutput !== undefined
+        ? `tools/call answer could not be used: ${badOutput}`
+        : `tools/call got no answer: ${lastError.message}`;
+    await core.ledger.close(record.recordId, core.owner, { localState: 'unknown-outcome', reason, lastError }, now);
+    const closed = await core.emitClosed(record.recordId);
+    return new TaskClientError(
+      badOutput !== undefined ? 'bad-server-output' : 'unknown-outcome',
+      `${reason} (record ${record.recordId}; resubmit explicitly if wanted)`,
+      { record: closed ?? record, cause: error },
+    );
+  }
+
+  /** A second call with a key the ledger already holds: the same outcome, never a second send (S16). */
+  private async fromExisting(record: TaskRecord, name: string, digest: string): Promise<CallToolResult | TaskHandle> {
+    const { core } = this;
+    assertSameCall(record, name, digest);
+    switch (record.localState) {
+      case 'submitting': {
+        const holderDead = await this.following.freeLeasesOfDeadHolders([record]);
+        const leaseLive =
+          !holderDead && record.leaseExpiresAt !== undefined && record.leaseExpiresAt >= core.clock.now();
+        if (leaseLive) {
+          throw new TaskClientError(
+            'leased-elsewhere',
+            `idempotency key ${record.idempotencyKey} is being submitted by ${record.leaseOwner}`,
+            { record },
+          );
+        }
+        const settled = await core.ledger.settleAbandonedSubmissions(core.endpoint, core.clock.now(), 'found on call');
+        const now = settled.find((item) => item.recordId === record.recordId) ?? (await core.reload(record.recordId));
+        if (now.localState === 'unknown-outcome') return this.recoverUnknown(now);
+        if (now.localState === 'submitting') {
+          throw new TaskClientError(
+            'leased-elsewhere',
+            `idempotency key ${record.idempotencyKey} is being submitted by ${now.leaseOwner}`,
+            { record: now },
+          );
+        }
+        // its late answer arrived meanwhile (DESIGN.md rule 10)
+        return this.fromExisting(now, name, digest);
+      }
+      case 'tracking':
+      case 'detached': {
+        const live = core.handles.get(record.recordId);
+        if (live) return live;
+        const handle = await this.following.follow(record, false);
+        if (handle) return handle;
+        throw new TaskClientError(
+          'leased-elsewhere',
+          `idempotency key ${record.idempotencyKey}: task ${record.taskId} is followed by ${record.leaseOwner}`,
+          { record },
+        );
+      }
+      case 'terminal':
+        if (record.taskId) return this.following.closedHandle(record);
+        if (record.result) return record.result as CallToolResult;
+        if (record.error) throw new ProtocolError(record.error.code, record.error.message, record.error.data);
+        throw new TaskClientError('invalid-state', `record ${record.recordId} ended without a result`, { record });
+      case 'unknown-outcome':
+        return this.recoverUnknown(record);
+      case 'expired':
+        throw new TaskClientError(
+          record.localState,
+          `idempotency key ${record.idempotencyKey} is ${record.localState} (${record.terminalReason}); use resubmit()`,
+          { record },
+        );
+    }
+  }
+
+  /**
+   * The same call again (same key, tool and arguments) after its answer was lost: sent again with the same key, so a
+   * Closeout server answers with the task the lost call created instead of running the tool a second time (issue 13
+   * item 2). The ledger lets one resubmission of the record through; a caller that loses that race joins the winner.
+   */
+  private async recoverUnknown(record: TaskRecord): Promise<CallToolResult | TaskHandle> {
+    try {
+      return await this.resubmitRecord(record, { idempotencyKey: 'reuse' });
+    } catch (error) {
+      if (!(error instanceof TaskClientError && error.code === 'invalid-state')) throw error;
+      const current = record.idempotencyKey
+        ? await this.core.ledger.findByIdempotencyKey(this.core.endpoint, record.idempotencyKey)
+        : undefined;
+      if (!current || current.recordId === record.recordId) throw error;
+      return this.fromExisting(current, record.toolName, record.argumentsDigest);
+    }
+  }
+}
+
+function assertSameCall(record: TaskRecord, name: string, digest: string): void {
+  if (record.toolName !== name || record.argumentsDigest !== digest) {
+    throw new TaskClientError(
+      'idempotency-conflict',
+      `idempotency key ${record.idempotencyKey} was used for ${record.toolName} with other arguments`,
+      { record },
+    );
+  }
+}
