@@ -9,9 +9,6 @@
  */
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
 
-// the client's closing rules live in closing.ts; re-exported for the modules that import them from here
-export { closesOut, observationChanges } from './closing.js';
-
 /**
  * Where a submission stands from the client's point of view.
  * - `submitting`: the intent is recorded; `tools/call` may or may not have reached the server yet.
