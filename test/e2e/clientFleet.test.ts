@@ -1,6 +1,6 @@
 // A fleet of three client worker processes on one PostgreSQL ledger against a Closeout server (issue 17). One worker
 // is SIGKILLed with one of its tasks waiting for input (its person never answered) and one working; the survivors
-// take its records over once its leases run out. Every task closes out once, in one worker; no input key is asked
+// take its records over by themselves (`takeOverEveryMs`) once its leases run out. Every task closes out once, in one worker; no input key is asked
 // twice by the fleet except the one the dead worker's person never answered, asked again once (`previouslyAsked`).
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -25,6 +25,8 @@ interface FleetEvent {
   recordId?: string;
   key?: string;
   kind?: string;
+  localState?: string;
+  status?: string;
   previouslyAsked?: boolean;
 }
 
@@ -63,7 +65,7 @@ describe('a client fleet on one PostgreSQL ledger', () => {
   it('closes out every task once when a worker is SIGKILLed mid-task', { timeout: 150_000 }, async () => {
     const database = await postgres.createDatabase();
     const events: FleetEvent[] = [];
-    const base = { url: server.url, ledger: database.connectionString, leaseMs: 2_000, resumeEveryMs: 300 };
+    const base = { url: server.url, ledger: database.connectionString, leaseMs: 2_000, takeOverEveryMs: 300 };
     const callsOf = (name: string) => [
       { tool: 'batch_job', args: { items: 8, stepMs: 500 }, idempotencyKey: `${name}-batch` },
       { tool: 'approve_deploy', args: { env: name, deployMs: 100 }, idempotencyKey: `${name}-deploy` },
@@ -85,7 +87,7 @@ describe('a client fleet on one PostgreSQL ledger', () => {
     await waitFor(
       'every task of the fleet to close out',
       () => {
-        const closed = new Set(events.filter((e) => e.event === 'outcome').map((e) => e.taskId));
+        const closed = new Set(events.filter((e) => e.event === 'closed').map((e) => e.taskId));
         return allTasks().length === 6 && allTasks().every((taskId) => closed.has(taskId)) ? true : undefined;
       },
       120_000,
@@ -93,10 +95,10 @@ describe('a client fleet on one PostgreSQL ledger', () => {
     for (const child of survivors) child.kill('SIGTERM');
 
     // every task closed out once, completed, in one worker: the dead worker's two in a survivor
-    const outcomes = events.filter((e) => e.event === 'outcome');
+    const outcomes = events.filter((e) => e.event === 'closed');
     expect(outcomes).toHaveLength(6);
     expect(new Set(outcomes.map((e) => e.taskId)).size).toBe(6);
-    for (const outcome of outcomes) expect(outcome.kind).toBe('completed');
+    for (const outcome of outcomes) expect(outcome).toMatchObject({ localState: 'terminal', status: 'completed' });
     for (const taskId of doomedTasks) {
       expect(outcomes.find((e) => e.taskId === taskId)?.pid).not.toBe(doomed.pid);
     }

@@ -187,6 +187,11 @@ export interface LedgerFilter {
   idempotencyKey?: string | undefined;
   /** Only records submitted at or after this local time. */
   submittedSince?: number | undefined;
+  /**
+   * Only followable records whose lease is free or ran out before this local time: what a worker may take over from
+   * one that stopped renewing (issue 17).
+   */
+  claimableAt?: number | undefined;
   limit?: number | undefined;
 }
 

@@ -183,6 +183,8 @@ const SQL = {
            AND ($4::text IS NULL OR s.correlation_id = $4)
            AND ($5::text IS NULL OR s.idempotency_key = $5)
            AND ($6::bigint IS NULL OR s.submitted_at >= $6)
+           AND ($8::bigint IS NULL OR (s.${FOLLOWABLE}
+                AND (s.lease_owner IS NULL OR s.lease_expires_at < $8)))
          ORDER BY s.submitted_at, s.record_id COLLATE "C"
          LIMIT $7`,
 
@@ -813,6 +815,7 @@ export class PostgresLedger implements Ledger {
         filter.idempotencyKey ?? null,
         filter.submittedSince ?? null,
         filter.limit ?? null,
+        filter.claimableAt ?? null,
       ]);
       return rows.map((row) => this.toRecord(row));
     });

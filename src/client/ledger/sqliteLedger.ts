@@ -273,6 +273,8 @@ export class SqliteLedger implements Ledger {
            AND (@correlationId IS NULL OR correlation_id = @correlationId)
            AND (@idempotencyKey IS NULL OR idempotency_key = @idempotencyKey)
            AND (@since IS NULL OR submitted_at >= @since)
+           AND (@claimableAt IS NULL OR (local_state IN ('tracking','detached')
+                AND (lease_owner IS NULL OR lease_expires_at < @claimableAt)))
          ORDER BY submitted_at, record_id
          LIMIT @limit`,
       ),
@@ -716,6 +718,7 @@ export class SqliteLedger implements Ledger {
       correlationId: filter.correlationId ?? null,
       idempotencyKey: filter.idempotencyKey ?? null,
       since: filter.submittedSince ?? null,
+      claimableAt: filter.claimableAt ?? null,
       limit: filter.limit ?? -1,
     }) as SubmissionRow[];
     // one query for the inputs of every row, not one per row: a resume lists thousands

@@ -457,6 +457,22 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       expect((await ledger.findByTaskId(ENDPOINT, 't2'))?.recordId).toBe('x2');
     });
 
+    it('lists the records a worker may take over: followable, with a lease free or run out', async () => {
+      // invariant: issue 17: a live worker finds a dead worker's records once their leases ran out, and no others
+      for (const recordId of ['live', 'lapsed', 'free', 'done']) {
+        await ledger.recordIntent(submission({ recordId, submittedAt: T0 + recordId.length }));
+        await ledger.commitTask(recordId, 'p1', task({ taskId: `t-${recordId}` }), T0, T0 + 10_000);
+      }
+      await ledger.recordIntent(submission({ recordId: 'sending', leaseExpiresAt: T0 + 1 }));
+      await ledger.renewLeases('p1', T0 + 10_000);
+      await ledger.claim('live', 'p2', T0 + 90_000, T0 + 20_000);
+      await ledger.release('free', 'p1');
+      await ledger.close('done', 'p1', { localState: 'expired', reason: 'gone' }, T0 + 1);
+      const claimable = await ledger.list({ endpoint: ENDPOINT, claimableAt: T0 + 20_000 });
+      expect(claimable.map((record) => record.recordId).sort()).toEqual(['free', 'lapsed']);
+      expect(await ledger.list({ claimableAt: T0 + 5_000 })).toMatchObject([{ recordId: 'free' }]);
+    });
+
     it('keeps one secret, the same for every object on the storage', async () => {
       const other = await openSecond();
       const [a, b] = await Promise.all([ledger.secret(), other.secret()]);
