@@ -419,6 +419,8 @@ export class PostgresLedger implements Ledger {
   private readonly deferMs: number;
   private readonly onError: (error: Error) => void;
   private readonly pendingNotes = new Map<string, PendingNote>();
+  /** The notes a flush is committing right now. */
+  private writingNotes = new Map<string, PendingNote>();
   private noteTimer: NodeJS.Timeout | undefined;
   private flushing: Promise<void> | undefined;
   private disposed = false;
@@ -916,6 +918,8 @@ export class PostgresLedger implements Ledger {
     while (this.flushing) await this.flushing;
     if (this.pendingNotes.size === 0) return;
     const notes = [...this.pendingNotes].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    // still shown by reads of this object until the write is done (noteSchedule: "reads see it at once")
+    this.writingNotes = new Map(notes);
     this.pendingNotes.clear();
     const params = [
       notes.map(([recordId]) => recordId),
@@ -933,6 +937,7 @@ export class PostgresLedger implements Ledger {
       await this.flushing;
     } finally {
       this.flushing = undefined;
+      this.writingNotes = new Map();
     }
   }
 
@@ -1069,19 +1074,9 @@ export class PostgresLedger implements Ledger {
       observedAgeMs: optionalNumber(row.observed_age_ms),
       inputs: (row.inputs ?? []).map(toInputAnswer),
     };
-    // what this object noted but has not committed yet, as the write will apply it
-    const note = this.pendingNotes.get(record.recordId);
-    if (note && note.owner === record.leaseOwner) {
-      if (note.polledAt !== undefined) {
-        record.lastPollAt = Math.max(record.lastPollAt ?? note.polledAt, note.polledAt);
-        record.updatedAt = Math.max(record.updatedAt, note.polledAt);
-      }
-      if (note.nextPollAt !== undefined && record.localState === 'tracking') {
-        record.nextPollAt = note.nextPollAt ?? undefined;
-      }
-      if (note.observedAgeMs !== undefined) {
-        record.observedAgeMs = Math.max(record.observedAgeMs ?? 0, note.observedAgeMs);
-      }
+    // what this object noted but has not committed yet, as the write will apply it (the older notes first)
+    for (const note of [this.writingNotes.get(record.recordId), this.pendingNotes.get(record.recordId)]) {
+      if (note && note.owner === record.leaseOwner) applyNote(record, note);
     }
     return record;
   }
@@ -1114,6 +1109,20 @@ export class PostgresLedger implements Ledger {
     let scrubbed = message;
     for (const password of this.passwords) scrubbed = scrubbed.split(password).join('***');
     return scrubbed;
+  }
+}
+
+/** A schedule note on a record read back, as `applyNotes` will write it. */
+function applyNote(record: TaskRecord, note: PendingNote): void {
+  if (note.polledAt !== undefined) {
+    record.lastPollAt = Math.max(record.lastPollAt ?? note.polledAt, note.polledAt);
+    record.updatedAt = Math.max(record.updatedAt, note.polledAt);
+  }
+  if (note.nextPollAt !== undefined && record.localState === 'tracking') {
+    record.nextPollAt = note.nextPollAt ?? undefined;
+  }
+  if (note.observedAgeMs !== undefined) {
+    record.observedAgeMs = Math.max(record.observedAgeMs ?? 0, note.observedAgeMs);
   }
 }
 
