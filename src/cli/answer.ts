@@ -7,6 +7,7 @@ import type { Command } from 'commander';
 
 import type { TaskHandle, TaskInputContext } from '../client/index.js';
 import { isFollowable } from '../client/ledger/index.js';
+import { displayLedgerLocation } from '../client/ledger/ledgerLocation.js';
 import { CliError } from './cliError.js';
 import type { JsonFlags, LedgerFlags } from './commonOptions.js';
 import { addAnswerOptions, addJsonOption, addLedgerOption, addTaskIdArgument } from './commonOptions.js';
@@ -42,7 +43,9 @@ async function runAnswer(ref: string, flags: AnswerCommandFlags): Promise<void> 
       'stdin is not a terminal: pass --accept JSON, --decline or --dismiss to answer without a prompt',
     );
   }
-  const ledgerPath = resolveLedgerPath(flags.ledger);
+  const ledgerLocation = resolveLedgerPath(flags.ledger);
+  // what is shown of the ledger: a connection string without its password (issue 17)
+  const ledgerPath = displayLedgerLocation(ledgerLocation);
   // flags go to stdout as the events of this command; nothing else is followed here
   const quiet = new Output({ json: true }, devNull(), process.stderr);
   const asked: Promise<unknown>[] = [];
@@ -63,8 +66,8 @@ async function runAnswer(ref: string, flags: AnswerCommandFlags): Promise<void> 
     },
     answered: (context: TaskInputContext, result, how) => showAnswered(flags.json ? quiet : out, context, result, how),
   };
-  const session = ClientSession.openExisting({
-    ledgerPath,
+  const session = await ClientSession.openExisting({
+    ledgerPath: ledgerLocation,
     inputHandlers: (endpoint) => {
       const ask = elicitationHandler(host, endpoint);
       return {

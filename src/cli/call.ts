@@ -10,6 +10,7 @@ import { InvalidArgumentError } from 'commander';
 
 import type { TaskClient, TaskHandle } from '../client/index.js';
 import { isTaskHandle } from '../client/index.js';
+import { displayLedgerLocation } from '../client/ledger/ledgerLocation.js';
 import type { JsonObject } from '../protocol/index.js';
 import { parseJsonObject, parseUrl } from './arguments.js';
 import { CliError } from './cliError.js';
@@ -59,10 +60,12 @@ async function runCall(url: string, tool: string, flags: CallFlags): Promise<voi
   const args = { ...flags.args, ...flags.arg } as JsonObject;
   const preset = presetFrom(flags);
   const out = new Output({ json: flags.json });
-  const ledgerPath = resolveLedgerPath(flags.ledger);
+  const ledgerLocation = resolveLedgerPath(flags.ledger);
+  // what is shown of the ledger: a connection string without its password (issue 17)
+  const ledgerPath = displayLedgerLocation(ledgerLocation);
   // the handlers are wired when the client connects, after `following` exists
   const session = ClientSession.open({
-    ledgerPath,
+    ledgerPath: ledgerLocation,
     token: flags.token,
     namedServer: url,
     inputHandlers: (endpoint) => ({ elicitation: elicitationHandler(following, endpoint) }),

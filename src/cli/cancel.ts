@@ -9,6 +9,7 @@ import { InvalidArgumentError } from 'commander';
 import { TaskClientError } from '../client/errors.js';
 import type { TaskRecord } from '../client/ledger/index.js';
 import { isFollowable } from '../client/ledger/index.js';
+import { displayLedgerLocation } from '../client/ledger/ledgerLocation.js';
 import type { TaskHandle } from '../client/taskHandle.js';
 import { CliError } from './cliError.js';
 import type { JsonFlags, LedgerFlags } from './commonOptions.js';
@@ -38,8 +39,10 @@ export function registerCancel(program: Command): void {
 
 async function runCancel(ref: string, flags: CancelFlags): Promise<void> {
   const out = new Output({ json: flags.json });
-  const ledgerPath = resolveLedgerPath(flags.ledger);
-  const session = ClientSession.openExisting({ ledgerPath });
+  const ledgerLocation = resolveLedgerPath(flags.ledger);
+  // what is shown of the ledger: a connection string without its password (issue 17)
+  const ledgerPath = displayLedgerLocation(ledgerLocation);
+  const session = await ClientSession.openExisting({ ledgerPath: ledgerLocation });
   if (!session) throw unknownTask(ref, ledgerPath);
   let endpoint: string | undefined;
   try {

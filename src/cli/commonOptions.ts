@@ -13,7 +13,10 @@ export interface JsonFlags {
 }
 
 export function addLedgerOption(command: Command): Command {
-  return command.option('--ledger <path>', `the ledger file (default: $${LEDGER_ENV}, else ~/.closeout/ledger.db)`);
+  return command.option(
+    '--ledger <path>',
+    `the ledger file, or a postgres:// URL for a ledger a fleet shares (default: $${LEDGER_ENV}, else ~/.closeout/ledger.db)`,
+  );
 }
 
 export interface TokenFlags {

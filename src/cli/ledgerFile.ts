@@ -1,12 +1,16 @@
 /**
  * Which ledger a command uses (`--ledger PATH`, else `CLOSEOUT_LEDGER`, else `~/.closeout/ledger.db`) and opening it
- * with a one-line explanation when it cannot be used. The ledger holds every handle the CLI has seen (S4, S6).
+ * with a one-line explanation when it cannot be used. The ledger holds every handle the CLI has seen (S4, S6). A
+ * `postgres://` connection string instead of a path names a PostgresLedger, the one a fleet of workers shares
+ * (issue 17); it is shown only without its password (`displayLedgerLocation`).
  */
 import { existsSync, mkdirSync, statSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 
+import type { Ledger } from '../client/ledger/index.js';
 import { SqliteLedger } from '../client/ledger/index.js';
+import { displayLedgerLocation, isPostgresLocation } from '../client/ledger/ledgerLocation.js';
 import { CliError } from './cliError.js';
 
 export const LEDGER_ENV = 'CLOSEOUT_LEDGER';
@@ -16,10 +20,9 @@ const BUSY_TIMEOUT_MS = 3_000;
 
 /** The flag, else the environment, else the default in the home directory. */
 export function resolveLedgerPath(flag: string | undefined, env: NodeJS.ProcessEnv = process.env): string {
-  if (flag !== undefined && flag !== '') return resolve(flag);
-  const fromEnv = env[LEDGER_ENV];
-  if (fromEnv !== undefined && fromEnv !== '') return resolve(fromEnv);
-  return defaultLedgerPath();
+  const given = flag !== undefined && flag !== '' ? flag : env[LEDGER_ENV];
+  if (given === undefined || given === '') return defaultLedgerPath();
+  return isPostgresLocation(given) ? given : resolve(given);
 }
 
 export function defaultLedgerPath(): string {
@@ -27,10 +30,28 @@ export function defaultLedgerPath(): string {
 }
 
 /**
- * Open the ledger. `mustExist` (reading commands) refuses to create one, so looking at an empty ledger leaves no
+ * Open the ledger a location names: a PostgreSQL database (migrated on open), else a SQLite file (`openLedgerFile`).
+ */
+export async function openLedger(location: string, options: { mustExist?: boolean } = {}): Promise<Ledger | undefined> {
+  if (!isPostgresLocation(location)) return openLedgerFile(location, options);
+  // loaded only for a PostgreSQL ledger: commands on a ledger file start without the driver
+  const { PostgresLedger } = await import('../client/ledger/postgresLedger.js');
+  try {
+    return await PostgresLedger.open(location, { connectionTimeoutMs: BUSY_TIMEOUT_MS });
+  } catch (error) {
+    // the ledger's own errors never carry the password; the location is shown without it
+    const message = error instanceof Error ? error.message : String(error);
+    throw new CliError(
+      `cannot open the ledger ${displayLedgerLocation(location)} (${message}): check the database, or pass --ledger`,
+    );
+  }
+}
+
+/**
+ * Open the ledger file. `mustExist` (reading commands) refuses to create one, so looking at an empty ledger leaves no
  * file behind; the default directory is created (owner-only) when a command needs to write.
  */
-export function openLedger(path: string, options: { mustExist?: boolean } = {}): SqliteLedger | undefined {
+export function openLedgerFile(path: string, options: { mustExist?: boolean } = {}): SqliteLedger | undefined {
   if (statSync(path, { throwIfNoEntry: false })?.isDirectory()) {
     throw new CliError(
       `the ledger ${path} is a directory: pass --ledger with a file in it, e.g. ${join(path, 'ledger.db')}`,

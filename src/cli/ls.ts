@@ -5,6 +5,7 @@
 import type { Command } from 'commander';
 
 import type { LocalState, TaskRecord } from '../client/ledger/index.js';
+import { displayLedgerLocation } from '../client/ledger/ledgerLocation.js';
 import type { JsonFlags, LedgerFlags } from './commonOptions.js';
 import { addJsonOption, addLedgerOption } from './commonOptions.js';
 import { resolveLedgerPath } from './ledgerFile.js';
@@ -28,8 +29,10 @@ export function registerLs(program: Command): void {
   addJsonOption(command, 'print one JSON document: {"ledger", "tasks": [...]}');
   command.action(async (flags: LsFlags) => {
     const out = new Output({ json: flags.json });
-    const ledgerPath = resolveLedgerPath(flags.ledger);
-    const session = ClientSession.openExisting({ ledgerPath });
+    const ledgerLocation = resolveLedgerPath(flags.ledger);
+    // what is shown of the ledger: a connection string without its password (issue 17)
+    const ledgerPath = displayLedgerLocation(ledgerLocation);
+    const session = await ClientSession.openExisting({ ledgerPath: ledgerLocation });
     if (!session) {
       // a mistyped --ledger must not read as an empty ledger (resume says the same)
       out.event({ ledger: ledgerPath, exists: false, all: flags.all === true, tasks: [] });

@@ -7,6 +7,7 @@ import { ProtocolError } from '@modelcontextprotocol/client';
 import type { Command } from 'commander';
 
 import type { ResubmitOptions } from '../client/index.js';
+import { displayLedgerLocation } from '../client/ledger/ledgerLocation.js';
 import { closeOutAnswer, refused } from './call.js';
 import type { JsonFlags, LedgerFlags } from './commonOptions.js';
 import { addAnswerOptions, addJsonOption, addLedgerOption, addTaskIdArgument } from './commonOptions.js';
@@ -43,9 +44,11 @@ export function registerResubmit(program: Command): void {
 async function runResubmit(ref: string, flags: ResubmitFlags): Promise<void> {
   const preset = presetFrom(flags);
   const out = new Output({ json: flags.json });
-  const ledgerPath = resolveLedgerPath(flags.ledger);
-  const session = ClientSession.openExisting({
-    ledgerPath,
+  const ledgerLocation = resolveLedgerPath(flags.ledger);
+  // what is shown of the ledger: a connection string without its password (issue 17)
+  const ledgerPath = displayLedgerLocation(ledgerLocation);
+  const session = await ClientSession.openExisting({
+    ledgerPath: ledgerLocation,
     inputHandlers: (endpoint) => ({ elicitation: elicitationHandler(following, endpoint) }),
     onEvent: (event) => following.onClientEvent(event),
   });

@@ -8,6 +8,7 @@ import type { Command } from 'commander';
 
 import type { TaskRecord } from '../client/ledger/index.js';
 import { isFollowable } from '../client/ledger/index.js';
+import { displayLedgerLocation } from '../client/ledger/ledgerLocation.js';
 import { outcomeOf } from '../client/taskHandle.js';
 import type { JsonFlags, LedgerFlags } from './commonOptions.js';
 import { addAnswerOptions, addJsonOption, addLedgerOption, addTaskIdArgument } from './commonOptions.js';
@@ -39,9 +40,11 @@ export function registerResume(program: Command): void {
 async function runResume(ref: string | undefined, flags: ResumeFlags): Promise<void> {
   const preset = presetFrom(flags);
   const out = new Output({ json: flags.json });
-  const ledgerPath = resolveLedgerPath(flags.ledger);
-  const session = ClientSession.openExisting({
-    ledgerPath,
+  const ledgerLocation = resolveLedgerPath(flags.ledger);
+  // what is shown of the ledger: a connection string without its password (issue 17)
+  const ledgerPath = displayLedgerLocation(ledgerLocation);
+  const session = await ClientSession.openExisting({
+    ledgerPath: ledgerLocation,
     inputHandlers: (endpoint) => ({ elicitation: elicitationHandler(following, endpoint) }),
     onEvent: (event) => following.onClientEvent(event),
   });

@@ -3,10 +3,11 @@
  * ledger. Records carry the endpoint they belong to, so commands that take only a taskId find their server there.
  */
 import type { TaskClient, TaskClientEvent, TaskInputHandlers } from '../client/index.js';
-import type { SqliteLedger, TaskRecord } from '../client/ledger/index.js';
+import type { Ledger, TaskRecord } from '../client/ledger/index.js';
+import { displayLedgerLocation, isPostgresLocation } from '../client/ledger/ledgerLocation.js';
 import { CliError } from './cliError.js';
 import { explainConnectError } from './explain.js';
-import { openLedger } from './ledgerFile.js';
+import { openLedger, openLedgerFile } from './ledgerFile.js';
 
 /** A bearer token for the servers the CLI talks to (the ledger never stores it). */
 export const TOKEN_ENV = 'CLOSEOUT_TOKEN';
@@ -19,6 +20,7 @@ export const TOKEN_ENV = 'CLOSEOUT_TOKEN';
 export const TOKEN_SERVER_ENV = 'CLOSEOUT_TOKEN_SERVER';
 
 export interface SessionOptions {
+  /** The ledger file's path, or a PostgreSQL ledger's connection string (never shown as it is). */
   ledgerPath: string;
   /** Input handlers for a server's tasks (elicitation prompts or preset answers). */
   inputHandlers?: ((endpoint: string) => TaskInputHandlers) | undefined;
@@ -32,12 +34,12 @@ export interface SessionOptions {
 export class ClientSession {
   readonly ledgerPath: string;
   private readonly clients = new Map<string, TaskClient>();
-  private opened: SqliteLedger | undefined;
+  private opened: Ledger | undefined;
   private closed = false;
 
   private constructor(
     private readonly options: SessionOptions,
-    ledger?: SqliteLedger,
+    ledger?: Ledger,
   ) {
     this.ledgerPath = options.ledgerPath;
     this.opened = ledger;
@@ -52,14 +54,24 @@ export class ClientSession {
   }
 
   /** Open an existing ledger only; undefined when there is none (nothing recorded yet). */
-  static openExisting(options: SessionOptions): ClientSession | undefined {
-    const ledger = openLedger(options.ledgerPath, { mustExist: true });
+  static async openExisting(options: SessionOptions): Promise<ClientSession | undefined> {
+    const ledger = await openLedger(options.ledgerPath, { mustExist: true });
     return ledger ? new ClientSession(options, ledger) : undefined;
   }
 
-  /** The ledger, opened now if it was not yet. */
-  get ledger(): SqliteLedger {
-    this.opened ??= openLedger(this.ledgerPath) as SqliteLedger;
+  /** The ledger, opened now if it was not yet (a PostgreSQL ledger is opened by `openedLedger()` first). */
+  get ledger(): Ledger {
+    if (this.opened) return this.opened;
+    if (isPostgresLocation(this.ledgerPath)) {
+      throw new Error(`the ledger ${displayLedgerLocation(this.ledgerPath)} is not open yet`);
+    }
+    this.opened = openLedgerFile(this.ledgerPath) as Ledger;
+    return this.opened;
+  }
+
+  /** The ledger, opened now (and created or migrated) if it was not yet. */
+  async openedLedger(): Promise<Ledger> {
+    this.opened ??= (await openLedger(this.ledgerPath)) as Ledger;
     return this.opened;
   }
 
@@ -77,7 +89,7 @@ export class ClientSession {
     let client: TaskClient;
     try {
       client = await connectHttpTaskClient(endpoint, {
-        ledger: () => this.ledger,
+        ledger: () => this.openedLedger(),
         endpoint,
         ...(token ? { requestInit: { headers: { authorization: `Bearer ${token}` } } } : {}),
         ...(this.options.inputHandlers ? { inputHandlers: this.options.inputHandlers(endpoint) } : {}),
@@ -144,7 +156,8 @@ export class ClientSession {
 }
 
 export function unknownTask(ref: string, ledgerPath: string): CliError {
-  return new CliError(`no task ${ref} in the ledger ${ledgerPath}: list them with \`closeout ls --all\``);
+  const shown = displayLedgerLocation(ledgerPath);
+  return new CliError(`no task ${ref} in the ledger ${shown}: list them with \`closeout ls --all\``);
 }
 
 function unique<T>(items: T[]): T | undefined {

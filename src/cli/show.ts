@@ -8,6 +8,7 @@ import type { Command } from 'commander';
 import { TaskClientError } from '../client/errors.js';
 import type { TaskRecord } from '../client/ledger/index.js';
 import { isFollowable } from '../client/ledger/index.js';
+import { displayLedgerLocation } from '../client/ledger/ledgerLocation.js';
 import type { JsonFlags, LedgerFlags } from './commonOptions.js';
 import { addJsonOption, addLedgerOption, addTaskIdArgument } from './commonOptions.js';
 import { explain } from './explain.js';
@@ -31,8 +32,10 @@ export function registerShow(program: Command): void {
   addJsonOption(command, 'print one JSON document: {"record", "history", "refreshed"}');
   command.action(async (ref: string, flags: ShowFlags) => {
     const out = new Output({ json: flags.json });
-    const ledgerPath = resolveLedgerPath(flags.ledger);
-    const session = ClientSession.openExisting({ ledgerPath });
+    const ledgerLocation = resolveLedgerPath(flags.ledger);
+    // what is shown of the ledger: a connection string without its password (issue 17)
+    const ledgerPath = displayLedgerLocation(ledgerLocation);
+    const session = await ClientSession.openExisting({ ledgerPath: ledgerLocation });
     if (!session) throw unknownTask(ref, ledgerPath);
     try {
       let record = await session.require(ref);

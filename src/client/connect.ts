@@ -10,6 +10,7 @@ import type { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import type { HttpFetch } from './httpFetch.js';
 import { createHttpFetch } from './httpFetch.js';
 import type { Ledger } from './ledger/ledger.js';
+import { isPostgresLocation } from './ledger/ledgerLocation.js';
 import { SqliteLedger } from './ledger/sqliteLedger.js';
 import { attachTaskResultCarrier, exitedOnVersionProbe, SessionStdioClientTransport } from './sdkGlue.js';
 import type { TaskClientOptions } from './taskClient.js';
@@ -23,10 +24,12 @@ export interface ConnectTaskClientOptions extends Omit<
   'client' | 'ledger' | 'endpoint' | 'ownsClient' | 'ownsLedger'
 > {
   /**
-   * A Ledger, or the path of the SQLite ledger file (created 0600 when missing), or a function that opens one: it is
-   * called only once the server has answered, so a server that cannot be reached leaves no ledger behind.
+   * A Ledger; or a string: a `postgres://` (or `postgresql://`) connection string opens a PostgresLedger, shared by
+   * every worker of a fleet (migrated on open), anything else is the path of the SQLite ledger file (created 0600 when
+   * missing); or a function that opens one. A string or a function is used only once the server has answered, so a
+   * server that cannot be reached leaves no ledger behind.
    */
-  ledger: Ledger | string | (() => Ledger);
+  ledger: Ledger | string | (() => Ledger | Promise<Ledger>);
   clientInfo?: Implementation | undefined;
   /** Override the endpoint identity (default: the URL, or `stdio:` and the command line). */
   endpoint?: string | undefined;
@@ -123,9 +126,9 @@ async function connectWith(
   try {
     ledger =
       typeof ledgerOption === 'string'
-        ? new SqliteLedger(ledgerOption)
+        ? await openLedgerLocation(ledgerOption)
         : typeof ledgerOption === 'function'
-          ? ledgerOption()
+          ? await ledgerOption()
           : ledgerOption;
   } catch (error) {
     await client.close();
@@ -140,4 +143,11 @@ async function connectWith(
     ownsLedger,
     ...(reconnect ? { reconnect: () => reconnect(client) } : {}),
   });
+}
+
+/** The ledger a string names: a PostgreSQL database for `postgres://` URLs (loaded only then), else a SQLite file. */
+async function openLedgerLocation(location: string): Promise<Ledger> {
+  if (!isPostgresLocation(location)) return new SqliteLedger(location);
+  const { PostgresLedger } = await import('./ledger/postgresLedger.js');
+  return PostgresLedger.open(location);
 }

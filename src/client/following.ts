@@ -12,8 +12,9 @@ import type { ClientCore } from './clientCore.js';
 import { describe } from './clientCore.js';
 import { TaskClientError } from './errors.js';
 import type { InputRouter } from './inputRouter.js';
+import { observationChanges } from './ledger/closing.js';
 import type { RecordedError, TaskRecord } from './ledger/ledger.js';
-import { isFollowable, observationChanges } from './ledger/ledger.js';
+import { isFollowable } from './ledger/ledger.js';
 import type { PollOutcome } from './scheduler.js';
 import { nextPollDelay, PollScheduler } from './scheduler.js';
 import { sdkServerOutputMessage } from './serverOutput.js';
@@ -23,10 +24,14 @@ import type { TaskRequests } from './taskRequests.js';
 
 /** How many times a connection that closed under the client is made again before the loss is surfaced. */
 const RECONNECT_ATTEMPTS = 5;
+/** The most records one take-over tick claims; the rest wait for the next tick (or another worker). */
+const TAKE_OVER_PAGE = 500;
 
 export class Following {
   readonly scheduler: PollScheduler;
   private leaseTimer: unknown;
+  private takeOverTimer: unknown;
+  private takingOver: Promise<void> | undefined;
   /** Set while the client recovers from a connection that closed under it. */
   private recovering: Promise<void> | undefined;
   /** Cuts the recovery's wait before its next attempt short (close() does not wait out a back-off). */
@@ -51,10 +56,66 @@ export class Following {
     });
   }
 
-  /** Start renewing this process's leases and watching the connection. */
+  /** Start renewing this process's leases, taking over records others let go (when asked to), and watching. */
   start(): void {
     this.armLeaseRenewal();
+    this.armTakeOver();
     this.watchConnection();
+  }
+
+  /**
+   * Take up records nobody follows any more (issue 17): submissions whose holder stopped renewing become
+   * `unknown-outcome` (surfaced, never re-sent), and open records with a free or lapsed lease are claimed (SKIP LOCKED
+   * in a PostgreSQL ledger, so workers taking over at once split them) and followed here, queried first. A page at a
+   * time: the cost of a tick is what it takes over, not what the ledger holds (DESIGN.md rule 8).
+   */
+  async takeOver(): Promise<TaskHandle[]> {
+    const { core } = this;
+    const now = core.clock.now();
+    const settled = await core.ledger.settleAbandonedSubmissions(core.endpoint, now, 'found by a worker taking over');
+    for (const record of settled) core.emit({ type: 'closed', record });
+    const orphans = (
+      await core.ledger.list({ endpoint: core.endpoint, claimableAt: now, limit: TAKE_OVER_PAGE })
+    ).filter((record) => !core.handles.has(record.recordId));
+    if (orphans.length === 0) return [];
+    const leaseExpiresAt = now + core.leaseMs;
+    const claimed = new Set(
+      await core.ledger.claimAll(
+        orphans.map((record) => record.recordId),
+        core.owner,
+        leaseExpiresAt,
+        now,
+      ),
+    );
+    return orphans
+      .filter((record) => claimed.has(record.recordId))
+      .map((record) =>
+        this.startFollowing(
+          { ...record, localState: 'tracking', leaseOwner: core.owner, leaseExpiresAt },
+          core.steady.now(),
+        ),
+      );
+  }
+
+  private armTakeOver(): void {
+    const { core } = this;
+    const every = core.options.takeOverEveryMs;
+    if (every === undefined || every <= 0) return;
+    const tick = async () => {
+      if (core.closed) return;
+      this.takingOver = this.takeOver().then(
+        () => undefined,
+        // a ledger that cannot be read now is tried again next tick; what this worker follows is unaffected
+        () => undefined,
+      );
+      await this.takingOver;
+      this.takingOver = undefined;
+      if (core.closed) return;
+      this.takeOverTimer = core.clock.setTimeout(() => void tick(), every);
+      (this.takeOverTimer as { unref?: () => void }).unref?.();
+    };
+    this.takeOverTimer = core.clock.setTimeout(() => void tick(), every);
+    (this.takeOverTimer as { unref?: () => void }).unref?.();
   }
 
   // ---- taking records up ----
@@ -483,6 +544,9 @@ export class Following {
     this.wakeRecovery?.();
     await this.recovering;
     if (this.leaseTimer !== undefined) core.clock.clearTimeout(this.leaseTimer);
+    if (this.takeOverTimer !== undefined) core.clock.clearTimeout(this.takeOverTimer);
+    // a tick under way finishes first, so what it claimed is handed back below with the rest
+    await this.takingOver;
     this.scheduler.stop();
     await this.inputs.close();
     await this.scheduler.whenIdle();

@@ -26,6 +26,8 @@ export type {
   TaskRecord,
 } from './ledger/ledger.js';
 export { LOCAL_STATES } from './ledger/ledger.js';
+export type { PostgresLedgerOptions } from './ledger/postgresLedger.js';
+export { PostgresLedger } from './ledger/postgresLedger.js';
 export type { SqliteLedgerOptions } from './ledger/sqliteLedger.js';
 export { LEDGER_SCHEMA_VERSION, SqliteLedger } from './ledger/sqliteLedger.js';
 export type { PollPolicy, SchedulerClock } from './scheduler.js';

@@ -43,6 +43,12 @@ export interface TaskClientOptions {
   random?: (() => number) | undefined;
   /** How long a lease on a record lasts without renewal. Default 30 s; renewed every third of it. */
   leaseMs?: number | undefined;
+  /**
+   * Share the ledger's open records with the other workers of a fleet (issue 17): every this many ms, take up the
+   * endpoint's open records whose lease is free or ran out (a dead worker's) and follow them; their close-outs arrive
+   * as `closed` events. Default: off (records are taken up by `resumeAll()` and `attach()` only).
+   */
+  takeOverEveryMs?: number | undefined;
   /** This process's lease owner id. Default: host, pid and a random suffix. */
   owner?: string | undefined;
   /** Timeout of each tools/call and tasks/* request. Default 60 s. */

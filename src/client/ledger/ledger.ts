@@ -8,7 +8,6 @@
  * (deferred bookkeeping, see there).
  */
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
-import { isTerminalStatus } from '../../protocol/index.js';
 
 /**
  * Where a submission stands from the client's point of view.
@@ -188,6 +187,11 @@ export interface LedgerFilter {
   idempotencyKey?: string | undefined;
   /** Only records submitted at or after this local time. */
   submittedSince?: number | undefined;
+  /**
+   * Only followable records whose lease is free or ran out before this local time: what a worker may take over from
+   * one that stopped renewing (issue 17).
+   */
+  claimableAt?: number | undefined;
   limit?: number | undefined;
 }
 
@@ -325,31 +329,4 @@ export function isTransientStorageError(error: unknown): boolean {
 /** Whether a record is still open on the server side (somebody should follow it, or may pick it up). */
 export function isFollowable(state: LocalState): boolean {
   return FOLLOWABLE_STATES.includes(state);
-}
-
-/**
- * Whether an observed task closes the record out: a terminal status with what it carries (a `completed` task's
- * result, a `failed` task's error). A CreateTaskResult may report a terminal status without them (it is a `Task`,
- * not a `DetailedTask`): the record stays tracked until `tasks/get` delivers them.
- */
-export function closesOut(task: ObservedTask): boolean {
-  if (!isTerminalStatus(task.status)) return false;
-  if (task.status === 'completed') return task.result !== undefined;
-  if (task.status === 'failed') return task.error !== undefined;
-  return true;
-}
-
-/** Whether an answer tells anything the record does not hold yet (an unchanged poll commits nothing). */
-export function observationChanges(record: TaskRecord, task: ObservedTask): boolean {
-  return (
-    closesOut(task) ||
-    record.taskId !== task.taskId ||
-    record.status !== task.status ||
-    record.statusMessage !== task.statusMessage ||
-    record.lastUpdatedAt !== task.lastUpdatedAt ||
-    record.createdAt !== task.createdAt ||
-    record.ttlMs !== task.ttlMs ||
-    // an answer without pollIntervalMs keeps the stored one
-    (task.pollIntervalMs !== undefined && record.pollIntervalMs !== task.pollIntervalMs)
-  );
 }

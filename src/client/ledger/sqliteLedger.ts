@@ -12,6 +12,7 @@ import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus 
 import type { Migration } from '../../sqliteFile.js';
 import { openSqliteFile } from '../../sqliteFile.js';
 import type { SqliteSynchronous } from '../../sqliteSynchronous.js';
+import { abandonedReason, applyObservedTask, commitNote, taskHeldElsewhereNote } from './closing.js';
 import { endpointIdentity } from './endpointIdentity.js';
 import type {
   Closing,
@@ -27,7 +28,6 @@ import type {
   ScheduleNote,
   TaskRecord,
 } from './ledger.js';
-import { closesOut } from './ledger.js';
 
 /**
  * Versioned migrations: entry i brings `user_version` from i to i + 1. Never edit a shipped entry; append. Its status
@@ -276,6 +276,8 @@ export class SqliteLedger implements Ledger {
            AND (@correlationId IS NULL OR correlation_id = @correlationId)
            AND (@idempotencyKey IS NULL OR idempotency_key = @idempotencyKey)
            AND (@since IS NULL OR submitted_at >= @since)
+           AND (@claimableAt IS NULL OR (local_state IN ('tracking','detached')
+                AND (lease_owner IS NULL OR lease_expires_at < @claimableAt)))
          ORDER BY submitted_at, record_id
          LIMIT @limit`,
       ),
@@ -498,8 +500,7 @@ export class SqliteLedger implements Ledger {
       if (holder) {
         // another record got the same task first (a resubmission that reused the idempotency key): say so here
         if (before.task_id === null) {
-          const note = `tools/call answered task ${task.taskId}, which record ${holder.record_id} already follows`;
-          this.appendLocalChange(before, before.local_state, at, note);
+          this.appendLocalChange(before, before.local_state, at, taskHeldElsewhereNote(task.taskId, holder.record_id));
         }
         return false;
       }
@@ -507,11 +508,8 @@ export class SqliteLedger implements Ledger {
         leaseExpiresAt: leaseExpiresAt ?? null,
       });
       if (localState === undefined) return false;
-      const late =
-        before.local_state === 'unknown-outcome'
-          ? `task created; the tools/call answer arrived after the record was settled (${before.terminal_reason})`
-          : 'task created';
-      this.appendObserved(recordId, task, localState, at, late);
+      const note = commitNote({ localState: before.local_state, terminalReason: before.terminal_reason });
+      this.appendObserved(recordId, task, localState, at, note);
       return true;
     });
   }
@@ -601,10 +599,7 @@ export class SqliteLedger implements Ledger {
     return this.write((): TaskRecord[] => {
       const rows = this.stmt.abandonedSubmissions.all(this.spelling(endpoint), now) as SubmissionRow[];
       for (const row of rows) {
-        const why =
-          row.sent_at === null
-            ? `${reason}: the process ended before tools/call was sent`
-            : `${reason}: tools/call was sent and no answer was recorded`;
+        const why = abandonedReason(reason, row.sent_at);
         this.stmt.settleAbandoned.run({ recordId: row.record_id, reason: why, at: now });
         this.appendHistory({ recordId: row.record_id, localState: 'unknown-outcome', observedAt: now, note: why });
       }
@@ -726,6 +721,7 @@ export class SqliteLedger implements Ledger {
       correlationId: filter.correlationId ?? null,
       idempotencyKey: filter.idempotencyKey ?? null,
       since: filter.submittedSince ?? null,
+      claimableAt: filter.claimableAt ?? null,
       limit: filter.limit ?? -1,
     }) as SubmissionRow[];
     // one query for the inputs of every row, not one per row: a resume lists thousands
@@ -838,23 +834,13 @@ export class SqliteLedger implements Ledger {
     at: number,
     extra: Record<string, unknown> = {},
   ): LocalState | undefined {
-    const terminal = closesOut(task);
-    const localState: LocalState = terminal ? 'terminal' : 'tracking';
+    const applied = applyObservedTask(task);
     const changed = statement.run({
       ...extra,
       recordId,
       owner,
       at,
-      localState,
-      ...this.taskColumns(task),
-      terminalReason: terminal ? terminalReasonOf(task) : null,
-      terminalAt: terminal ? at : null,
-    }).changes;
-    return changed === 1 ? localState : undefined;
-  }
-
-  private taskColumns(task: ObservedTask) {
-    return {
+      localState: applied.localState,
       taskId: task.taskId,
       status: task.status,
       statusMessage: task.statusMessage ?? null,
@@ -862,9 +848,12 @@ export class SqliteLedger implements Ledger {
       lastUpdatedAt: task.lastUpdatedAt,
       ttlMs: task.ttlMs,
       pollIntervalMs: task.pollIntervalMs ?? null,
-      result: task.status === 'completed' && task.result ? JSON.stringify(task.result) : null,
-      error: task.status === 'failed' && task.error ? JSON.stringify(task.error) : null,
-    };
+      result: applied.result ? JSON.stringify(applied.result) : null,
+      error: applied.error ? JSON.stringify(applied.error) : null,
+      terminalReason: applied.terminalReason ?? null,
+      terminalAt: applied.terminalReason === undefined ? null : at,
+    }).changes;
+    return changed === 1 ? applied.localState : undefined;
   }
 
   /** A history line for a task state the server reported. */
@@ -993,10 +982,4 @@ function toInputAnswer(row: InputRow): InputAnswer {
     answeredAt: row.answered_at ?? undefined,
     sentAt: row.sent_at ?? undefined,
   };
-}
-
-function terminalReasonOf(task: ObservedTask): string {
-  const base = `task ${task.status}`;
-  if (task.status === 'failed' && task.error) return `${base}: ${task.error.code} ${task.error.message}`;
-  return task.statusMessage ? `${base}: ${task.statusMessage}` : base;
 }

@@ -1,0 +1,1146 @@
+/**
+ * The Ledger for client fleets: many worker processes on many machines sharing one PostgreSQL database (issue 17).
+ * Every statement of this ledger is in `SQL` below; each write is one transaction, committed before its promise
+ * resolves. The schema migrates itself, versioned, under an advisory lock, so workers starting together migrate once.
+ *
+ * Exactly once across the fleet rests on the database, never on a process's memory:
+ * - one current record per server and idempotency key: a unique index decides two workers' race, the loser reads the
+ *   winner's record and sends nothing (S16);
+ * - a record is driven only by its lease holder, and every driving write checks the holder in the same statement (or
+ *   under the row lock), so a worker whose lease was taken over has every late write refused: the lease owner id,
+ *   unique per process start, is the fence;
+ * - `claimAll` takes records `FOR UPDATE SKIP LOCKED`: workers resuming together split the open records, each record
+ *   to one of them, which then queries it once;
+ * - an input key is asked only under the lease, and answers are stored under the record's row lock: the first wins.
+ * Liveness is the lease alone: a holder is alive while it renews (DESIGN.md, rules learned in the field, 1).
+ *
+ * JSON values are TEXT written by `JSON.stringify`, as in the server's PostgreSQL store: exact round trips, including
+ * strings PostgreSQL's json types refuse. Server endpoints are matched by `endpointIdentity` (issue 13 item 6).
+ */
+import { randomBytes } from 'node:crypto';
+
+import pg from 'pg';
+
+import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import { abandonedReason, applyObservedTask, commitNote, taskHeldElsewhereNote } from './closing.js';
+import { endpointIdentity } from './endpointIdentity.js';
+import type {
+  Closing,
+  HistoryEntry,
+  InputAnswer,
+  IntentOutcome,
+  Ledger,
+  LedgerFilter,
+  LocalState,
+  NewSubmission,
+  ObservedTask,
+  RecordedError,
+  ScheduleNote,
+  TaskRecord,
+} from './ledger.js';
+import { isPostgresLocation, redactConnectionString } from './ledgerLocation.js';
+
+/** Versioned schema: entry i takes the database from version i to i + 1. Never edit a shipped entry; append. */
+const MIGRATIONS: readonly string[] = [
+  `CREATE TABLE closeout_ledger_submissions (
+     record_id            TEXT PRIMARY KEY,
+     endpoint             TEXT NOT NULL, -- as the submitting process spelled it (a URL that reached the server)
+     endpoint_identity    TEXT NOT NULL, -- endpointIdentity(endpoint): what every lookup matches on
+     tool_name            TEXT NOT NULL,
+     arguments            TEXT NOT NULL, -- JSON text
+     arguments_digest     TEXT NOT NULL,
+     correlation_id       TEXT,
+     idempotency_key      TEXT,
+     wire_idempotency_key TEXT,
+     credential           TEXT, -- a keyed fingerprint, never the credential (DESIGN.md rule 5)
+     task_id              TEXT,
+     local_state          TEXT NOT NULL CHECK (local_state IN
+                            ('submitting','tracking','terminal','expired','unknown-outcome','detached')),
+     status               TEXT CHECK (status IN ('working','input_required','completed','failed','cancelled')),
+     status_message       TEXT,
+     created_at           TEXT, -- server time, ISO 8601 as sent
+     last_updated_at      TEXT, -- server time, ISO 8601 as sent
+     ttl_ms               BIGINT, -- NULL with a task_id: unlimited
+     poll_interval_ms     BIGINT,
+     submitted_at         BIGINT NOT NULL, -- local epoch ms from here on
+     sent_at              BIGINT,
+     last_poll_at         BIGINT,
+     next_poll_at         BIGINT,
+     last_error           TEXT, -- JSON RecordedError
+     result               TEXT, -- JSON CallToolResult
+     error                TEXT, -- JSON JSON-RPC error
+     terminal_reason      TEXT,
+     terminal_at          BIGINT,
+     cancel_requested_at  BIGINT,
+     resubmitted_from     TEXT REFERENCES closeout_ledger_submissions (record_id),
+     -- deferred: a resubmission supersedes the old record before the new one (which may reuse its key) exists
+     superseded_by        TEXT REFERENCES closeout_ledger_submissions (record_id) DEFERRABLE INITIALLY DEFERRED,
+     lease_owner          TEXT,
+     lease_expires_at     BIGINT,
+     updated_at           BIGINT NOT NULL,
+     observed_age_ms      BIGINT
+   );
+   -- a taskId names one task of one server
+   CREATE UNIQUE INDEX closeout_ledger_task ON closeout_ledger_submissions (endpoint_identity, task_id)
+     WHERE task_id IS NOT NULL;
+   -- one current submission per server and idempotency key: the arbiter of two workers' race (S16)
+   CREATE UNIQUE INDEX closeout_ledger_idempotency ON closeout_ledger_submissions (endpoint_identity, idempotency_key)
+     WHERE idempotency_key IS NOT NULL AND superseded_by IS NULL;
+   -- resume and the settling of abandoned submissions only ever look at open records
+   CREATE INDEX closeout_ledger_open ON closeout_ledger_submissions (endpoint_identity, local_state)
+     WHERE local_state IN ('submitting','tracking','detached');
+   -- renewing or freeing a worker's leases is one statement over its own rows (DESIGN.md rule 8)
+   CREATE INDEX closeout_ledger_lease_owner ON closeout_ledger_submissions (lease_owner)
+     WHERE lease_owner IS NOT NULL;
+   CREATE INDEX closeout_ledger_submitted ON closeout_ledger_submissions (submitted_at);
+
+   CREATE TABLE closeout_ledger_status_history (
+     seq               BIGSERIAL PRIMARY KEY,
+     record_id         TEXT NOT NULL REFERENCES closeout_ledger_submissions (record_id),
+     task_id           TEXT,
+     status            TEXT,
+     status_message    TEXT,
+     local_state       TEXT NOT NULL,
+     server_updated_at TEXT,
+     observed_at       BIGINT NOT NULL,
+     note              TEXT
+   );
+   CREATE INDEX closeout_ledger_status_history_record ON closeout_ledger_status_history (record_id, seq);
+   -- the audit trail is append-only (S15)
+   CREATE FUNCTION closeout_ledger_history_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+   BEGIN
+     RAISE EXCEPTION 'closeout_ledger_status_history is append-only';
+   END $$;
+   CREATE TRIGGER closeout_ledger_status_history_no_change BEFORE UPDATE OR DELETE ON closeout_ledger_status_history
+     FOR EACH ROW EXECUTE FUNCTION closeout_ledger_history_append_only();
+   CREATE TRIGGER closeout_ledger_status_history_no_truncate BEFORE TRUNCATE ON closeout_ledger_status_history
+     FOR EACH STATEMENT EXECUTE FUNCTION closeout_ledger_history_append_only();
+
+   CREATE TABLE closeout_ledger_input_answers (
+     record_id   TEXT NOT NULL REFERENCES closeout_ledger_submissions (record_id),
+     key         TEXT NOT NULL,
+     seq         INTEGER NOT NULL,
+     request     TEXT NOT NULL, -- JSON text
+     asked_at    BIGINT,
+     response    TEXT, -- JSON text
+     answered_at BIGINT,
+     sent_at     BIGINT,
+     PRIMARY KEY (record_id, key) -- keys are unique over a task's life (SEP-2663 "Task Update Requests")
+   );
+
+   -- the ledger's own secret, written once by the first worker that needs it
+   CREATE TABLE closeout_ledger_secret (
+     id     INTEGER PRIMARY KEY CHECK (id = 1),
+     secret BYTEA NOT NULL
+   );`,
+];
+
+/** The ledger schema version this build writes. */
+export const POSTGRES_LEDGER_SCHEMA_VERSION = MIGRATIONS.length;
+
+const OPEN_TO_DRIVE = `local_state IN ('submitting','tracking')`;
+const FOLLOWABLE = `local_state IN ('tracking','detached')`;
+const CLOSED = `local_state IN ('terminal','expired','unknown-outcome')`;
+
+/** A submission with its inputs, read in one statement so both come from one snapshot. */
+const WITH_INPUTS = `s.*, (
+  SELECT json_agg(json_build_object('key', i.key, 'request', i.request, 'asked_at', i.asked_at,
+           'response', i.response, 'answered_at', i.answered_at, 'sent_at', i.sent_at) ORDER BY i.seq)
+  FROM closeout_ledger_input_answers i WHERE i.record_id = s.record_id
+) AS inputs`;
+
+const SQL = {
+  // migrations: one transaction, serialised by an advisory lock, so workers starting together migrate once
+  migrationLock: `SELECT pg_advisory_xact_lock(hashtextextended('closeout_ledger_migrations', 0))`,
+  createVersionTable: `CREATE TABLE IF NOT EXISTS closeout_ledger_schema_version (
+     version    INTEGER PRIMARY KEY,
+     applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+   )`,
+  schemaVersion: `SELECT COALESCE(MAX(version), 0) AS version FROM closeout_ledger_schema_version`,
+  recordVersion: `INSERT INTO closeout_ledger_schema_version (version) VALUES ($1)`,
+
+  // intents: the unique indexes decide; a losing insert then reads the winner (a new statement sees its commit)
+  insert: `INSERT INTO closeout_ledger_submissions (record_id, endpoint, endpoint_identity, tool_name, arguments,
+             arguments_digest, correlation_id, idempotency_key, wire_idempotency_key, credential, local_state,
+             submitted_at, resubmitted_from, lease_owner, lease_expires_at, updated_at)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'submitting', $11, $12, $13, $14, $11)
+           ON CONFLICT DO NOTHING
+           RETURNING record_id`,
+  // one atomic step (issue 13 item 3): only a closed record nobody resubmitted yet is superseded; the row lock makes
+  // a concurrent resubmission wait and then find it superseded
+  supersede: `UPDATE closeout_ledger_submissions SET superseded_by = $1, updated_at = $2
+              WHERE record_id = $3 AND superseded_by IS NULL AND ${CLOSED}`,
+  get: `SELECT ${WITH_INPUTS} FROM closeout_ledger_submissions s WHERE s.record_id = $1`,
+  lock: `SELECT * FROM closeout_ledger_submissions WHERE record_id = $1 FOR UPDATE`,
+  byTaskId: `SELECT ${WITH_INPUTS} FROM closeout_ledger_submissions s
+             WHERE s.endpoint_identity = $1 AND s.task_id = $2`,
+  byIdempotencyKey: `SELECT ${WITH_INPUTS} FROM closeout_ledger_submissions s
+                     WHERE s.endpoint_identity = $1 AND s.idempotency_key = $2 AND s.superseded_by IS NULL`,
+  list: `SELECT ${WITH_INPUTS} FROM closeout_ledger_submissions s
+         WHERE ($1::text IS NULL OR s.endpoint_identity = $1)
+           AND ($2::text[] IS NULL OR s.local_state = ANY ($2::text[]))
+           AND ($3::text IS NULL OR s.tool_name = $3)
+           AND ($4::text IS NULL OR s.correlation_id = $4)
+           AND ($5::text IS NULL OR s.idempotency_key = $5)
+           AND ($6::bigint IS NULL OR s.submitted_at >= $6)
+           AND ($8::bigint IS NULL OR (s.${FOLLOWABLE}
+                AND (s.lease_owner IS NULL OR s.lease_expires_at < $8)))
+         ORDER BY s.submitted_at, s.record_id COLLATE "C"
+         LIMIT $7`,
+
+  // driving writes: each names the lease holder, so a worker that lost the lease writes nothing (the fence)
+  markSent: `UPDATE closeout_ledger_submissions SET sent_at = $3, updated_at = $3
+             WHERE record_id = $1 AND lease_owner = $2 AND local_state = 'submitting'`,
+  // the first thing done with a handle (S4). An answer that arrived is a fact (DESIGN.md rule 10): it is recorded
+  // whoever held the lease, also on a record settled unknown-outcome meanwhile, and its recorder follows the task
+  commitTask: `UPDATE closeout_ledger_submissions SET task_id = $3, local_state = $4, status = $5, status_message = $6,
+                 created_at = $7, last_updated_at = $8, ttl_ms = $9, poll_interval_ms = $10, result = $11,
+                 error = $12, terminal_reason = $13, terminal_at = $14, lease_owner = $2,
+                 lease_expires_at = COALESCE($15, lease_expires_at), updated_at = $16
+               WHERE record_id = $1 AND task_id IS NULL AND local_state IN ('submitting','unknown-outcome')`,
+  observe: `UPDATE closeout_ledger_submissions SET local_state = $4, status = $5, status_message = $6,
+              created_at = $7, last_updated_at = $8, ttl_ms = $9,
+              poll_interval_ms = COALESCE($10, poll_interval_ms), result = $11, error = $12,
+              terminal_reason = $13, terminal_at = $14,
+              next_poll_at = CASE WHEN $4 = 'terminal' THEN NULL ELSE next_poll_at END, updated_at = $15
+            WHERE record_id = $1 AND lease_owner = $2 AND local_state = 'tracking' AND task_id = $3`,
+  recordPoll: `UPDATE closeout_ledger_submissions
+               SET last_poll_at = $3, last_error = COALESCE($4, last_error), updated_at = $3
+               WHERE record_id = $1 AND lease_owner = $2`,
+  // every pending schedule note in one statement; a late note never moves last_poll_at backwards, and next_poll_at
+  // only means something while tracked
+  applyNotes: `UPDATE closeout_ledger_submissions s SET
+                 last_poll_at = CASE WHEN n.polled_at IS NULL THEN s.last_poll_at
+                                     ELSE GREATEST(s.last_poll_at, n.polled_at) END,
+                 updated_at = GREATEST(s.updated_at, n.polled_at),
+                 next_poll_at = CASE WHEN n.set_next AND s.local_state = 'tracking' THEN n.next_poll_at
+                                     ELSE s.next_poll_at END,
+                 observed_age_ms = CASE WHEN n.observed_age_ms IS NULL THEN s.observed_age_ms
+                                        ELSE GREATEST(COALESCE(s.observed_age_ms, 0), n.observed_age_ms) END
+               FROM unnest($1::text[], $2::text[], $3::bigint[], $4::boolean[], $5::bigint[], $6::bigint[])
+                 AS n (record_id, owner, polled_at, set_next, next_poll_at, observed_age_ms)
+               WHERE s.record_id = n.record_id AND s.lease_owner = n.owner`,
+  recordError: `UPDATE closeout_ledger_submissions SET last_error = $2, updated_at = $3 WHERE record_id = $1`,
+  close: `UPDATE closeout_ledger_submissions SET local_state = $3, terminal_reason = $4, terminal_at = $5,
+            result = COALESCE($6, result), error = COALESCE($7, error), last_error = COALESCE($8, last_error),
+            next_poll_at = NULL, lease_owner = NULL, lease_expires_at = NULL, updated_at = $5
+          WHERE record_id = $1 AND lease_owner = $2 AND ${OPEN_TO_DRIVE}`,
+  // checked again: the server still knows the task, so it is followed again by the one checking
+  reopen: `UPDATE closeout_ledger_submissions SET local_state = 'tracking', terminal_reason = NULL, terminal_at = NULL,
+             lease_owner = $2, lease_expires_at = $3, updated_at = $4
+           WHERE record_id = $1 AND local_state = 'expired' AND task_id IS NOT NULL`,
+  // SKIP LOCKED: two workers settling at once split the rows instead of waiting on each other
+  abandonedSubmissions: `SELECT * FROM closeout_ledger_submissions
+                         WHERE endpoint_identity = $1 AND local_state = 'submitting'
+                           AND (lease_expires_at IS NULL OR lease_expires_at < $2)
+                         ORDER BY submitted_at
+                         FOR UPDATE SKIP LOCKED`,
+  settleAbandoned: `UPDATE closeout_ledger_submissions SET local_state = 'unknown-outcome', terminal_reason = $2,
+                      terminal_at = $3, lease_owner = NULL, lease_expires_at = NULL, updated_at = $3
+                    WHERE record_id = $1 AND local_state = 'submitting'`,
+  detach: `UPDATE closeout_ledger_submissions SET local_state = 'detached', lease_owner = NULL,
+             lease_expires_at = NULL, next_poll_at = NULL, updated_at = $3
+           WHERE record_id = $1 AND lease_owner = $2 AND local_state = 'tracking'`,
+  cancelRequest: `UPDATE closeout_ledger_submissions
+                  SET cancel_requested_at = COALESCE(cancel_requested_at, $2), updated_at = $2
+                  WHERE record_id = $1`,
+
+  // leases: free when nobody holds one, it is ours, or its holder stopped renewing it. One claim waits for a row
+  // another transaction holds; claimAll skips it (SKIP LOCKED), so workers resuming together split the records
+  claim: `WITH taken AS (
+            SELECT record_id, local_state AS previous_state FROM closeout_ledger_submissions
+            WHERE record_id = ANY ($1::text[]) AND ${FOLLOWABLE}
+              AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires_at < $4)
+            FOR UPDATE SKIP LOCKED
+          )
+          UPDATE closeout_ledger_submissions s SET lease_owner = $2, lease_expires_at = $3,
+            local_state = 'tracking'
+          FROM taken t
+          WHERE s.record_id = t.record_id
+          RETURNING s.record_id, t.previous_state, s.task_id, s.status, s.status_message`,
+  claimOne: `UPDATE closeout_ledger_submissions s SET lease_owner = $2, lease_expires_at = $3, local_state = 'tracking'
+             FROM (SELECT local_state AS previous_state FROM closeout_ledger_submissions WHERE record_id = $1) t
+             WHERE s.record_id = $1 AND s.${FOLLOWABLE}
+               AND (s.lease_owner IS NULL OR s.lease_owner = $2 OR s.lease_expires_at < $4)
+             RETURNING s.record_id, t.previous_state, s.task_id, s.status, s.status_message`,
+  trackedBy: `SELECT 1 FROM closeout_ledger_submissions
+              WHERE record_id = $1 AND lease_owner = $2 AND local_state = 'tracking'`,
+  renewLeases: `UPDATE closeout_ledger_submissions SET lease_expires_at = $2
+                WHERE lease_owner = $1 AND ${OPEN_TO_DRIVE}`,
+  release: `UPDATE closeout_ledger_submissions SET lease_owner = NULL, lease_expires_at = NULL
+            WHERE record_id = $1 AND lease_owner = $2`,
+  releaseAllOf: `UPDATE closeout_ledger_submissions SET lease_owner = NULL, lease_expires_at = NULL
+                 WHERE lease_owner = $1`,
+
+  // history
+  appendHistory: `INSERT INTO closeout_ledger_status_history (record_id, task_id, status, status_message,
+                    local_state, server_updated_at, observed_at, note)
+                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+  history: `SELECT * FROM closeout_ledger_status_history WHERE record_id = $1 ORDER BY seq`,
+
+  // inputs: asked only under the lease, whose row lock is held until the key is written
+  lockHeld: `SELECT 1 FROM closeout_ledger_submissions WHERE record_id = $1 AND lease_owner = $2 FOR UPDATE`,
+  lockAny: `SELECT 1 FROM closeout_ledger_submissions WHERE record_id = $1 FOR UPDATE`,
+  insertInput: `INSERT INTO closeout_ledger_input_answers (record_id, key, seq, request, asked_at, response,
+                  answered_at)
+                VALUES ($1, $2, (SELECT COUNT(*) FROM closeout_ledger_input_answers WHERE record_id = $1), $3, $4,
+                  $5, $6)
+                ON CONFLICT (record_id, key) DO NOTHING`,
+  markAsked: `UPDATE closeout_ledger_input_answers SET asked_at = COALESCE(asked_at, $3)
+              WHERE record_id = $1 AND key = $2`,
+  // the first stored answer wins: a key is answered once (S9)
+  storeAnswer: `UPDATE closeout_ledger_input_answers SET response = $3, answered_at = $4
+                WHERE record_id = $1 AND key = $2 AND response IS NULL`,
+  input: `SELECT key, request, asked_at, response, answered_at, sent_at FROM closeout_ledger_input_answers
+          WHERE record_id = $1 AND key = $2`,
+  markInputsSent: `UPDATE closeout_ledger_input_answers SET sent_at = $3
+                   WHERE record_id = $1 AND key = ANY ($2::text[]) AND response IS NOT NULL`,
+
+  secret: `SELECT secret FROM closeout_ledger_secret WHERE id = 1`,
+  insertSecret: `INSERT INTO closeout_ledger_secret (id, secret) VALUES (1, $1) ON CONFLICT (id) DO NOTHING`,
+} as const;
+
+interface SubmissionRow {
+  record_id: string;
+  endpoint: string;
+  tool_name: string;
+  arguments: string;
+  arguments_digest: string;
+  correlation_id: string | null;
+  idempotency_key: string | null;
+  wire_idempotency_key: string | null;
+  credential: string | null;
+  task_id: string | null;
+  local_state: LocalState;
+  status: TaskStatus | null;
+  status_message: string | null;
+  created_at: string | null;
+  last_updated_at: string | null;
+  // BIGINT arrives as a string
+  ttl_ms: string | null;
+  poll_interval_ms: string | null;
+  submitted_at: string;
+  sent_at: string | null;
+  last_poll_at: string | null;
+  next_poll_at: string | null;
+  last_error: string | null;
+  result: string | null;
+  error: string | null;
+  terminal_reason: string | null;
+  terminal_at: string | null;
+  cancel_requested_at: string | null;
+  resubmitted_from: string | null;
+  superseded_by: string | null;
+  lease_owner: string | null;
+  lease_expires_at: string | null;
+  updated_at: string;
+  observed_age_ms: string | null;
+  /** Present where the statement reads WITH_INPUTS; json_build_object turns BIGINT into a JSON number. */
+  inputs?: InputRow[] | null;
+}
+
+interface InputRow {
+  key: string;
+  request: string;
+  asked_at: number | string | null;
+  response: string | null;
+  answered_at: number | string | null;
+  sent_at: number | string | null;
+}
+
+interface HistoryRow {
+  seq: string;
+  record_id: string;
+  task_id: string | null;
+  status: TaskStatus | null;
+  status_message: string | null;
+  local_state: LocalState;
+  server_updated_at: string | null;
+  observed_at: string;
+  note: string | null;
+}
+
+interface ClaimedRow {
+  record_id: string;
+  previous_state: LocalState;
+  task_id: string | null;
+  status: TaskStatus | null;
+  status_message: string | null;
+}
+
+/** A schedule note waiting to be committed; `nextPollAt` undefined: not part of the note. */
+interface PendingNote {
+  owner: string;
+  polledAt: number | undefined;
+  nextPollAt: number | null | undefined;
+  observedAgeMs: number | undefined;
+}
+
+export interface PostgresLedgerOptions {
+  /** Pool size. Default 5. */
+  maxConnections?: number;
+  /** How long to wait for a connection before a call fails. Default 5000 ms. */
+  connectionTimeoutMs?: number;
+  /** How long one statement may take before it fails (server `statement_timeout`). Default 15000 ms. */
+  statementTimeoutMs?: number;
+  /** Longest a schedule note waits in memory before it is committed. Default 1000 ms. */
+  deferMs?: number;
+  /** Told about trouble the ledger handles on its own (an idle connection lost); the password is never in it. */
+  onError?: (error: Error) => void;
+}
+
+/** The password a connection string carries, if any: scrubbed from every message this ledger makes. */
+function passwordsOf(connectionString: string): string[] {
+  try {
+    const url = new URL(connectionString);
+    const found = [url.password, decodeURIComponent(url.password)];
+    for (const [key, value] of url.searchParams) if (/pass/i.test(key)) found.push(value);
+    return [...new Set(found.filter((password) => password.length >= 1))];
+  } catch {
+    return [];
+  }
+}
+
+/** Error codes after which the same write may succeed when tried again (connection trouble, deadlock, overload). */
+function isTransientPgError(error: unknown): boolean {
+  const code = (error as { code?: unknown } | undefined)?.code;
+  if (typeof code === 'string' && /^(08|53|57P|40P01|40001|ECONN|ETIMEDOUT|EPIPE|ENOTFOUND|EAI_AGAIN)/.test(code)) {
+    return true;
+  }
+  const message = error instanceof Error ? error.message : String(error);
+  return /Connection terminated|timeout|connect ECONNREFUSED|Client has encountered a connection error/i.test(message);
+}
+
+export class PostgresLedger implements Ledger {
+  /** Where the ledger lives, fit for display: the connection string without its password. */
+  readonly location: string;
+  private readonly pool: pg.Pool;
+  private readonly passwords: string[];
+  private readonly deferMs: number;
+  private readonly onError: (error: Error) => void;
+  private readonly pendingNotes = new Map<string, PendingNote>();
+  /** The notes a flush is committing right now. */
+  private writingNotes = new Map<string, PendingNote>();
+  private noteTimer: NodeJS.Timeout | undefined;
+  private flushing: Promise<void> | undefined;
+  private disposed = false;
+
+  private constructor(connectionString: string, options: PostgresLedgerOptions) {
+    this.location = redactConnectionString(connectionString);
+    this.passwords = passwordsOf(connectionString);
+    this.deferMs = options.deferMs ?? 1000;
+    this.onError = options.onError ?? (() => {});
+    const statementTimeoutMs = options.statementTimeoutMs ?? 15_000;
+    this.pool = new pg.Pool({
+      connectionString,
+      connectionTimeoutMillis: options.connectionTimeoutMs ?? 5000,
+      // the server gives up on a slow statement; the client a little later on a server that does not answer at all
+      statement_timeout: statementTimeoutMs,
+      query_timeout: statementTimeoutMs + 1000,
+      keepAlive: true,
+      max: options.maxConnections ?? 5,
+      application_name: 'closeout ledger',
+    });
+    // an idle connection that drops is removed by the pool; without a handler its error would crash the process
+    this.pool.on('error', (error) => this.onError(this.wrap('idle connection lost', error)));
+  }
+
+  /** Connects and brings the schema to this build's version; safe when many workers start at once. */
+  static async open(connectionString: string, options: PostgresLedgerOptions = {}): Promise<PostgresLedger> {
+    if (!isPostgresLocation(connectionString)) {
+      throw new Error(
+        `PostgreSQL ledger: not a postgres:// connection string: ${redactConnectionString(connectionString)}`,
+      );
+    }
+    const ledger = new PostgresLedger(connectionString, options);
+    try {
+      await ledger.migrate();
+      return ledger;
+    } catch (error) {
+      await ledger.pool.end().catch(() => undefined);
+      throw error;
+    }
+  }
+
+  private async migrate(): Promise<void> {
+    await this.transaction('migrate', async (client) => {
+      await client.query(SQL.migrationLock);
+      await client.query(SQL.createVersionTable);
+      const { rows } = await client.query<{ version: number }>(SQL.schemaVersion);
+      const version = rows[0]?.version ?? 0;
+      if (version > MIGRATIONS.length) {
+        throw new Error(
+          `ledger schema version ${version} is newer than this build (${MIGRATIONS.length}): upgrade closeout`,
+        );
+      }
+      for (let v = version; v < MIGRATIONS.length; v++) {
+        await client.query(MIGRATIONS[v]!);
+        await client.query(SQL.recordVersion, [v + 1]);
+      }
+    });
+  }
+
+  async recordIntent(submission: NewSubmission): Promise<IntentOutcome> {
+    return this.transaction('recordIntent', (client) => this.insertIntent(client, submission));
+  }
+
+  async recordResubmission(previousRecordId: string, submission: NewSubmission): Promise<IntentOutcome> {
+    return this.transaction('recordResubmission', async (client): Promise<IntentOutcome> => {
+      // supersede first so the new record may carry the same idempotency key
+      const superseded = await client.query(SQL.supersede, [
+        submission.recordId,
+        submission.submittedAt,
+        previousRecordId,
+      ]);
+      if (superseded.rowCount !== 1) {
+        const previous = await this.read(client, SQL.get, [previousRecordId]);
+        if (!previous) throw new Error(`no ledger record ${previousRecordId} to resubmit`);
+        const refused = previous.supersededBy === undefined ? 'still-open' : 'already-resubmitted';
+        const record = previous.supersededBy ? await this.read(client, SQL.get, [previous.supersededBy]) : previous;
+        return { created: false, record: record ?? previous, refused };
+      }
+      return this.insertIntent(client, submission);
+    });
+  }
+
+  private async insertIntent(client: pg.PoolClient, submission: NewSubmission): Promise<IntentOutcome> {
+    const identity = endpointIdentity(submission.endpoint);
+    const inserted = await client.query(SQL.insert, [
+      submission.recordId,
+      submission.endpoint,
+      identity,
+      submission.toolName,
+      JSON.stringify(submission.arguments),
+      submission.argumentsDigest,
+      submission.correlationId ?? null,
+      submission.idempotencyKey ?? null,
+      submission.wireIdempotencyKey ?? null,
+      submission.credential ?? null,
+      submission.submittedAt,
+      submission.resubmittedFrom ?? null,
+      submission.leaseOwner,
+      submission.leaseExpiresAt,
+    ]);
+    if (inserted.rowCount !== 1) {
+      // the key is held: another worker's intent won the race (or was there before); theirs is the submission
+      if (submission.idempotencyKey !== undefined) {
+        const existing = await this.read(client, SQL.byIdempotencyKey, [identity, submission.idempotencyKey]);
+        if (existing) return { created: false, record: existing };
+      }
+      throw new Error(`a ledger record ${submission.recordId} exists already`);
+    }
+    await this.appendHistory(client, {
+      recordId: submission.recordId,
+      localState: 'submitting',
+      observedAt: submission.submittedAt,
+      note: submission.resubmittedFrom ? `resubmission of ${submission.resubmittedFrom}` : 'intent recorded',
+    });
+    return { created: true, record: await this.mustRead(client, submission.recordId) };
+  }
+
+  async markSent(recordId: string, owner: string, at: number): Promise<boolean> {
+    return this.write(
+      'markSent',
+      async (client) => (await client.query(SQL.markSent, [recordId, owner, at])).rowCount === 1,
+    );
+  }
+
+  async commitTask(
+    recordId: string,
+    owner: string,
+    task: ObservedTask,
+    at: number,
+    leaseExpiresAt?: number,
+  ): Promise<boolean> {
+    // two records committing one task at once: the unique index refuses the second, which then finds the holder
+    return this.retryOnUniqueViolation(() =>
+      this.transaction('commitTask', async (client): Promise<boolean> => {
+        const before = (await client.query<SubmissionRow>(SQL.lock, [recordId])).rows[0];
+        if (!before) return false;
+        if (before.task_id === task.taskId) return true;
+        const holder = await this.read(client, SQL.byTaskId, [endpointIdentity(before.endpoint), task.taskId]);
+        if (holder) {
+          // another record got the same task first (a resubmission that reused the idempotency key): say so here
+          if (before.task_id === null) {
+            await this.appendLocalChange(
+              client,
+              before,
+              before.local_state,
+              at,
+              taskHeldElsewhereNote(task.taskId, holder.recordId),
+            );
+          }
+          return false;
+        }
+        const applied = applyObservedTask(task);
+        const changed = await client.query(SQL.commitTask, [
+          recordId,
+          owner,
+          ...this.taskParams(task, applied, at),
+          leaseExpiresAt ?? null,
+          at,
+        ]);
+        if (changed.rowCount !== 1) return false;
+        const note = commitNote({ localState: before.local_state, terminalReason: before.terminal_reason });
+        await this.appendObserved(client, recordId, task, applied.localState, at, note);
+        return true;
+      }),
+    );
+  }
+
+  async recordObservation(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean> {
+    return this.transaction('recordObservation', async (client): Promise<boolean> => {
+      const before = (await client.query<SubmissionRow>(SQL.lock, [recordId])).rows[0];
+      if (!before) return false;
+      const applied = applyObservedTask(task);
+      const changed = await client.query(SQL.observe, [recordId, owner, ...this.taskParams(task, applied, at), at]);
+      if (changed.rowCount !== 1) return false;
+      if (before.status !== task.status) await this.appendObserved(client, recordId, task, applied.localState, at);
+      return true;
+    });
+  }
+
+  async recordPoll(
+    recordId: string,
+    owner: string,
+    at: number,
+    lastError: RecordedError | undefined,
+  ): Promise<boolean> {
+    const params = [recordId, owner, at, lastError ? JSON.stringify(lastError) : null];
+    return this.write('recordPoll', async (client) => (await client.query(SQL.recordPoll, params)).rowCount === 1);
+  }
+
+  noteSchedule(recordId: string, owner: string, note: ScheduleNote): void {
+    const pending = this.pendingNotes.get(recordId);
+    const merged: PendingNote =
+      pending && pending.owner === owner
+        ? pending
+        : { owner, polledAt: undefined, nextPollAt: undefined, observedAgeMs: undefined };
+    if (note.polledAt !== undefined) merged.polledAt = Math.max(merged.polledAt ?? note.polledAt, note.polledAt);
+    if (note.nextPollAt !== undefined) merged.nextPollAt = note.nextPollAt;
+    if (note.observedAgeMs !== undefined) {
+      merged.observedAgeMs = Math.max(merged.observedAgeMs ?? note.observedAgeMs, note.observedAgeMs);
+    }
+    this.pendingNotes.set(recordId, merged);
+    if (this.noteTimer === undefined && !this.disposed) {
+      this.noteTimer = setTimeout(() => void this.flushNotes(), this.deferMs);
+      // pending bookkeeping must not keep a process alive; dispose() writes what is left
+      this.noteTimer.unref();
+    }
+  }
+
+  async recordError(recordId: string, lastError: RecordedError): Promise<void> {
+    await this.write('recordError', (client) =>
+      client.query(SQL.recordError, [recordId, JSON.stringify(lastError), lastError.at]),
+    );
+  }
+
+  async close(recordId: string, owner: string, closing: Closing, at: number): Promise<boolean> {
+    return this.transaction('close', async (client): Promise<boolean> => {
+      const before = (await client.query<SubmissionRow>(SQL.lock, [recordId])).rows[0];
+      if (!before) return false;
+      const changed = await client.query(SQL.close, [
+        recordId,
+        owner,
+        closing.localState,
+        closing.reason,
+        at,
+        closing.result ? JSON.stringify(closing.result) : null,
+        closing.error ? JSON.stringify(closing.error) : null,
+        closing.lastError ? JSON.stringify(closing.lastError) : null,
+      ]);
+      if (changed.rowCount !== 1) return false;
+      await this.appendLocalChange(client, before, closing.localState, at, closing.reason);
+      return true;
+    });
+  }
+
+  async reopen(recordId: string, owner: string, leaseExpiresAt: number, at: number, note: string): Promise<boolean> {
+    return this.transaction('reopen', async (client): Promise<boolean> => {
+      const before = (await client.query<SubmissionRow>(SQL.lock, [recordId])).rows[0];
+      if (!before) return false;
+      if ((await client.query(SQL.reopen, [recordId, owner, leaseExpiresAt, at])).rowCount !== 1) return false;
+      await this.appendLocalChange(client, before, 'tracking', at, note);
+      return true;
+    });
+  }
+
+  async settleAbandonedSubmissions(endpoint: string, now: number, reason: string): Promise<TaskRecord[]> {
+    return this.transaction('settleAbandonedSubmissions', async (client): Promise<TaskRecord[]> => {
+      const rows = (await client.query<SubmissionRow>(SQL.abandonedSubmissions, [endpointIdentity(endpoint), now]))
+        .rows;
+      const settled: TaskRecord[] = [];
+      for (const row of rows) {
+        const why = abandonedReason(reason, optionalNumber(row.sent_at));
+        await client.query(SQL.settleAbandoned, [row.record_id, why, now]);
+        await this.appendHistory(client, {
+          recordId: row.record_id,
+          localState: 'unknown-outcome',
+          observedAt: now,
+          note: why,
+        });
+        settled.push(await this.mustRead(client, row.record_id));
+      }
+      return settled;
+    });
+  }
+
+  async detach(recordId: string, owner: string, at: number): Promise<boolean> {
+    return this.transaction('detach', async (client): Promise<boolean> => {
+      const before = (await client.query<SubmissionRow>(SQL.lock, [recordId])).rows[0];
+      if (!before || (await client.query(SQL.detach, [recordId, owner, at])).rowCount !== 1) return false;
+      await this.appendLocalChange(client, before, 'detached', at, 'detached by the application');
+      return true;
+    });
+  }
+
+  async recordCancelRequest(recordId: string, at: number): Promise<void> {
+    await this.write('recordCancelRequest', (client) => client.query(SQL.cancelRequest, [recordId, at]));
+  }
+
+  async claim(recordId: string, owner: string, leaseExpiresAt: number, now: number): Promise<boolean> {
+    return this.transaction('claim', async (client) => {
+      const { rows } = await client.query<ClaimedRow>(SQL.claimOne, [recordId, owner, leaseExpiresAt, now]);
+      await this.noteAttached(client, rows, now);
+      return rows.length === 1;
+    });
+  }
+
+  async claimAll(recordIds: readonly string[], owner: string, leaseExpiresAt: number, now: number): Promise<string[]> {
+    if (recordIds.length === 0) return [];
+    return this.transaction('claimAll', async (client) => {
+      const { rows } = await client.query<ClaimedRow>(SQL.claim, [[...recordIds], owner, leaseExpiresAt, now]);
+      await this.noteAttached(client, rows, now);
+      const claimed = new Set(rows.map((row) => row.record_id));
+      return recordIds.filter((recordId) => claimed.has(recordId));
+    });
+  }
+
+  /** A history line for every claimed record that was detached: it is tracked again. */
+  private async noteAttached(client: pg.PoolClient, rows: readonly ClaimedRow[], at: number): Promise<void> {
+    for (const row of rows) {
+      if (row.previous_state !== 'detached') continue;
+      await this.appendHistory(client, {
+        recordId: row.record_id,
+        taskId: row.task_id ?? undefined,
+        status: row.status ?? undefined,
+        statusMessage: row.status_message ?? undefined,
+        localState: 'tracking',
+        observedAt: at,
+        note: 'attached',
+      });
+    }
+  }
+
+  async isTrackedBy(recordId: string, owner: string): Promise<boolean> {
+    return this.guard(
+      'isTrackedBy',
+      async () => (await this.pool.query(SQL.trackedBy, [recordId, owner])).rowCount === 1,
+    );
+  }
+
+  async renewLeases(owner: string, leaseExpiresAt: number): Promise<number> {
+    return this.write(
+      'renewLeases',
+      async (client) => (await client.query(SQL.renewLeases, [owner, leaseExpiresAt])).rowCount ?? 0,
+    );
+  }
+
+  async release(recordId: string, owner: string): Promise<void> {
+    await this.write('release', (client) => client.query(SQL.release, [recordId, owner]));
+  }
+
+  async releaseAllOf(owner: string): Promise<number> {
+    return this.write('releaseAllOf', async (client) => (await client.query(SQL.releaseAllOf, [owner])).rowCount ?? 0);
+  }
+
+  async recordInputAsked(
+    recordId: string,
+    owner: string,
+    key: string,
+    request: InputRequest,
+    at: number,
+  ): Promise<boolean> {
+    return this.transaction('recordInputAsked', async (client): Promise<boolean> => {
+      // the lease is checked under the row lock, so no worker takes the record over between check and write
+      if ((await client.query(SQL.lockHeld, [recordId, owner])).rowCount !== 1) return false;
+      await client.query(SQL.insertInput, [recordId, key, JSON.stringify(request), at, null, null]);
+      await client.query(SQL.markAsked, [recordId, key, at]);
+      return true;
+    });
+  }
+
+  async recordInputAnswer(
+    recordId: string,
+    owner: string,
+    key: string,
+    request: InputRequest,
+    response: InputResponse,
+    at: number,
+  ): Promise<InputAnswer | undefined> {
+    const json = JSON.stringify(response);
+    return this.transaction('recordInputAnswer', async (client): Promise<InputAnswer | undefined> => {
+      // a person's answer is kept whoever holds the lease now (DESIGN.md rule 10); the row lock orders two answers
+      if ((await client.query(SQL.lockAny, [recordId])).rowCount !== 1) return undefined;
+      await client.query(SQL.insertInput, [recordId, key, JSON.stringify(request), null, json, at]);
+      await client.query(SQL.storeAnswer, [recordId, key, json, at]);
+      const row = (await client.query<InputRow>(SQL.input, [recordId, key])).rows[0];
+      return row ? toInputAnswer(row) : undefined;
+    });
+  }
+
+  async recordInputsSent(recordId: string, keys: readonly string[], at: number): Promise<void> {
+    await this.write('recordInputsSent', (client) => client.query(SQL.markInputsSent, [recordId, [...keys], at]));
+  }
+
+  async get(recordId: string): Promise<TaskRecord | undefined> {
+    return this.guard('get', () => this.read(this.pool, SQL.get, [recordId]));
+  }
+
+  async findByTaskId(endpoint: string, taskId: string): Promise<TaskRecord | undefined> {
+    return this.guard('findByTaskId', () => this.read(this.pool, SQL.byTaskId, [endpointIdentity(endpoint), taskId]));
+  }
+
+  async findByIdempotencyKey(endpoint: string, idempotencyKey: string): Promise<TaskRecord | undefined> {
+    return this.guard('findByIdempotencyKey', () =>
+      this.read(this.pool, SQL.byIdempotencyKey, [endpointIdentity(endpoint), idempotencyKey]),
+    );
+  }
+
+  async list(filter: LedgerFilter = {}): Promise<TaskRecord[]> {
+    return this.guard('list', async () => {
+      const { rows } = await this.pool.query<SubmissionRow>(SQL.list, [
+        filter.endpoint === undefined ? null : endpointIdentity(filter.endpoint),
+        filter.localStates ? [...filter.localStates] : null,
+        filter.toolName ?? null,
+        filter.correlationId ?? null,
+        filter.idempotencyKey ?? null,
+        filter.submittedSince ?? null,
+        filter.limit ?? null,
+        filter.claimableAt ?? null,
+      ]);
+      return rows.map((row) => this.toRecord(row));
+    });
+  }
+
+  async history(recordId: string): Promise<HistoryEntry[]> {
+    return this.guard('history', async () => {
+      const { rows } = await this.pool.query<HistoryRow>(SQL.history, [recordId]);
+      return rows.map((row) => ({
+        seq: Number(row.seq),
+        recordId: row.record_id,
+        taskId: row.task_id ?? undefined,
+        status: row.status ?? undefined,
+        statusMessage: row.status_message ?? undefined,
+        localState: row.local_state,
+        serverUpdatedAt: row.server_updated_at ?? undefined,
+        observedAt: Number(row.observed_at),
+        note: row.note ?? undefined,
+      }));
+    });
+  }
+
+  async secret(): Promise<Uint8Array> {
+    return this.guard('secret', async () => {
+      const existing = (await this.pool.query<{ secret: Buffer }>(SQL.secret)).rows[0];
+      if (existing) return existing.secret;
+      // the first worker to need it writes it; a racing one's insert does nothing and both read the same secret
+      await this.pool.query(SQL.insertSecret, [randomBytes(32)]);
+      return (await this.pool.query<{ secret: Buffer }>(SQL.secret)).rows[0]!.secret;
+    });
+  }
+
+  async dispose(): Promise<void> {
+    if (this.disposed) return;
+    this.disposed = true;
+    await this.flushNotes();
+    await this.pool.end();
+  }
+
+  /** A write that is one statement: the pending schedule notes are committed first. */
+  private async write<T>(op: string, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    return this.transaction(op, fn);
+  }
+
+  /**
+   * Runs `fn` in one transaction on one connection, after committing the pending schedule notes (they ride along
+   * with the next write, as in the SQLite ledger). A deadlock the database broke is tried again, a few times.
+   */
+  private async transaction<T>(op: string, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    if (op !== 'migrate' && op !== 'notes') await this.flushNotes();
+    return this.guard(op, async () => {
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await this.once(fn);
+        } catch (error) {
+          const code = (error as { code?: unknown }).code;
+          if ((code === '40P01' || code === '40001') && attempt < 5) continue;
+          throw error;
+        }
+      }
+    });
+  }
+
+  private async once<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    const client = await this.pool.connect();
+    let broken = false;
+    // a connection cut mid-transaction must reject the statement in flight, never crash the process
+    const onError = () => (broken = true);
+    client.on('error', onError);
+    try {
+      await client.query('BEGIN');
+      const result = await fn(client);
+      await client.query('COMMIT');
+      return result;
+    } catch (error) {
+      // a connection that cannot even roll back is not given back to the pool
+      await client.query('ROLLBACK').catch(() => (broken = true));
+      throw error;
+    } finally {
+      client.off('error', onError);
+      client.release(broken);
+    }
+  }
+
+  private async retryOnUniqueViolation<T>(fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (error) {
+      if ((error as { cause?: { code?: unknown } }).cause?.code !== '23505') throw error;
+      return fn();
+    }
+  }
+
+  /** Commit the pending schedule notes now, in one statement (a failure drops them: they are bookkeeping). */
+  private async flushNotes(): Promise<void> {
+    clearTimeout(this.noteTimer);
+    this.noteTimer = undefined;
+    while (this.flushing) await this.flushing;
+    if (this.pendingNotes.size === 0) return;
+    const notes = [...this.pendingNotes].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    // still shown by reads of this object until the write is done (noteSchedule: "reads see it at once")
+    this.writingNotes = new Map(notes);
+    this.pendingNotes.clear();
+    const params = [
+      notes.map(([recordId]) => recordId),
+      notes.map(([, note]) => note.owner),
+      notes.map(([, note]) => note.polledAt ?? null),
+      notes.map(([, note]) => note.nextPollAt !== undefined),
+      notes.map(([, note]) => note.nextPollAt ?? null),
+      notes.map(([, note]) => note.observedAgeMs ?? null),
+    ];
+    this.flushing = this.transaction('notes', (client) => client.query(SQL.applyNotes, params)).then(
+      () => undefined,
+      (error: unknown) => this.onError(asError(error)),
+    );
+    try {
+      await this.flushing;
+    } finally {
+      this.flushing = undefined;
+      this.writingNotes = new Map();
+    }
+  }
+
+  private taskParams(task: ObservedTask, applied: ReturnType<typeof applyObservedTask>, at: number): unknown[] {
+    return [
+      task.taskId,
+      applied.localState,
+      task.status,
+      task.statusMessage ?? null,
+      task.createdAt,
+      task.lastUpdatedAt,
+      task.ttlMs,
+      task.pollIntervalMs ?? null,
+      applied.result ? JSON.stringify(applied.result) : null,
+      applied.error ? JSON.stringify(applied.error) : null,
+      applied.terminalReason ?? null,
+      applied.terminalReason === undefined ? null : at,
+    ];
+  }
+
+  private async read(
+    db: pg.Pool | pg.PoolClient,
+    statement: string,
+    params: unknown[],
+  ): Promise<TaskRecord | undefined> {
+    const row = (await db.query<SubmissionRow>(statement, params)).rows[0];
+    return row ? this.toRecord(row) : undefined;
+  }
+
+  private async mustRead(client: pg.PoolClient, recordId: string): Promise<TaskRecord> {
+    const record = await this.read(client, SQL.get, [recordId]);
+    if (!record) throw new Error(`ledger record ${recordId} vanished inside its own transaction`);
+    return record;
+  }
+
+  private async appendObserved(
+    client: pg.PoolClient,
+    recordId: string,
+    task: ObservedTask,
+    localState: LocalState,
+    at: number,
+    note?: string,
+  ): Promise<void> {
+    await this.appendHistory(client, {
+      recordId,
+      taskId: task.taskId,
+      status: task.status,
+      statusMessage: task.statusMessage,
+      localState,
+      serverUpdatedAt: task.lastUpdatedAt,
+      observedAt: at,
+      note,
+    });
+  }
+
+  private async appendLocalChange(
+    client: pg.PoolClient,
+    before: SubmissionRow,
+    localState: LocalState,
+    observedAt: number,
+    note: string,
+  ): Promise<void> {
+    await this.appendHistory(client, {
+      recordId: before.record_id,
+      taskId: before.task_id ?? undefined,
+      status: before.status ?? undefined,
+      statusMessage: before.status_message ?? undefined,
+      localState,
+      observedAt,
+      note,
+    });
+  }
+
+  private async appendHistory(
+    client: pg.PoolClient,
+    entry: {
+      recordId: string;
+      localState: LocalState;
+      observedAt: number;
+      taskId?: string | undefined;
+      status?: TaskStatus | undefined;
+      statusMessage?: string | undefined;
+      serverUpdatedAt?: string | undefined;
+      note?: string | undefined;
+    },
+  ): Promise<void> {
+    await client.query(SQL.appendHistory, [
+      entry.recordId,
+      entry.taskId ?? null,
+      entry.status ?? null,
+      entry.statusMessage ?? null,
+      entry.localState,
+      entry.serverUpdatedAt ?? null,
+      entry.observedAt,
+      entry.note ?? null,
+    ]);
+  }
+
+  private toRecord(row: SubmissionRow): TaskRecord {
+    const record: TaskRecord = {
+      recordId: row.record_id,
+      endpoint: row.endpoint,
+      toolName: row.tool_name,
+      arguments: JSON.parse(row.arguments) as JsonObject,
+      argumentsDigest: row.arguments_digest,
+      correlationId: row.correlation_id ?? undefined,
+      idempotencyKey: row.idempotency_key ?? undefined,
+      wireIdempotencyKey: row.wire_idempotency_key ?? undefined,
+      credential: row.credential ?? undefined,
+      taskId: row.task_id ?? undefined,
+      localState: row.local_state,
+      status: row.status ?? undefined,
+      statusMessage: row.status_message ?? undefined,
+      createdAt: row.created_at ?? undefined,
+      lastUpdatedAt: row.last_updated_at ?? undefined,
+      // NULL means "unlimited" only once a task was seen
+      ttlMs: row.task_id === null ? undefined : (optionalNumber(row.ttl_ms) ?? null),
+      pollIntervalMs: optionalNumber(row.poll_interval_ms),
+      submittedAt: Number(row.submitted_at),
+      sentAt: optionalNumber(row.sent_at),
+      lastPollAt: optionalNumber(row.last_poll_at),
+      nextPollAt: optionalNumber(row.next_poll_at),
+      lastError: row.last_error ? (JSON.parse(row.last_error) as RecordedError) : undefined,
+      result: row.result ? (JSON.parse(row.result) as JsonObject) : undefined,
+      error: row.error ? (JSON.parse(row.error) as JsonRpcError) : undefined,
+      terminalReason: row.terminal_reason ?? undefined,
+      terminalAt: optionalNumber(row.terminal_at),
+      cancelRequestedAt: optionalNumber(row.cancel_requested_at),
+      resubmittedFrom: row.resubmitted_from ?? undefined,
+      supersededBy: row.superseded_by ?? undefined,
+      leaseOwner: row.lease_owner ?? undefined,
+      leaseExpiresAt: optionalNumber(row.lease_expires_at),
+      updatedAt: Number(row.updated_at),
+      observedAgeMs: optionalNumber(row.observed_age_ms),
+      inputs: (row.inputs ?? []).map(toInputAnswer),
+    };
+    // what this object noted but has not committed yet, as the write will apply it (the older notes first)
+    for (const note of [this.writingNotes.get(record.recordId), this.pendingNotes.get(record.recordId)]) {
+      if (note && note.owner === record.leaseOwner) applyNote(record, note);
+    }
+    return record;
+  }
+
+  /** Database trouble surfaces as an Error that says which ledger call failed, marked transient when it may pass. */
+  private async guard<T>(op: string, fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (error) {
+      throw this.wrap(op, error);
+    }
+  }
+
+  private wrap(op: string, error: unknown): Error {
+    const cause = asError(error);
+    if (cause.message.startsWith('PostgreSQL ledger: ')) return cause;
+    const wrapped = new Error(`PostgreSQL ledger: ${op} failed: ${this.scrub(cause.message)}`) as Error & {
+      transient?: boolean;
+      code?: unknown;
+      cause?: unknown;
+    };
+    // the cause is kept for its code only: its message and stack may quote what the driver was given
+    wrapped.cause = { code: (cause as { code?: unknown }).code };
+    if (isTransientPgError(cause)) wrapped.transient = true;
+    return wrapped;
+  }
+
+  /** The message with every form of the password the connection string carries replaced. */
+  private scrub(message: string): string {
+    let scrubbed = message;
+    for (const password of this.passwords) scrubbed = scrubbed.split(password).join('***');
+    return scrubbed;
+  }
+}
+
+/** A schedule note on a record read back, as `applyNotes` will write it. */
+function applyNote(record: TaskRecord, note: PendingNote): void {
+  if (note.polledAt !== undefined) {
+    record.lastPollAt = Math.max(record.lastPollAt ?? note.polledAt, note.polledAt);
+    record.updatedAt = Math.max(record.updatedAt, note.polledAt);
+  }
+  if (note.nextPollAt !== undefined && record.localState === 'tracking') {
+    record.nextPollAt = note.nextPollAt ?? undefined;
+  }
+  if (note.observedAgeMs !== undefined) {
+    record.observedAgeMs = Math.max(record.observedAgeMs ?? 0, note.observedAgeMs);
+  }
+}
+
+function optionalNumber(value: string | number | null | undefined): number | undefined {
+  return value === null || value === undefined ? undefined : Number(value);
+}
+
+function toInputAnswer(row: InputRow): InputAnswer {
+  return {
+    key: row.key,
+    request: JSON.parse(row.request) as InputRequest,
+    askedAt: optionalNumber(row.asked_at),
+    response: row.response ? (JSON.parse(row.response) as InputResponse) : undefined,
+    answeredAt: optionalNumber(row.answered_at),
+    sentAt: optionalNumber(row.sent_at),
+  };
+}
+
+function asError(error: unknown): Error {
+  return error instanceof Error ? error : new Error(String(error));
+}
