@@ -26,7 +26,7 @@ export interface TaskToolOptions {
   pollIntervalMs?: number | PollIntervalPolicy;
   /**
    * A resumable tool is re-run from the top when its process died mid-task; answers already given are replayed, so
-   * nothing is asked twice. Any other tool's interrupted task is failed (-32603, "interrupted by a server restart").
+   * nothing is asked twice, and its durable steps and checkpoint are handed back (`ctx.step`, `ctx.checkpoint`). Any other tool's interrupted task is failed (-32603, "interrupted by a server restart").
    */
   resumable?: boolean;
 }
@@ -69,8 +69,9 @@ export interface TaskContext {
    * `maxStepResultBytes`) to the store before resolving; a later attempt of the task (a resumable tool re-run after a
    * restart or a takeover) gets the stored result back without running `fn`. Resolves with the result as JSON
    * round-trips it, the same in every attempt. Names are unique over the task's life: one attempt using a name twice
-   * is an error naming it. A step whose `fn` threw is not stored: the next attempt runs it again, as does one killed
-   * between `fn` and the commit, so `fn` must be idempotent or be the only side effect between two commits.
+   * is an error naming it. A step whose `fn` threw is not stored (this attempt may try the name again, a later one
+   * runs it again), nor is one killed between `fn` and the commit, so `fn` must be idempotent or be the only side
+   * effect between two commits.
    * Without a task (an inline run), `fn` just runs.
    */
   step<T>(name: string, fn: () => T | Promise<T>): Promise<T>;
