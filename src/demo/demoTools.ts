@@ -8,8 +8,9 @@
  * how often each handler really ran from it, rather than from what the server's store says about itself. With
  * `CLOSEOUT_ITEM_LOG=FILE`, `batch_job` appends `{"taskId","item","attempt","pid"}` for every item it processes.
  * `render_job`'s external jobs live under `CLOSEOUT_FAKE_JOB_DIR` (fakeJobApi.ts); with
- * `CLOSEOUT_DEMO_HOLD_AFTER_JOB_START=FILE` it writes the job id to FILE once the job started and then waits, before
- * its step commits, for a test to kill the process right there.
+ * `CLOSEOUT_DEMO_HOLD_AT=job-started|start-committed` and `CLOSEOUT_DEMO_HOLD_FILE=FILE` it writes the job id to FILE
+ * once the job started (before its step commits) or once the step committed, and then waits for a test to kill the
+ * process right at that step boundary.
  */
 import { appendFileSync, writeFileSync } from 'node:fs';
 
@@ -38,6 +39,14 @@ function recordItem(ctx: TaskContext, item: number): void {
     path,
     `${JSON.stringify({ taskId: ctx.taskId ?? null, item, attempt: ctx.attempt, pid: process.pid })}\n`,
   );
+}
+
+/** Where $CLOSEOUT_DEMO_HOLD_AT says, writes `jobId` to $CLOSEOUT_DEMO_HOLD_FILE and waits until the task is aborted. */
+async function holdAt(point: 'job-started' | 'start-committed', jobId: string, ctx: TaskContext): Promise<void> {
+  const file = process.env['CLOSEOUT_DEMO_HOLD_FILE'];
+  if (process.env['CLOSEOUT_DEMO_HOLD_AT'] !== point || !file || !ctx.taskId) return;
+  writeFileSync(file, jobId);
+  await new Promise((_resolve, reject) => ctx.signal.addEventListener('abort', reject, { once: true }));
 }
 
 /** How often render_job asks the external API about its job. */
@@ -188,13 +197,10 @@ export function registerDemoTools(tasks: TaskServer): TaskServer {
           frames,
           durationMs: renderMs,
         });
-        const hold = process.env['CLOSEOUT_DEMO_HOLD_AFTER_JOB_START'];
-        if (hold && ctx.taskId) {
-          writeFileSync(hold, started.jobId);
-          await new Promise((_resolve, reject) => ctx.signal.addEventListener('abort', reject, { once: true }));
-        }
+        await holdAt('job-started', started.jobId, ctx);
         return { jobId: started.jobId };
       });
+      await holdAt('start-committed', jobId, ctx);
       for (;;) {
         const status = api.status(jobId);
         if (status.state === 'done') {

@@ -10,7 +10,7 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync }
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 
 import { PostgresTaskStore } from '../../src/server/store/postgresTaskStore.js';
 import { SqliteTaskStore } from '../../src/server/store/sqliteTaskStore.js';
@@ -32,8 +32,13 @@ beforeAll(async () => {
   database = await postgres.createDatabase();
 }, 120_000);
 
+// the instances of one scenario never outlive it: on the shared PostgreSQL database an earlier scenario's survivor,
+// with another fake job directory, would take the next scenario's tasks over
+afterEach(async () => {
+  await Promise.all(live.splice(0).map((p) => p.kill()));
+});
+
 afterAll(async () => {
-  await Promise.all(live.map((p) => p.kill()));
   await database?.drop();
   await postgres?.stop();
   rmSync(dir, { recursive: true, force: true });
@@ -157,7 +162,7 @@ describe.each(['sqlite', 'postgres'] as const)('durable steps under SIGKILL (%s)
   it('render_job killed before its start step committed follows the same external job, started once', async () => {
     const w = world(kind);
     const hold = join(dir, `hold-${scenarios}`);
-    const first = await w.first({ CLOSEOUT_DEMO_HOLD_AFTER_JOB_START: hold });
+    const first = await w.first({ CLOSEOUT_DEMO_HOLD_AT: 'job-started', CLOSEOUT_DEMO_HOLD_FILE: hold });
     const taskId = await create(first.url, 'render_job', RENDER);
     const heldJobId = await waitFor('the external job to start', () =>
       existsSync(hold) ? readFileSync(hold, 'utf8') || undefined : undefined,
@@ -185,11 +190,16 @@ describe.each(['sqlite', 'postgres'] as const)('durable steps under SIGKILL (%s)
 
   it('render_job killed after its start step committed never starts the job again', async () => {
     const w = world(kind);
-    const first = await w.first();
+    const hold = join(dir, `hold-${scenarios}`);
+    const first = await w.first({ CLOSEOUT_DEMO_HOLD_AT: 'start-committed', CLOSEOUT_DEMO_HOLD_FILE: hold });
     const taskId = await create(first.url, 'render_job', RENDER);
-    const message = await statusMessage(first.url, taskId, /^Following render job /);
+    const jobId = await waitFor('the start step to commit', () =>
+      existsSync(hold) ? readFileSync(hold, 'utf8') || undefined : undefined,
+    );
+    expect((await stepsOf(w, taskId)).steps).toEqual([
+      { name: 'start', result: { jobId }, committedAt: expect.any(Number) },
+    ]);
     await first.kill();
-    const jobId = /render job (job-[0-9a-f-]+)/.exec(message)![1];
 
     const next = await w.after();
     const task = await settled(next.url, taskId);
@@ -204,15 +214,16 @@ describe.each(['sqlite', 'postgres'] as const)('durable steps under SIGKILL (%s)
   it('batch_job killed between two checkpoints goes on from the last item committed', async () => {
     const w = world(kind);
     const first = await w.first();
-    const args = { items: 10, stepMs: 150 };
+    // items enough that the kill comes long before the last, even on a loaded machine
+    const args = { items: 30, stepMs: 150 };
     const taskId = await create(first.url, 'batch_job', args);
-    await statusMessage(first.url, taskId, /^Processed 4 of 10 items$/);
+    await statusMessage(first.url, taskId, /^Processed 4 of 30 items$/);
     await first.kill();
 
     const next = await w.after();
     const task = await settled(next.url, taskId);
     const baseline = await settled(next.url, await create(next.url, 'batch_job', args));
-    expect(task).toMatchObject({ status: 'completed', result: { structuredContent: { processed: 10, attempt: 2 } } });
+    expect(task).toMatchObject({ status: 'completed', result: { structuredContent: { processed: 30, attempt: 2 } } });
     expect((task['result'] as { content: unknown }).content).toEqual(
       (baseline['result'] as { content: unknown }).content,
     );
@@ -227,7 +238,7 @@ describe.each(['sqlite', 'postgres'] as const)('durable steps under SIGKILL (%s)
     // the second attempt starts right after the last item committed: the item in flight at the kill (logged, its
     // checkpoint not committed) at most is processed again
     expect([last, last + 1]).toContain(after[0]);
-    expect(after).toEqual(Array.from({ length: 10 - after[0]! + 1 }, (_, i) => after[0]! + i));
-    expect((await stepsOf(w, taskId)).checkpoint).toBe(10);
+    expect(after).toEqual(Array.from({ length: 30 - after[0]! + 1 }, (_, i) => after[0]! + i));
+    expect((await stepsOf(w, taskId)).checkpoint).toBe(30);
   });
 });
