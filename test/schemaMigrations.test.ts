@@ -108,7 +108,7 @@ describe.each(['ledger-v1-8d5fc0c.db', 'ledger-v1-ac19d23.db'])(
   },
 );
 
-describe.each(['store-v1-0b0553c.db', 'store-v2-6581262.db', 'store-v3-7194a8a.db'])(
+describe.each(['store-v1-0b0553c.db', 'store-v2-6581262.db', 'store-v3-7194a8a.db', 'store-v6-d52effc.db'])(
   'a task store written by an earlier build (%s)',
   (fixture) => {
     it('is migrated with its tasks, inputs and tombstones, and takes new tasks', async () => {
@@ -143,6 +143,20 @@ describe.each(['store-v1-0b0553c.db', 'store-v2-6581262.db', 'store-v3-7194a8a.d
         expect((await store.create({ ...base, taskId: 'task-new' })).created).toBe(true);
         const replay = await store.create({ ...base, taskId: 'task-other', idempotencyKey: 'k-done' });
         expect(replay).toMatchObject({ created: false, task: { taskId: 'task-done' } });
+        // durable steps (schema version 7) work on a task written before they existed, fenced as ever
+        const working = (await store.get('task-working'))!;
+        const lease = { taskId: 'task-working', fence: working.fence };
+        expect(await store.readSteps('task-working')).toEqual({ steps: [], checkpoint: undefined });
+        expect((await store.recordStep(lease, 'start-job', { jobId: 'j-1' }, now)).held).toBe(true);
+        expect(await store.saveCheckpoint(lease, { next: 2 }, now)).toBe(true);
+        expect(await store.recordStep({ ...lease, fence: lease.fence - 1 }, 'stale', 1, now)).toEqual({
+          held: false,
+          step: undefined,
+        });
+        expect(await store.readSteps('task-working')).toEqual({
+          steps: [{ name: 'start-job', result: { jobId: 'j-1' }, committedAt: now }],
+          checkpoint: { next: 2 },
+        });
       } finally {
         await store.close();
       }

@@ -1,18 +1,25 @@
 /**
- * The demo tools `closeout serve` and `closeout demo` expose: a multi-step batch job with status messages, a deploy
- * that asks for approval through elicitation, a job that fails with a protocol error, and a plain fast tool.
+ * The demo tools `closeout serve` and `closeout demo` expose: a multi-step batch job with status messages that goes on
+ * from its checkpoint after a restart, a render on an external job API followed through a durable step, a deploy that
+ * asks for approval through elicitation, a job that fails with a protocol error, and a plain fast tool.
  *
  * With `CLOSEOUT_RUN_LOG=FILE` in the environment, every handler start appends one JSON line
  * `{"tool","taskId","attempt","pid","instance","at"}` to FILE before it does anything else: the chaos soak (test/e2e/soak.ts) counts
- * how often each handler really ran from it, rather than from what the server's store says about itself.
+ * how often each handler really ran from it, rather than from what the server's store says about itself. With
+ * `CLOSEOUT_ITEM_LOG=FILE`, `batch_job` appends `{"taskId","item","attempt","pid"}` for every item it processes.
+ * `render_job`'s external jobs live under `CLOSEOUT_FAKE_JOB_DIR` (fakeJobApi.ts); with
+ * `CLOSEOUT_DEMO_HOLD_AT=job-started|start-committed` and `CLOSEOUT_DEMO_HOLD_FILE=FILE` it writes the job id to FILE
+ * once the job started (before its step commits) or once the step committed, and then waits for a test to kill the
+ * process right at that step boundary.
  */
-import { appendFileSync } from 'node:fs';
+import { appendFileSync, writeFileSync } from 'node:fs';
 
 import { ProtocolError } from '@modelcontextprotocol/server';
 import * as z from 'zod/v4';
 
 import type { TaskContext, TaskServer } from '../server/index.js';
 import { abortableSleep } from './abortableSleep.js';
+import { FakeJobApi } from './fakeJobApi.js';
 
 /** One line per handler start in $CLOSEOUT_RUN_LOG, written synchronously so a SIGKILL right after cannot lose it. */
 function recordRun(tool: string, ctx: TaskContext): void {
@@ -24,12 +31,34 @@ function recordRun(tool: string, ctx: TaskContext): void {
   appendFileSync(path, `${JSON.stringify(run)}\n`);
 }
 
+/** One line per batch item processed in $CLOSEOUT_ITEM_LOG, written before the item's checkpoint commits. */
+function recordItem(ctx: TaskContext, item: number): void {
+  const path = process.env['CLOSEOUT_ITEM_LOG'];
+  if (!path) return;
+  appendFileSync(
+    path,
+    `${JSON.stringify({ taskId: ctx.taskId ?? null, item, attempt: ctx.attempt, pid: process.pid })}\n`,
+  );
+}
+
+/** Where $CLOSEOUT_DEMO_HOLD_AT says, writes `jobId` to $CLOSEOUT_DEMO_HOLD_FILE and waits until the task is aborted. */
+async function holdAt(point: 'job-started' | 'start-committed', jobId: string, ctx: TaskContext): Promise<void> {
+  const file = process.env['CLOSEOUT_DEMO_HOLD_FILE'];
+  if (process.env['CLOSEOUT_DEMO_HOLD_AT'] !== point || !file || !ctx.taskId) return;
+  writeFileSync(file, jobId);
+  await new Promise((_resolve, reject) => ctx.signal.addEventListener('abort', reject, { once: true }));
+}
+
+/** How often render_job asks the external API about its job. */
+const RENDER_POLL_MS = 200;
+
 export function registerDemoTools(tasks: TaskServer): TaskServer {
   tasks.registerTool(
     'batch_job',
     {
       title: 'Batch job',
-      description: 'Processes a batch of items one by one, reporting progress in the status message. Resumable.',
+      description:
+        'Processes a batch of items one by one, reporting progress in the status message. Resumable: after a restart it goes on from the last item done.',
       inputSchema: z.object({
         items: z.number().int().min(1).max(1000).default(5),
         stepMs: z.number().int().min(0).max(60_000).default(400),
@@ -38,8 +67,12 @@ export function registerDemoTools(tasks: TaskServer): TaskServer {
     },
     async ({ items, stepMs }, ctx) => {
       recordRun('batch_job', ctx);
-      for (let i = 1; i <= items; i++) {
+      // the last item done, committed after each item: a re-run goes on from there (README, "Durable steps")
+      const done = (await ctx.checkpoint.get<number>()) ?? 0;
+      for (let i = done + 1; i <= items; i++) {
         await abortableSleep(stepMs, ctx.signal);
+        recordItem(ctx, i);
+        await ctx.checkpoint.set(i);
         await ctx.status(`Processed ${i} of ${items} items`);
       }
       return {
@@ -136,6 +169,51 @@ export function registerDemoTools(tasks: TaskServer): TaskServer {
     ({ text }, ctx) => {
       recordRun('echo', ctx);
       return { content: [{ type: 'text', text }] };
+    },
+  );
+
+  tasks.registerTool(
+    'render_job',
+    {
+      title: 'Render on an external job API',
+      description:
+        'Starts a render on an external job API (a fake one, kept in files) and follows it until done. Resumable: the start is a durable step, so a restart follows the same job and never starts a second.',
+      inputSchema: z.object({
+        scene: z.string().min(1).max(200),
+        frames: z.number().int().min(1).max(100_000).default(240),
+        renderMs: z.number().int().min(0).max(600_000).default(3000),
+      }),
+      task: { support: 'optional', resumable: true },
+    },
+    async ({ scene, frames, renderMs }, ctx) => {
+      recordRun('render_job', ctx);
+      const api = FakeJobApi.fromEnvironment();
+      // the step commits the job id; the idempotency key makes a start re-run (a crash before that commit) return
+      // the same job
+      const { jobId } = await ctx.step('start', async () => {
+        const started = api.start({
+          idempotencyKey: `closeout:${ctx.taskId ?? 'inline'}:start`,
+          scene,
+          frames,
+          durationMs: renderMs,
+        });
+        await holdAt('job-started', started.jobId, ctx);
+        return { jobId: started.jobId };
+      });
+      await holdAt('start-committed', jobId, ctx);
+      for (;;) {
+        const status = api.status(jobId);
+        if (status.state === 'done') {
+          return {
+            content: [
+              { type: 'text', text: `Rendered ${scene}: ${status.output.url} (${status.output.frames} frames)` },
+            ],
+            structuredContent: { jobId, output: status.output, attempt: ctx.attempt },
+          };
+        }
+        await ctx.status(`Following render job ${jobId}: ${status.framesDone} of ${status.frames} frames`);
+        await abortableSleep(RENDER_POLL_MS, ctx.signal);
+      }
     },
   );
 

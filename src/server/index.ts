@@ -15,21 +15,26 @@ export { type PostgresPool, PostgresTaskStore, type PostgresTaskStoreOptions } f
 export { SqliteTaskStore, type SqliteTaskStoreOptions } from './store/sqliteTaskStore.js';
 export type {
   InputCapabilities,
+  JsonValue,
   LeaseRef,
   NewTask,
+  StepWriteLimits,
   StoredInput,
+  StoredStep,
   StoredTask,
   TaskSignal,
+  TaskSteps,
   TaskStore,
   TerminalOutcome,
 } from './store/taskStore.js';
-export { OpenTaskLimitError, StoredTaskLimitError } from './store/taskStore.js';
+export { OpenTaskLimitError, StepLimitError, StoredTaskLimitError } from './store/taskStore.js';
 export type { RegisteredTaskTool, TaskServerOptions } from './taskServer.js';
 export { INTERRUPTED_MESSAGE, TaskServer } from './taskServer.js';
 export type {
   AbortCause,
   InputKind,
   PollIntervalPolicy,
+  TaskCheckpoint,
   TaskContext,
   TaskHandler,
   TaskSupport,

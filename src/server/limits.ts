@@ -21,6 +21,15 @@ export interface TaskLimits {
    * `maxResultBytes`) per principal. `tools/call` beyond it answers -32603 naming the limit.
    */
   maxStoredTasksPerPrincipal: number;
+  /**
+   * Largest serialized size of one durable step's result (`ctx.step`) or of a task's checkpoint (`ctx.checkpoint`);
+   * beyond it the step throws inside the handler and nothing is stored.
+   */
+  maxStepResultBytes: number;
+  /** Most durable steps one task may store over its life; a step beyond it throws before its function runs. */
+  maxStepsPerTask: number;
+  /** Most bytes one task may store in step results and checkpoint together; a write beyond it throws. */
+  maxStepBytesPerTask: number;
 }
 
 export const DEFAULT_LIMITS: Readonly<TaskLimits> = {
@@ -31,6 +40,10 @@ export const DEFAULT_LIMITS: Readonly<TaskLimits> = {
   maxOpenTasksPerPrincipal: 1000,
   // two hours of a task every 72 ms at the default ttl and retention (an hour each)
   maxStoredTasksPerPrincipal: 100_000,
+  maxStepResultBytes: 256 * 1024,
+  // a batch of a thousand items with a step each, ten times over
+  maxStepsPerTask: 10_000,
+  maxStepBytesPerTask: 16 * 1024 * 1024,
 };
 
 /** The limits in `options` over the defaults; each must be a positive integer (or Infinity to switch it off). */
@@ -84,7 +97,7 @@ export function measureJson(value: unknown, maxBytes: number, maxDepth: number):
 export function describeRefusal(
   measure: Exclude<JsonMeasure, { ok: true }>,
   limits: TaskLimits,
-  sizeLimit: 'maxArgumentsBytes' | 'maxResultBytes',
+  sizeLimit: 'maxArgumentsBytes' | 'maxResultBytes' | 'maxStepResultBytes',
 ): string {
   switch (measure.problem) {
     case 'too-large':

@@ -18,6 +18,7 @@ import type {
   JsonRpcError,
 } from '../protocol/index.js';
 import { canonicalJson, ErrorCode, InputKeySchema, InputRequestSchema, isTerminalStatus } from '../protocol/index.js';
+import { DurableSteps } from './durableSteps.js';
 import { undeclaredInput } from './inputCapabilities.js';
 import { describeRefusal, measureJson, resolveLimits, type TaskLimits } from './limits.js';
 import { toPollIntervalPolicy } from './pollInterval.js';
@@ -302,11 +303,26 @@ export class TaskServer {
     principal: string,
     signal: AbortSignal,
   ): Promise<CallToolResult> {
+    const steps = new DurableSteps({
+      toolName: tool.name,
+      taskId: undefined,
+      lease: undefined,
+      store: this.store,
+      limits: this.limits,
+      signal,
+      now: this.now,
+      retrying: (call) => call(),
+      leaseLost: () => {
+        throw new Error('an inline run holds no lease');
+      },
+    });
     const ctx: TaskContext = {
       taskId: undefined,
       signal,
       attempt: 1,
       principal,
+      step: (name, fn) => steps.step(name, fn),
+      checkpoint: steps.checkpoint,
       status: async () => {},
       input: async () => {
         throw new ProtocolError(
@@ -433,11 +449,28 @@ export class TaskServer {
     const previous = this.running.get(task.taskId);
     if (previous) this.loseLease(previous);
     this.running.set(task.taskId, run);
+    const steps = new DurableSteps({
+      toolName: task.toolName,
+      taskId: task.taskId,
+      lease,
+      store: this.store,
+      limits: this.limits,
+      signal: controller.signal,
+      now: this.now,
+      retrying: (call) => this.whileUnreachable(run, call),
+      leaseLost: () => {
+        this.abort(run, 'lease-lost');
+        controller.signal.throwIfAborted();
+        throw new TaskAbortedError('lease-lost');
+      },
+    });
     const ctx: TaskContext = {
       taskId: task.taskId,
       signal: controller.signal,
       attempt: task.attempt,
       principal: task.owner,
+      step: (name, fn) => steps.step(name, fn),
+      checkpoint: steps.checkpoint,
       // a status message is advice: a store that cannot take it now must not fail the task (the next one will land)
       status: async (message) => {
         if (run.ending || controller.signal.aborted) return;

@@ -26,7 +26,7 @@ export interface TaskToolOptions {
   pollIntervalMs?: number | PollIntervalPolicy;
   /**
    * A resumable tool is re-run from the top when its process died mid-task; answers already given are replayed, so
-   * nothing is asked twice. Any other tool's interrupted task is failed (-32603, "interrupted by a server restart").
+   * nothing is asked twice, and its durable steps and checkpoint are handed back (`ctx.step`, `ctx.checkpoint`). Any other tool's interrupted task is failed (-32603, "interrupted by a server restart").
    */
   resumable?: boolean;
 }
@@ -64,6 +64,30 @@ export interface TaskContext {
    * Keys are unique over the task's life; a key answered before (in an earlier attempt) resolves at once.
    */
   input(key: string, request: InputRequest): Promise<InputResponse>;
+  /**
+   * A durable step (README, "Durable steps"): runs `fn` once for the task and commits its result (JSON, at most
+   * `maxStepResultBytes`) to the store before resolving; a later attempt of the task (a resumable tool re-run after a
+   * restart or a takeover) gets the stored result back without running `fn`. Resolves with the result as JSON
+   * round-trips it, the same in every attempt. Names are unique over the task's life: one attempt using a name twice
+   * is an error naming it. A step whose `fn` threw is not stored (this attempt may try the name again, a later one
+   * runs it again), nor is one killed between `fn` and the commit, so `fn` must be idempotent or be the only side
+   * effect between two commits.
+   * Without a task (an inline run), `fn` just runs.
+   */
+  step<T>(name: string, fn: () => T | Promise<T>): Promise<T>;
+  /**
+   * Small durable state between attempts without a step per item (for a loop over a batch: the last index done),
+   * committed like a step's result. Without a task it lives in memory for the run.
+   */
+  checkpoint: TaskCheckpoint;
+}
+
+/** A task's checkpoint: one JSON value (at most `maxStepResultBytes`), replaced by each `set`. */
+export interface TaskCheckpoint {
+  /** The value last committed by `set`, in this attempt or an earlier one; undefined when none was. */
+  get<T = unknown>(): Promise<T | undefined>;
+  /** Commits `value` as the task's checkpoint; resolves once it is stored. */
+  set(value: unknown): Promise<void>;
 }
 
 export type TaskHandler<Args> = (args: Args, ctx: TaskContext) => CallToolResult | Promise<CallToolResult>;

@@ -43,6 +43,19 @@ describe.concurrent('benchmark smoke runs', () => {
     for (const ratio of ['b/a', 'c/a', 'a/floor', 'b/f.b']) expect(row(output, ratio)[1]).toMatch(NUMBER);
   }, 90_000);
 
+  it('stepCost prints tasks/s and latencies of a plain handler and of durable steps, and the ratios', async () => {
+    const output = await smoke('stepCost');
+    for (const label of ['sqlite.plain', 'sqlite.step', 'sqlite.checkpoint', 'sqlite.steps10']) {
+      const cells = row(output, label);
+      for (const cell of cells.slice(2, 5)) expect(cell, `${label} in:\n${output}`).toMatch(NUMBER);
+      if (label !== 'sqlite.plain') for (const cell of cells.slice(5)) expect(cell).toMatch(NUMBER);
+    }
+    expect(output).toMatch(
+      /^sqlite throughput against plain: step \d+\.\d\d, checkpoint \d+\.\d\d, ten steps \d+\.\d\d$/m,
+    );
+    expect(output).toMatch(/^postgres (throughput against plain: step \d|skipped: )/m);
+  }, 90_000);
+
   it('walGrowth prints throughput and the WAL size window by window', async () => {
     const output = await smoke('walGrowth');
     expect(output).toMatch(/^largest WAL over the run: \d+\.\d MiB after \d+ tasks$/m);

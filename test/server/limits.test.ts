@@ -263,6 +263,9 @@ describe('configuration', () => {
       maxInputRequestsPerTask: 16,
       maxOpenTasksPerPrincipal: 1000,
       maxStoredTasksPerPrincipal: 100_000,
+      maxStepResultBytes: 262_144,
+      maxStepsPerTask: 10_000,
+      maxStepBytesPerTask: 16_777_216,
     });
     const store = new SqliteTaskStore(':memory:');
     expect(new TaskServer({ store }).limits).toEqual(DEFAULT_LIMITS);

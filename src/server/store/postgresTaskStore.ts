@@ -14,17 +14,21 @@ import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } f
 import type {
   AwaitedInput,
   InputCapabilities,
+  JsonValue,
   LeaseRef,
   NewTask,
   PurgeOptions,
   RenewedLease,
+  StepWriteLimits,
   StoredInput,
+  StoredStep,
   StoredTask,
   TaskSignal,
+  TaskSteps,
   TaskStore,
   TerminalOutcome,
 } from './taskStore.js';
-import { OpenTaskLimitError, StoredTaskLimitError } from './taskStore.js';
+import { checkStepLimits, OpenTaskLimitError, StepLimitError, StoredTaskLimitError } from './taskStore.js';
 
 /** The NOTIFY channel; payload `{"taskId": "...", "kind": "input" | "cancel"}`. */
 export const TASK_SIGNAL_CHANNEL = 'closeout_task_signal';
@@ -105,6 +109,18 @@ export const MIGRATIONS: readonly string[] = [
      WHERE status IN ('completed','failed','cancelled') AND expires_at IS NULL;`,
   // the per-principal stored-task limit counts a principal's tasks, open and finished, on every tools/call
   `CREATE INDEX closeout_tasks_owner ON closeout_tasks (owner);`,
+  // durable steps (ctx.step) and the checkpoint (ctx.checkpoint) of a task, written by its lease holder only and
+  // deleted with the task; the checkpoint is the one row of kind 'checkpoint', named ''
+  `CREATE TABLE closeout_task_steps (
+     task_id      TEXT NOT NULL REFERENCES closeout_tasks (task_id) ON DELETE CASCADE,
+     kind         TEXT NOT NULL CHECK (kind IN ('step','checkpoint')),
+     name         TEXT NOT NULL,
+     seq          INTEGER NOT NULL,
+     result       TEXT, -- JSON text; NULL for a step whose function returned nothing
+     bytes        BIGINT NOT NULL, -- UTF-8 length of result, for the per-task limit
+     committed_at BIGINT NOT NULL,
+     PRIMARY KEY (task_id, kind, name) -- step names are unique over the task's life
+   );`,
 ];
 
 /** A task row with its inputs, read in one statement so both come from one snapshot. */
@@ -155,6 +171,19 @@ const SQL = {
              status_message = COALESCE($4, status_message), last_updated_at = $5,
              lease_owner = NULL, lease_expires_at = NULL
            WHERE task_id = $6 AND fence = $7 AND ${OPEN}`,
+
+  // steps: written under lockHeld, in the same transaction
+  step: `SELECT name, result, committed_at FROM closeout_task_steps WHERE task_id = $1 AND kind = 'step' AND name = $2`,
+  stepTotals: `SELECT COUNT(*) FILTER (WHERE kind = 'step') AS steps, COALESCE(SUM(bytes), 0) AS bytes,
+                 COALESCE(SUM(bytes) FILTER (WHERE kind = 'checkpoint'), 0) AS checkpoint_bytes
+               FROM closeout_task_steps WHERE task_id = $1`,
+  insertStep: `INSERT INTO closeout_task_steps (task_id, kind, name, seq, result, bytes, committed_at)
+               VALUES ($1, 'step', $2, (SELECT COUNT(*) FROM closeout_task_steps WHERE task_id = $1), $3, $4, $5)`,
+  saveCheckpoint: `INSERT INTO closeout_task_steps (task_id, kind, name, seq, result, bytes, committed_at)
+                   VALUES ($1, 'checkpoint', '', -1, $2, $3, $4)
+                   ON CONFLICT (task_id, kind, name) DO UPDATE SET result = EXCLUDED.result, bytes = EXCLUDED.bytes,
+                     committed_at = EXCLUDED.committed_at`,
+  steps: `SELECT kind, name, result, committed_at FROM closeout_task_steps WHERE task_id = $1 ORDER BY seq`,
 
   // client side
   lockOpen: `SELECT 1 FROM closeout_tasks WHERE task_id = $1 AND ${OPEN} FOR UPDATE`,
@@ -505,6 +534,53 @@ export class PostgresTaskStore implements TaskStore {
     });
   }
 
+  async recordStep(
+    lease: LeaseRef,
+    name: string,
+    result: JsonValue | undefined,
+    now: number,
+    limits: StepWriteLimits = {},
+  ): Promise<{ held: boolean; step: StoredStep | undefined }> {
+    const json = result === undefined ? null : JSON.stringify(result);
+    const bytes = json === null ? 0 : Buffer.byteLength(json, 'utf8');
+    return this.transaction('recordStep', async (client) => {
+      if ((await client.query(SQL.lockHeld, [lease.taskId, lease.fence])).rowCount !== 1) {
+        return { held: false, step: undefined };
+      }
+      const existing = await client.query<StepRow>(SQL.step, [lease.taskId, name]);
+      if (existing.rows[0]) return { held: true, step: toStep(existing.rows[0]) };
+      const totals = (await client.query<StepTotals>(SQL.stepTotals, [lease.taskId])).rows[0]!;
+      checkStepLimits(limits, Number(totals.steps) + 1, Number(totals.bytes) + bytes);
+      await client.query(SQL.insertStep, [lease.taskId, name, json, bytes, now]);
+      return { held: true, step: toStep({ name, result: json, committed_at: String(now) }) };
+    });
+  }
+
+  async saveCheckpoint(lease: LeaseRef, value: JsonValue, now: number, limits: StepWriteLimits = {}): Promise<boolean> {
+    const json = JSON.stringify(value);
+    const bytes = Buffer.byteLength(json, 'utf8');
+    return this.transaction('saveCheckpoint', async (client) => {
+      if ((await client.query(SQL.lockHeld, [lease.taskId, lease.fence])).rowCount !== 1) return false;
+      const totals = (await client.query<StepTotals>(SQL.stepTotals, [lease.taskId])).rows[0]!;
+      // the new checkpoint replaces the old one: only the steps and the new value count
+      const wouldHold = Number(totals.bytes) - Number(totals.checkpoint_bytes) + bytes;
+      checkStepLimits({ maxTotalBytes: limits.maxTotalBytes }, 0, wouldHold);
+      await client.query(SQL.saveCheckpoint, [lease.taskId, json, bytes, now]);
+      return true;
+    });
+  }
+
+  async readSteps(taskId: string): Promise<TaskSteps> {
+    return this.guard('readSteps', async () => {
+      const { rows } = await this.pool.query<StepRow & { kind: 'step' | 'checkpoint' }>(SQL.steps, [taskId]);
+      const checkpoint = rows.find((r) => r.kind === 'checkpoint');
+      return {
+        steps: rows.filter((r) => r.kind === 'step').map(toStep),
+        checkpoint: checkpoint?.result == null ? undefined : (JSON.parse(checkpoint.result) as JsonValue),
+      };
+    });
+  }
+
   async answerInputs(taskId: string, responses: Record<string, InputResponse>, now: number): Promise<string[]> {
     const entries = Object.entries(responses);
     if (entries.length === 0) return [];
@@ -729,7 +805,13 @@ export class PostgresTaskStore implements TaskStore {
       return await fn();
     } catch (error) {
       // the store's own refusals keep their class: the runtime answers them with their own error
-      if (error instanceof OpenTaskLimitError || error instanceof StoredTaskLimitError) throw error;
+      if (
+        error instanceof OpenTaskLimitError ||
+        error instanceof StoredTaskLimitError ||
+        error instanceof StepLimitError
+      ) {
+        throw error;
+      }
       throw this.wrap(op, error);
     }
   }
@@ -771,6 +853,28 @@ function toTask(row: TaskRow): StoredTask {
     inputs,
     inputCapabilities:
       row.input_capabilities === null ? undefined : (JSON.parse(row.input_capabilities) as InputCapabilities),
+  };
+}
+
+/** A step row; BIGINT arrives as a string. */
+interface StepRow {
+  name: string;
+  result: string | null;
+  committed_at: string;
+}
+
+/** COUNT and SUM of BIGINT arrive as strings. */
+interface StepTotals {
+  steps: string;
+  bytes: string;
+  checkpoint_bytes: string;
+}
+
+function toStep(row: StepRow): StoredStep {
+  return {
+    name: row.name,
+    result: row.result === null ? undefined : (JSON.parse(row.result) as JsonValue),
+    committedAt: Number(row.committed_at),
   };
 }
 

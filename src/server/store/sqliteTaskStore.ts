@@ -13,17 +13,21 @@ import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } f
 import type {
   AwaitedInput,
   InputCapabilities,
+  JsonValue,
   LeaseRef,
   NewTask,
   PurgeOptions,
   RenewedLease,
+  StepWriteLimits,
   StoredInput,
+  StoredStep,
   StoredTask,
   TaskSignal,
+  TaskSteps,
   TaskStore,
   TerminalOutcome,
 } from './taskStore.js';
-import { OpenTaskLimitError, StoredTaskLimitError } from './taskStore.js';
+import { checkStepLimits, OpenTaskLimitError, StoredTaskLimitError } from './taskStore.js';
 
 /**
  * Versioned schema: entry i brings `user_version` from i to i + 1. Never edit a shipped entry; append. Its status sets
@@ -83,6 +87,18 @@ const MIGRATIONS: readonly string[] = [
      WHERE status IN ('completed','failed','cancelled') AND expires_at IS NULL;`,
   // the per-principal stored-task limit counts a principal's tasks, open and finished, on every tools/call
   `CREATE INDEX tasks_owner ON tasks (owner);`,
+  // durable steps (ctx.step) and the checkpoint (ctx.checkpoint) of a task, written by its lease holder only and
+  // deleted with the task; the checkpoint is the one row of kind 'checkpoint', named ''
+  `CREATE TABLE task_steps (
+     task_id      TEXT NOT NULL REFERENCES tasks (task_id) ON DELETE CASCADE,
+     kind         TEXT NOT NULL CHECK (kind IN ('step','checkpoint')),
+     name         TEXT NOT NULL,
+     seq          INTEGER NOT NULL,
+     result       TEXT, -- JSON text; NULL for a step whose function returned nothing
+     bytes        INTEGER NOT NULL, -- UTF-8 length of result, for the per-task limit
+     committed_at INTEGER NOT NULL,
+     PRIMARY KEY (task_id, kind, name) -- step names are unique over the task's life
+   );`,
 ];
 
 /** The task store schema version this build writes. */
@@ -256,6 +272,26 @@ export class SqliteTaskStore implements TaskStore {
         `SELECT task_id, owner AS principal FROM tasks WHERE ${TERMINAL}
            AND expires_at IS NULL AND last_updated_at <= ? LIMIT ?`,
       ),
+      // steps: every write checks the fence first (holds), in the same transaction
+      step: db.prepare(
+        `SELECT name, result, committed_at FROM task_steps WHERE task_id = ? AND kind = 'step' AND name = ?`,
+      ),
+      stepTotals: db.prepare(
+        `SELECT COALESCE(SUM(kind = 'step'), 0) AS steps, COALESCE(SUM(bytes), 0) AS bytes,
+           COALESCE(SUM(CASE WHEN kind = 'checkpoint' THEN bytes END), 0) AS checkpoint_bytes
+         FROM task_steps WHERE task_id = ?`,
+      ),
+      insertStep: db.prepare(
+        `INSERT INTO task_steps (task_id, kind, name, seq, result, bytes, committed_at)
+         VALUES (?, 'step', ?, (SELECT COUNT(*) FROM task_steps WHERE task_id = ?), ?, ?, ?)`,
+      ),
+      saveCheckpoint: db.prepare(
+        `INSERT INTO task_steps (task_id, kind, name, seq, result, bytes, committed_at)
+         VALUES (?, 'checkpoint', '', -1, ?, ?, ?)
+         ON CONFLICT (task_id, kind, name) DO UPDATE SET result = excluded.result, bytes = excluded.bytes,
+           committed_at = excluded.committed_at`,
+      ),
+      steps: db.prepare(`SELECT kind, name, result, committed_at FROM task_steps WHERE task_id = ? ORDER BY seq`),
       delete: db.prepare(`DELETE FROM tasks WHERE task_id = ?`),
       tombstone: db.prepare(`INSERT OR REPLACE INTO purged_tasks (task_id, owner, purged_at) VALUES (?, ?, ?)`),
       dropTombstones: db.prepare(
@@ -355,6 +391,55 @@ export class SqliteTaskStore implements TaskStore {
       now,
     }).changes;
     return changed === 1;
+  }
+
+  async recordStep(
+    lease: LeaseRef,
+    name: string,
+    result: JsonValue | undefined,
+    now: number,
+    limits: StepWriteLimits = {},
+  ): Promise<{ held: boolean; step: StoredStep | undefined }> {
+    const json = result === undefined ? null : JSON.stringify(result);
+    const bytes = json === null ? 0 : Buffer.byteLength(json, 'utf8');
+    return this.db
+      .transaction(() => {
+        if (this.stmt.holds.get(lease.taskId, lease.fence) === undefined) return { held: false, step: undefined };
+        const existing = this.stmt.step.get(lease.taskId, name) as StepRow | undefined;
+        if (existing) return { held: true, step: toStep(existing) };
+        const totals = this.stmt.stepTotals.get(lease.taskId) as StepTotals;
+        checkStepLimits(limits, totals.steps + 1, totals.bytes + bytes);
+        this.stmt.insertStep.run(lease.taskId, name, lease.taskId, json, bytes, now);
+        return {
+          held: true,
+          step: { name, result: json === null ? undefined : (JSON.parse(json) as JsonValue), committedAt: now },
+        };
+      })
+      .immediate();
+  }
+
+  async saveCheckpoint(lease: LeaseRef, value: JsonValue, now: number, limits: StepWriteLimits = {}): Promise<boolean> {
+    const json = JSON.stringify(value);
+    const bytes = Buffer.byteLength(json, 'utf8');
+    return this.db
+      .transaction(() => {
+        if (this.stmt.holds.get(lease.taskId, lease.fence) === undefined) return false;
+        const totals = this.stmt.stepTotals.get(lease.taskId) as StepTotals;
+        // the new checkpoint replaces the old one: only the steps and the new value count
+        checkStepLimits({ maxTotalBytes: limits.maxTotalBytes }, 0, totals.bytes - totals.checkpoint_bytes + bytes);
+        this.stmt.saveCheckpoint.run(lease.taskId, json, bytes, now);
+        return true;
+      })
+      .immediate();
+  }
+
+  async readSteps(taskId: string): Promise<TaskSteps> {
+    const rows = this.stmt.steps.all(taskId) as (StepRow & { kind: 'step' | 'checkpoint' })[];
+    const checkpoint = rows.find((r) => r.kind === 'checkpoint');
+    return {
+      steps: rows.filter((r) => r.kind === 'step').map(toStep),
+      checkpoint: checkpoint?.result == null ? undefined : (JSON.parse(checkpoint.result) as JsonValue),
+    };
   }
 
   async answerInputs(taskId: string, responses: Record<string, InputResponse>, now: number): Promise<string[]> {
@@ -534,6 +619,26 @@ export class SqliteTaskStore implements TaskStore {
         row.input_capabilities === null ? undefined : (JSON.parse(row.input_capabilities) as InputCapabilities),
     };
   }
+}
+
+interface StepRow {
+  name: string;
+  result: string | null;
+  committed_at: number;
+}
+
+interface StepTotals {
+  steps: number;
+  bytes: number;
+  checkpoint_bytes: number;
+}
+
+function toStep(row: StepRow): StoredStep {
+  return {
+    name: row.name,
+    result: row.result === null ? undefined : (JSON.parse(row.result) as JsonValue),
+    committedAt: row.committed_at,
+  };
 }
 
 /** The StoredTask a successful insert wrote, equal to what `get` reads back (the arguments through the same JSON). */

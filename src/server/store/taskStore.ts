@@ -108,6 +108,58 @@ export class StoredTaskLimitError extends Error {
   }
 }
 
+/** A JSON value as `JSON.parse` returns it: what a durable step's result and a task's checkpoint are stored as. */
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
+
+/** One durable step of a task (`ctx.step`): its result, committed by the lease holder, kept for the task's life. */
+export interface StoredStep {
+  /** Unique over the task's life. */
+  name: string;
+  /** The step's JSON result; undefined for a step whose function returned nothing. */
+  result: JsonValue | undefined;
+  committedAt: number;
+}
+
+/** What a task's earlier attempts left for the next one: its steps in commit order, and its checkpoint. */
+export interface TaskSteps {
+  steps: StoredStep[];
+  /** The last value `ctx.checkpoint.set` committed; undefined when none was. */
+  checkpoint: JsonValue | undefined;
+}
+
+/** The per-task bounds a step or checkpoint write is checked against, in the same transaction as the write. */
+export interface StepWriteLimits {
+  /** Most steps one task may store; a new step beyond it is refused with StepLimitError ('steps'). */
+  maxSteps?: number | undefined;
+  /** Most bytes of JSON one task may store in steps and checkpoint together; beyond it, StepLimitError ('bytes'). */
+  maxTotalBytes?: number | undefined;
+}
+
+/** A step or checkpoint write refused because the task would hold more than `limit` steps or bytes. */
+export class StepLimitError extends Error {
+  constructor(
+    readonly kind: 'steps' | 'bytes',
+    readonly limit: number,
+    /** For 'bytes': what the task would hold with this write. */
+    readonly wouldHold?: number,
+  ) {
+    super(
+      kind === 'steps'
+        ? `the task already has ${limit} steps stored`
+        : `the task would hold ${wouldHold} bytes of steps and checkpoint, over ${limit}`,
+    );
+    this.name = 'StepLimitError';
+  }
+}
+
+/** Throws StepLimitError when a task holding `steps` steps and `bytes` bytes would pass a limit. */
+export function checkStepLimits(limits: StepWriteLimits, steps: number, bytes: number): void {
+  if (limits.maxSteps !== undefined && steps > limits.maxSteps) throw new StepLimitError('steps', limits.maxSteps);
+  if (limits.maxTotalBytes !== undefined && bytes > limits.maxTotalBytes) {
+    throw new StepLimitError('bytes', limits.maxTotalBytes, bytes);
+  }
+}
+
 /** Proof of holding a task's lease: writes from the handler side carry it. */
 export interface LeaseRef {
   taskId: string;
@@ -179,6 +231,29 @@ export interface TaskStore {
     now: number,
   ): Promise<{ held: boolean; response: InputResponse | undefined }>;
 
+  /**
+   * Handler side: commits a durable step's result under `name`, fenced like every handler write and only while the
+   * task is open. A name already stored keeps its first result, which is returned (names are unique over the task's
+   * life). `held: false` when the lease was lost or the task is terminal. Throws StepLimitError when a limit of
+   * `limits` would be passed, checked in the same transaction as the write.
+   */
+  recordStep(
+    lease: LeaseRef,
+    name: string,
+    result: JsonValue | undefined,
+    now: number,
+    limits?: StepWriteLimits,
+  ): Promise<{ held: boolean; step: StoredStep | undefined }>;
+
+  /**
+   * Handler side: replaces the task's checkpoint, fenced like `recordStep`. False when the lease was lost or the task
+   * is terminal. Throws StepLimitError when `limits.maxTotalBytes` would be passed.
+   */
+  saveCheckpoint(lease: LeaseRef, value: JsonValue, now: number, limits?: StepWriteLimits): Promise<boolean>;
+
+  /** The steps and checkpoint stored for a task (none for an unknown or purged one), in one read. */
+  readSteps(taskId: string): Promise<TaskSteps>;
+
   /** Handler side: the one terminal write. Conditional on "not yet terminal" and on the fence; false when it lost. */
   finish(lease: LeaseRef, outcome: TerminalOutcome, now: number): Promise<boolean>;
 
@@ -225,8 +300,8 @@ export interface TaskStore {
 
   /**
    * Deletes terminal tasks older than `createdAt + ttlMs + retentionMs` (and, with `unlimitedRetentionMs`, terminal
-   * tasks without a TTL that finished that long ago), leaving a tombstone, and drops tombstones older than a week;
-   * at most `limit` of each per call. Returns how many rows went, tasks and tombstones together.
+   * tasks without a TTL that finished that long ago) with their inputs and steps, leaving a tombstone, and drops
+   * tombstones older than a week; at most `limit` of each per call. Returns how many rows went, tasks and tombstones together.
    */
   purge(now: number, retentionMs: number, options?: PurgeOptions): Promise<number>;
 

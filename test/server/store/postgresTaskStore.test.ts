@@ -81,9 +81,37 @@ describe('PostgresTaskStore across instances', () => {
     const versions = await admin.query<{ version: number }>(
       'SELECT version FROM closeout_schema_version ORDER BY version',
     );
-    expect(versions.rows).toEqual([1, 2, 3, 4, 5].map((version) => ({ version })));
+    expect(versions.rows).toEqual([1, 2, 3, 4, 5, 6].map((version) => ({ version })));
     await openStore({ listen: false });
-    expect((await admin.query('SELECT version FROM closeout_schema_version')).rowCount).toBe(5);
+    expect((await admin.query('SELECT version FROM closeout_schema_version')).rowCount).toBe(6);
+  });
+
+  it('migrates a version 5 database with its tasks to version 6, where steps are stored and fenced', async () => {
+    // invariant: shipped migrations are append-only; a database of the release before durable steps (schema v5, the
+    // same statements as this build's first five) keeps its tasks and gains the steps table (issue 16)
+    const old = await openStore({ listen: false });
+    const { task } = await old.create(newTask());
+    await old.close();
+    stores.splice(stores.indexOf(old), 1);
+    await admin.query('DROP TABLE closeout_task_steps');
+    await admin.query('DELETE FROM closeout_schema_version WHERE version = 6');
+
+    const store = await openStore({ listen: false });
+    const versions = await admin.query<{ version: number }>(
+      'SELECT MAX(version) AS version FROM closeout_schema_version',
+    );
+    expect(versions.rows[0]?.version).toBe(6);
+    expect(await store.get(task.taskId)).toEqual(task);
+    const lease = { taskId: task.taskId, fence: task.fence };
+    expect((await store.recordStep(lease, 'start-job', { jobId: 'j-1' }, T0 + 1)).held).toBe(true);
+    expect(await store.recordStep({ ...lease, fence: 0 }, 'stale', 1, T0 + 2)).toEqual({
+      held: false,
+      step: undefined,
+    });
+    expect(await store.readSteps(task.taskId)).toEqual({
+      steps: [{ name: 'start-job', result: { jobId: 'j-1' }, committedAt: T0 + 1 }],
+      checkpoint: undefined,
+    });
   });
 
   it('turns two concurrent creates with one idempotency key on two instances into one task', async () => {
