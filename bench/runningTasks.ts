@@ -1,8 +1,10 @@
 /**
  * Benchmark (issue 20, "Measured" 1): running tasks per instance against the lease loop. One TaskServer (default
- * lease, 10 s, renewed every 3.3 s) on SQLite and on PostgreSQL creates N long tasks in a burst (in-process, 16 in
- * flight, spread over 64 principals), then holds them for `--hold-seconds` while a child process polls tasks/get over
- * HTTP at a fixed rate. Figures per store and N, side by side in one run:
+ * lease, 10 s, renewed every 3.3 s) on SQLite and on PostgreSQL is sent N long tasks in a burst (tools/call over HTTP
+ * from a child process, 16 in flight), then holds them for `--hold-seconds` while another child process polls
+ * tasks/get over HTTP at a fixed rate. The first count (100) is the baseline: the same process, loop and machine with
+ * almost nothing to renew. The per-principal open-task limit is raised for the run (every request is the same
+ * anonymous principal): it is not what is measured. Figures per store and N, side by side in one run:
  *
  * - sweep: one lease tick, from the renewal's start to the end of the orphan claim that follows it (max);
  * - renewal period: between two renewals that landed (max), and the least time a lease had left when renewed;
@@ -24,9 +26,20 @@ import { parseArgs } from 'node:util';
 import { serveTaskServer, SqliteTaskStore, TaskServer, type TaskStore } from 'closeout/server';
 
 import { fixed, machineLine, median, table } from './figures.js';
+import { runLoad } from './loadGenerator.js';
 import { runPacedGets } from './pacedGets.js';
 import { openPostgresStore } from './postgresStore.js';
 import { type StoreCall, timedStore } from './storeTimings.js';
+import { wireRequest } from './wire.js';
+
+/** Resolves once `done()` holds, checking every 50 ms; throws after `timeoutMs`. */
+async function waitFor(done: () => boolean, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!done()) {
+    if (Date.now() > deadline) throw new Error(`not done after ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
 
 const { values: flags } = parseArgs({
   options: {
@@ -44,14 +57,14 @@ const positive = (value: string | undefined, fallback: number) => {
   if (!Number.isInteger(n) || n <= 0) throw new Error(`expected a positive integer, got ${value}`);
   return n;
 };
-const counts = (flags.counts ?? (flags.smoke ? '60' : '2000,6000,12000')).split(',').map((c) => positive(c, 0));
+const counts = (flags.counts ?? (flags.smoke ? '60' : '100,2000,6000,12000')).split(',').map((c) => positive(c, 0));
 const holdSeconds = positive(flags['hold-seconds'], flags.smoke ? 3 : 30);
 const rate = positive(flags.rate, flags.smoke ? 20 : 50);
 const leaseMs = positive(flags['lease-ms'], flags.smoke ? 2000 : 10_000);
 if (flags.only !== undefined && flags.only !== 'sqlite' && flags.only !== 'postgres')
   throw new Error('--only: sqlite or postgres');
 const IN_FLIGHT = 16;
-const PRINCIPALS = 64;
+const HOLD_TOOL = 'hold';
 
 interface Cell {
   store: string;
@@ -69,6 +82,7 @@ interface Cell {
   getP50Ms: number;
   getP99Ms: number;
   getFailures: number;
+  getFirstFailure: string | undefined;
   lapses: number;
   reruns: number;
   errors: string[];
@@ -78,9 +92,14 @@ interface Cell {
 async function measure(storeName: string, rawStore: TaskStore, running: number): Promise<Cell> {
   const { store, calls } = timedStore(rawStore);
   const errors: string[] = [];
-  const tasks = new TaskServer({ store, leaseMs, onError: (e) => errors.push(e.message) });
+  const tasks = new TaskServer({
+    store,
+    leaseMs,
+    maxOpenTasksPerPrincipal: 2 * running,
+    onError: (e) => errors.push(e.message),
+  });
   const starts = new Map<string, number>();
-  tasks.registerTool('hold', { task: { support: 'required', ttlMs: null } }, (_args, ctx) => {
+  tasks.registerTool(HOLD_TOOL, { task: { support: 'required', ttlMs: null } }, (_args, ctx) => {
     starts.set(ctx.taskId!, (starts.get(ctx.taskId!) ?? 0) + 1);
     return new Promise((_resolve, reject) => {
       ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason as Error), { once: true });
@@ -90,26 +109,23 @@ async function measure(storeName: string, rawStore: TaskStore, running: number):
   const serving = await serveTaskServer(tasks, { port: 0, onerror: (e) => errors.push(e.message) });
   const loop = monitorEventLoopDelay({ resolution: 10 });
   try {
-    const tool = tasks.tool('hold')!;
-    const taskIds: string[] = [];
-    const readable: string[] = [];
     loop.enable();
     const burstStart = performance.now();
-    let next = 0;
-    await Promise.all(
-      Array.from({ length: IN_FLIGHT }, async () => {
-        while (next < running) {
-          const i = next++;
-          // spread over principals, as the per-principal open-task limit (1000) requires; the poller reads
-          // the anonymous ones, which is who an unauthenticated HTTP request is
-          const principal = i % PRINCIPALS === 0 ? 'anonymous' : `caller-${i % PRINCIPALS}`;
-          const { taskId } = await tasks.createTask(tool, {}, principal, undefined);
-          taskIds.push(taskId);
-          if (principal === 'anonymous') readable.push(taskId);
-        }
-      }),
-    );
+    const burst = await runLoad({
+      url: serving.url,
+      request: wireRequest('tools/call', { name: HOLD_TOOL, arguments: {} }, { declareTasks: true }),
+      concurrency: IN_FLIGHT,
+      requests: running,
+      warmup: 0,
+      expect: '"resultType":"task"',
+      deadlineMs: 600_000,
+    });
+    if (burst.failures > 0) throw new Error(`${burst.failures} creates failed, first: ${burst.firstFailure}`);
     const burstMs = performance.now() - burstStart;
+    // a handler starts once its lease is proven (at once, or at the next renewal)
+    await waitFor(() => starts.size >= running, 60_000);
+    const taskIds = [...starts.keys()];
+    const readable = taskIds.filter((_, i) => i % 64 === 0);
     const burstLoopMaxMs = loop.max / 1e6;
     loop.reset();
     const holdStart = performance.now();
@@ -125,7 +141,7 @@ async function measure(storeName: string, rawStore: TaskStore, running: number):
       const batch = await Promise.all(taskIds.slice(from, from + 200).map((id) => rawStore.get(id)));
       lapses += batch.filter((t) => !t || t.attempt !== 1 || t.status !== 'working').length;
     }
-    const reruns = [...starts.values()].reduce((sum, n) => sum + n - 1, 0) + (taskIds.length - starts.size);
+    const reruns = [...starts.values()].reduce((sum, n) => sum + n - 1, 0);
 
     return {
       store: storeName,
@@ -138,6 +154,7 @@ async function measure(storeName: string, rawStore: TaskStore, running: number):
       getP50Ms: gets.p50Ms,
       getP99Ms: gets.p99Ms,
       getFailures: gets.failures,
+      getFirstFailure: gets.firstFailure,
       lapses,
       reruns: Math.max(0, reruns),
       errors,
@@ -263,7 +280,8 @@ console.log(
 );
 for (const line of skipped) console.log(line);
 for (const c of cells) {
-  if (c.getFailures > 0) console.log(`${c.store} ${c.running}: ${c.getFailures} tasks/get failed`);
+  if (c.getFailures > 0)
+    console.log(`${c.store} ${c.running}: ${c.getFailures} tasks/get failed, first: ${c.getFirstFailure}`);
   if (c.errors.length > 0) console.log(`${c.store} ${c.running}: first error reported: ${c.errors[0]}`);
 }
 

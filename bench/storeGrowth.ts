@@ -283,3 +283,7 @@ const targets = pairs.map((pair) => {
   return [`${pair.store}: tasks/get p99 grown/empty <= 1.2`, fixed(ratio, 2), ratio <= 1.2 ? 'met' : 'NOT MET'];
 });
 console.log(table(['target', 'measured', ''], targets));
+for (const pair of pairs)
+  console.log(
+    `${pair.store}: p99 grown/empty by round ${pair.grown.map((g, i) => fixed(g.p99Ms / pair.empty[i]!.p99Ms, 2)).join(', ')}; p50 ${pair.grown.map((g, i) => fixed(g.p50Ms / pair.empty[i]!.p50Ms, 2)).join(', ')}`,
+  );
