@@ -44,7 +44,7 @@ const positive = (value: string | undefined, fallback: number) => {
 const tombstones = positive(flags.tombstones, flags.smoke ? 20_000 : 3_000_000);
 const retained = positive(flags.retained, flags.smoke ? 2_000 : 300_000);
 const rounds = positive(flags.rounds, flags.smoke ? 1 : 3);
-const seconds = positive(flags.seconds, flags.smoke ? 2 : 20);
+const seconds = positive(flags.seconds, flags.smoke ? 1 : 20);
 const rate = positive(flags.rate, flags.smoke ? 20 : 50);
 const HOLDING = 64;
 const DAY_MS = 24 * 3600_000;
@@ -218,7 +218,8 @@ console.log(
   }
 }
 
-if (!flags['skip-postgres']) {
+// the smoke run keeps to SQLite: seeding and starting a PostgreSQL cluster take longer than a smoke run may
+if (!flags['skip-postgres'] && !flags.smoke) {
   let postgres;
   try {
     postgres = await startPostgres();
