@@ -12,6 +12,9 @@ const BENCHMARKS = [
   'clientResume',
   'walGrowth',
   'stepCost',
+  'runningTasks',
+  'storeGrowth',
+  'purgeRate',
 ] as const;
 
 for (const name of BENCHMARKS) {

@@ -11,8 +11,8 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const TSC = fileURLToPath(new URL('../../node_modules/typescript/bin/tsc', import.meta.url));
 const script = (name: string) => fileURLToPath(new URL(`../../dist/bench/bench/${name}.js`, import.meta.url));
 
-async function smoke(name: string): Promise<string> {
-  const { stdout } = await run(process.execPath, [script(name), '--smoke'], { cwd: ROOT, timeout: 60_000 });
+async function smoke(name: string, timeout = 60_000): Promise<string> {
+  const { stdout } = await run(process.execPath, [script(name), '--smoke'], { cwd: ROOT, timeout });
   return stdout;
 }
 
@@ -103,5 +103,47 @@ describe.concurrent('benchmark smoke runs', () => {
     expect(row(output, 'tasks/get beyond one per task (must be 0)').at(-1)).toBe('0');
     expect(output).toMatch(/^server rate: \d+ tasks\/get per second/m);
     expect(output).toMatch(/^all \d+ re-queried within 2 s \+ N \/ server rate +\d+ ms +\d+ ms +(met|NOT MET)$/m);
+  }, 90_000);
+
+  // issue 20: runningTasks starts an embedded PostgreSQL, storeGrowth seeds two stores: longer bounds
+  it('runningTasks prints the lease loop, event-loop and tasks/get figures per store, and the targets', async () => {
+    const output = await smoke('runningTasks', 150_000);
+    const stores = /^PostgreSQL skipped: /m.test(output) ? ['SQLite'] : ['SQLite', 'PostgreSQL'];
+    for (const store of stores) {
+      const cells = row(output, store);
+      // store, running, 12 timings (n/a when nothing of its kind ran in the window; the least lease left is below zero
+      // when a lease ran out before its renewal), lapses, re-runs, errors
+      expect(cells, `${store} in:\n${output}`).toHaveLength(17);
+      for (const cell of cells.slice(1)) expect(cell, `${store} in:\n${output}`).toMatch(/^(-?\d+(\.\d+)?|n\/a)$/);
+      for (const cell of [cells[1], ...cells.slice(-3)]) expect(cell, `${store} in:\n${output}`).toMatch(NUMBER);
+    }
+    expect(output).toMatch(/^SQLite \d+: 0 lapses, 0 re-runs +\d+, \d+ +(met|NOT MET)$/m);
+    expect(output).toMatch(/^SQLite \d+: event-loop block < 100 ms +\d+ ms +(met|NOT MET)$/m);
+  }, 180_000);
+
+  it('storeGrowth prints tasks/get on an empty and a grown store, and their ratio', async () => {
+    const output = await smoke('storeGrowth', 150_000);
+    for (const label of ['SQLite empty', 'SQLite grown']) {
+      const cells = row(output, label);
+      for (const cell of cells.slice(1, 4)) expect(cell, `${label} in:\n${output}`).toMatch(NUMBER);
+      expect(cells.at(-1), `${label} in:\n${output}`).toBe('0');
+    }
+    expect(output).toMatch(/^SQLite: tasks\/get p99 grown\/empty <= 1\.2 +\d+\.\d\d +(met|NOT MET)$/m);
+    expect(output).toMatch(/^SQLite: seeded in \d+\.\d s, grown store \d+ MiB$/m);
+  }, 180_000);
+
+  it('purgeRate prints creation and purge rates and the backlog, bucket by bucket', async () => {
+    const output = await smoke('purgeRate');
+    const buckets = output.split('\n').filter((l) => /^\d+\s{2,}(\d+|n\/a)\s{2,}/.test(l));
+    expect(buckets.length, output).toBeGreaterThan(1);
+    for (const cell of buckets
+      .at(-1)!
+      .trim()
+      .split(/\s{2,}/))
+      expect(cell, output).toMatch(NUMBER);
+    expect(output).toMatch(/^created \d+ tasks in \d+ s; purge steps \d+, .* errors 0$/m);
+    expect(output).toMatch(
+      /^(backlog flat: last bucket median <= first \+ \d+ .*(met|NOT MET)|backlog flat: run too short.*)$/m,
+    );
   }, 90_000);
 });

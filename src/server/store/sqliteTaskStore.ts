@@ -236,7 +236,8 @@ export class SqliteTaskStore implements TaskStore {
         `UPDATE tasks SET lease_expires_at = ?
          WHERE task_id IN (SELECT value FROM json_each(?))
            AND (fence || ':' || task_id) IN (SELECT value FROM json_each(?))
-           AND lease_owner = ? AND ${OPEN}
+           -- unary +: rows are found by task_id, one step's worth, not by a scan of every open lease of the owner
+           AND +lease_owner = ? AND ${OPEN}
          RETURNING task_id, fence, cancel_requested`,
       ),
       answered: db.prepare(
