@@ -10,8 +10,8 @@ import { Agent, request as httpRequest } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 
+import { wireRequest } from '../test/support/rpc.js';
 import { percentile } from './figures.js';
-import { wireRequest } from './wire.js';
 
 export interface PacedSpec {
   url: string;

@@ -20,10 +20,10 @@ import { PostgresTaskStore, serveTaskServer, SqliteTaskStore, TaskServer, type T
 import pg from 'pg';
 
 import { startPostgres } from '../test/support/postgres.js';
+import { wireRequest } from '../test/support/rpc.js';
 import { fixed, machineLine, median, table } from './figures.js';
 import { runLoad } from './loadGenerator.js';
 import { timedStore } from './storeTimings.js';
-import { wireRequest } from './wire.js';
 
 const { values: flags } = parseArgs({
   options: {

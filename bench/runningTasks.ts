@@ -27,12 +27,12 @@ import { parseArgs } from 'node:util';
 
 import { serveTaskServer, SqliteTaskStore, TaskServer, type TaskStore } from 'closeout/server';
 
+import { wireRequest } from '../test/support/rpc.js';
 import { fixed, machineLine, median, table } from './figures.js';
 import { runLoad } from './loadGenerator.js';
 import { runPacedGets } from './pacedGets.js';
 import { openPostgresStore } from './postgresStore.js';
 import { type StoreCall, timedStore } from './storeTimings.js';
-import { wireRequest } from './wire.js';
 
 /** Resolves once `done()` holds, checking every 50 ms; throws after `timeoutMs`. */
 async function waitFor(done: () => boolean, timeoutMs: number): Promise<void> {
