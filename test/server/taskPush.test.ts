@@ -132,6 +132,16 @@ describe('subscriptions/listen with notifications.taskIds', () => {
     ]);
   });
 
+  it('leaves the SDK’s refusal of a malformed request as it is (the SDK checks it before push serves it)', async () => {
+    server = await start();
+    const mine = await create(server.url, 'asks');
+    const stream = await listen(server.url, [mine], { token: ALICE, headers: { 'mcp-method': 'tools/list' } });
+    await stream.closed();
+    expect(stream.httpStatus).toBe(400);
+    expect(stream.messages[0]?.error?.code).toBe(-32020);
+    expect(server.tasks.push.stats()).toEqual({ streams: 0, taskIds: 0 });
+  });
+
   it('answers -32602 for task ids that are not strings', async () => {
     server = await start();
     const stream = await listen(server.url, ['ok', 42], { token: ALICE });
