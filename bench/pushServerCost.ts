@@ -41,7 +41,7 @@ const positive = (value: string | undefined, fallback: number) => {
 const taskCount = positive(flags.tasks, flags.smoke ? 50 : 10_000);
 const changes = positive(flags.changes, flags.smoke ? 50 : 2000);
 const idleMs = positive(flags['idle-ms'], flags.smoke ? 500 : 10_000);
-const DEADLINE_MS = 120_000;
+const DEADLINE_MS = flags.smoke ? 60_000 : 600_000;
 
 setFlagsFromString('--expose-gc');
 const gc = runInNewContext('gc') as () => void;
