@@ -15,6 +15,7 @@ const BENCHMARKS = [
   'runningTasks',
   'storeGrowth',
   'purgeRate',
+  'pushServerCost',
 ] as const;
 
 for (const name of BENCHMARKS) {

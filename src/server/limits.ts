@@ -30,6 +30,16 @@ export interface TaskLimits {
   maxStepsPerTask: number;
   /** Most bytes one task may store in step results and checkpoint together; a write beyond it throws. */
   maxStepBytesPerTask: number;
+  /**
+   * Most `subscriptions/listen` streams with task notifications one principal may have open on this instance; a
+   * listen beyond it answers -32603 naming the limit.
+   */
+  maxListenStreamsPerPrincipal: number;
+  /**
+   * Most task ids one principal may follow by push on this instance, over all its streams (a task stops counting
+   * once it is terminal); a listen asking for more answers -32603 naming the limit.
+   */
+  maxSubscribedTasksPerPrincipal: number;
 }
 
 export const DEFAULT_LIMITS: Readonly<TaskLimits> = {
@@ -44,6 +54,10 @@ export const DEFAULT_LIMITS: Readonly<TaskLimits> = {
   // a batch of a thousand items with a step each, ten times over
   maxStepsPerTask: 10_000,
   maxStepBytesPerTask: 16 * 1024 * 1024,
+  // one stream per endpoint is what a client needs; a few more leave room for several processes of one principal
+  maxListenStreamsPerPrincipal: 16,
+  // ten times maxOpenTasksPerPrincipal: room for tasks of several instances' principals without unbounded state
+  maxSubscribedTasksPerPrincipal: 10_000,
 };
 
 /** The limits in `options` over the defaults; each must be a positive integer (or Infinity to switch it off). */

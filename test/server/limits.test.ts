@@ -266,6 +266,8 @@ describe('configuration', () => {
       maxStepResultBytes: 262_144,
       maxStepsPerTask: 10_000,
       maxStepBytesPerTask: 16_777_216,
+      maxListenStreamsPerPrincipal: 16,
+      maxSubscribedTasksPerPrincipal: 10_000,
     });
     const store = new SqliteTaskStore(':memory:');
     expect(new TaskServer({ store }).limits).toEqual(DEFAULT_LIMITS);

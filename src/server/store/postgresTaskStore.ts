@@ -11,6 +11,7 @@ import pg from 'pg';
 
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
 import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from '../../statusSql.js';
+import { PostgresListener } from './postgresListener.js';
 import type {
   AwaitedInput,
   InputCapabilities,
@@ -30,7 +31,7 @@ import type {
 } from './taskStore.js';
 import { checkStepLimits, OpenTaskLimitError, StepLimitError, StoredTaskLimitError } from './taskStore.js';
 
-/** The NOTIFY channel; payload `{"taskId": "...", "kind": "input" | "cancel"}`. */
+/** The NOTIFY channel; payload `{"taskId": "...", "kind": "input" | "cancel" | "status"}` (see TaskSignal). */
 export const TASK_SIGNAL_CHANNEL = 'closeout_task_signal';
 
 /** Key of the transaction-scoped advisory lock that serialises migrations across instances ("closeout" in ASCII). */
@@ -41,9 +42,6 @@ const TOMBSTONE_RETENTION_MS = 7 * 24 * 3600_000;
 
 /** The size of one step of a sweep that pages (expiry, purge), when the caller sets none. */
 const SWEEP_PAGE = 500;
-
-const LISTEN_RECONNECT_MIN_MS = 100;
-const LISTEN_RECONNECT_MAX_MS = 5000;
 
 /**
  * Versioned schema: entry i takes the database from version i to i + 1. Never edit an entry once released: its status
@@ -123,6 +121,14 @@ export const MIGRATIONS: readonly string[] = [
    );`,
 ];
 
+/**
+ * The tail of a write whose CTE `changed` returns the ids it changed: one `status` signal per id, in the same
+ * statement, so it is delivered when the write commits and never if it rolls back (for `notifications/tasks` on every
+ * instance). Returns a row per changed task (`task_id`), so rowCount still counts the tasks written.
+ */
+const NOTIFY_STATUS = `SELECT task_id, pg_notify('${TASK_SIGNAL_CHANNEL}',
+  json_build_object('taskId', task_id, 'kind', 'status')::text) FROM changed`;
+
 /** A task row with its inputs, read in one statement so both come from one snapshot. */
 const TASK_WITH_INPUTS = `t.*, (
   SELECT json_agg(json_build_object('key', i.key, 'request', i.request, 'response', i.response,
@@ -155,22 +161,32 @@ const SQL = {
   storedOfPrincipal: `SELECT COUNT(*) AS n FROM (SELECT 1 FROM closeout_tasks WHERE owner = $1 LIMIT $2) s`,
   byIdempotencyKey: `SELECT ${TASK_WITH_INPUTS} FROM closeout_tasks t WHERE t.owner = $1 AND t.idempotency_key = $2`,
   get: `SELECT ${TASK_WITH_INPUTS} FROM closeout_tasks t WHERE t.task_id = $1`,
+  getMany: `SELECT ${TASK_WITH_INPUTS} FROM closeout_tasks t WHERE t.task_id = ANY ($1::text[])`,
   purged: `SELECT 1 FROM closeout_purged_tasks WHERE task_id = $1 AND owner = $2`,
 
   // handler side: every write carries the fence and requires "not yet terminal"
-  setStatusMessage: `UPDATE closeout_tasks SET status_message = $1, last_updated_at = $2
-                     WHERE task_id = $3 AND fence = $4 AND ${OPEN}`,
+  setStatusMessage: `WITH changed AS (
+                       UPDATE closeout_tasks SET status_message = $1, last_updated_at = $2
+                       WHERE task_id = $3 AND fence = $4 AND ${OPEN}
+                       RETURNING task_id
+                     ) ${NOTIFY_STATUS}`,
   // locks the task row: input requests and answers of one task are serialised on it
   lockHeld: `SELECT 1 FROM closeout_tasks WHERE task_id = $1 AND fence = $2 AND ${OPEN} FOR UPDATE`,
   input: `SELECT response FROM closeout_task_inputs WHERE task_id = $1 AND key = $2`,
   insertInput: `INSERT INTO closeout_task_inputs (task_id, key, seq, request, requested_at)
                 VALUES ($1, $2, (SELECT COUNT(*) FROM closeout_task_inputs WHERE task_id = $1), $3, $4)`,
-  toInputRequired: `UPDATE closeout_tasks SET status = ${sqlStatus('input_required')}, last_updated_at = $1
-                    WHERE task_id = $2 AND fence = $3 AND ${OPEN}`,
-  finish: `UPDATE closeout_tasks SET status = $1, result = $2, error = $3,
-             status_message = COALESCE($4, status_message), last_updated_at = $5,
-             lease_owner = NULL, lease_expires_at = NULL
-           WHERE task_id = $6 AND fence = $7 AND ${OPEN}`,
+  toInputRequired: `WITH changed AS (
+                      UPDATE closeout_tasks SET status = ${sqlStatus('input_required')}, last_updated_at = $1
+                      WHERE task_id = $2 AND fence = $3 AND ${OPEN}
+                      RETURNING task_id
+                    ) ${NOTIFY_STATUS}`,
+  finish: `WITH changed AS (
+             UPDATE closeout_tasks SET status = $1, result = $2, error = $3,
+               status_message = COALESCE($4, status_message), last_updated_at = $5,
+               lease_owner = NULL, lease_expires_at = NULL
+             WHERE task_id = $6 AND fence = $7 AND ${OPEN}
+             RETURNING task_id
+           ) ${NOTIFY_STATUS}`,
 
   // steps: written under lockHeld, in the same transaction
   step: `SELECT name, result, committed_at FROM closeout_task_steps WHERE task_id = $1 AND kind = 'step' AND name = $2`,
@@ -246,13 +262,14 @@ const SQL = {
            ), expired AS (
              SELECT task_id, format('Task expired: its TTL of %s ms elapsed before it finished', t.ttl_ms) AS message
              FROM closeout_tasks t JOIN overdue USING (task_id)
-           )
-           UPDATE closeout_tasks t
-           SET status = ${sqlStatus('failed')}, error = json_build_object('code', -32603, 'message', e.message)::text,
-               status_message = e.message, last_updated_at = $1, lease_owner = NULL, lease_expires_at = NULL
-           FROM expired e
-           WHERE t.task_id = e.task_id
-           RETURNING t.task_id`,
+           ), changed AS (
+             UPDATE closeout_tasks t
+             SET status = ${sqlStatus('failed')}, error = json_build_object('code', -32603, 'message', e.message)::text,
+                 status_message = e.message, last_updated_at = $1, lease_owner = NULL, lease_expires_at = NULL
+             FROM expired e
+             WHERE t.task_id = e.task_id
+             RETURNING t.task_id
+           ) ${NOTIFY_STATUS}`,
   // cutoffs compared with the bare columns, so the partial indexes on expires_at and last_updated_at serve them; $4
   // NULL keeps finished tasks without a TTL
   purge: `WITH doomed_ttl AS (
@@ -275,8 +292,6 @@ const SQL = {
   dropTombstones: `DELETE FROM closeout_purged_tasks WHERE task_id IN (
                      SELECT task_id FROM closeout_purged_tasks WHERE purged_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED
                    )`,
-
-  listen: `LISTEN ${TASK_SIGNAL_CHANNEL}`,
 } as const;
 
 /**
@@ -354,13 +369,10 @@ export class PostgresTaskStore implements TaskStore {
    */
   private readonly leasePool: pg.Pool;
   private readonly ownsPool: boolean;
-  private readonly listenConfig: pg.ClientConfig;
   private readonly onError: (error: Error) => void;
   private readonly listeners = new Set<(signal: TaskSignal) => void>();
-  private listenClient: pg.Client | undefined;
-  /** Resolves once LISTEN is active; replaced while reconnecting after a drop. */
-  private listenReady: Promise<void> | undefined;
-  private wakeReconnect: (() => void) | undefined;
+  /** The LISTEN connection of the signal channel (its own module: postgresListener.ts). */
+  private readonly listener: PostgresListener;
   private closed = false;
 
   /**
@@ -398,8 +410,14 @@ export class PostgresTaskStore implements TaskStore {
       application_name: 'closeout leases',
     });
     this.leasePool.on('error', (error) => this.onError(this.wrap('idle lease connection lost', error)));
-    // LISTEN needs a connection of its own, outside the pool; keepAlive notices a peer that vanished
-    this.listenConfig = { ...connection, keepAlive: true, application_name: `${TASK_SIGNAL_CHANNEL} listener` };
+    // LISTEN needs a connection of its own, outside the pool
+    this.listener = new PostgresListener({
+      connection,
+      channel: TASK_SIGNAL_CHANNEL,
+      onPayload: (payload) => this.deliver(payload),
+      onError: (error) => this.onError(error),
+      wrap: (op, error) => this.wrap(op, error),
+    });
   }
 
   /** Connects, brings the schema to the current version, and (unless `listen: false`) starts listening for signals. */
@@ -485,6 +503,14 @@ export class PostgresTaskStore implements TaskStore {
 
   async get(taskId: string): Promise<StoredTask | undefined> {
     return this.guard('get', () => this.read(taskId));
+  }
+
+  async getMany(taskIds: string[]): Promise<StoredTask[]> {
+    if (taskIds.length === 0) return [];
+    return this.guard('getMany', async () => {
+      const { rows } = await this.pool.query<TaskRow>(SQL.getMany, [taskIds]);
+      return rows.map(toTask);
+    });
   }
 
   async wasPurged(taskId: string, principal: string): Promise<boolean> {
@@ -687,73 +713,15 @@ export class PostgresTaskStore implements TaskStore {
   /** Resolves once the LISTEN connection is up, starting it if needed; after a drop it reconnects on its own. */
   listening(): Promise<void> {
     if (this.closed) return Promise.reject(new Error('PostgreSQL task store: closed'));
-    this.listenReady ??= this.connectListener().catch((error: unknown) => {
-      this.listenReady = undefined; // the next call tries again
-      throw this.wrap('listen', error);
-    });
-    return this.listenReady;
+    return this.listener.listening();
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    this.wakeReconnect?.();
-    const client = this.listenClient;
-    this.listenClient = undefined;
-    await client?.end().catch(() => {});
+    await this.listener.close();
     await this.leasePool.end();
     if (this.ownsPool) await this.pool.end();
-  }
-
-  private async connectListener(): Promise<void> {
-    const client = new pg.Client(this.listenConfig);
-    client.on('notification', (message) => this.deliver(message.payload));
-    // an 'error' (server gone, connection reset) is followed by 'end'; both mean: reconnect
-    client.on('error', (error) => this.listenerLost(client, error));
-    client.on('end', () => this.listenerLost(client, new Error('LISTEN connection ended')));
-    try {
-      await client.connect();
-      await client.query(SQL.listen);
-    } catch (error) {
-      await client.end().catch(() => {});
-      throw error;
-    }
-    if (this.closed) {
-      await client.end().catch(() => {});
-      return;
-    }
-    this.listenClient = client;
-  }
-
-  private listenerLost(client: pg.Client, error: Error): void {
-    if (this.listenClient !== client) return; // already handled, or closing
-    this.listenClient = undefined;
-    client.end().catch(() => {});
-    if (this.closed) return;
-    this.onError(this.wrap('LISTEN connection lost, reconnecting', error));
-    this.listenReady = this.reconnectListener();
-  }
-
-  /** Retries with a doubling delay until connected or closed; resolves then. */
-  private async reconnectListener(): Promise<void> {
-    for (let delay = LISTEN_RECONNECT_MIN_MS; !this.closed; delay = Math.min(delay * 2, LISTEN_RECONNECT_MAX_MS)) {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, delay);
-        timer.unref();
-        this.wakeReconnect = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-      this.wakeReconnect = undefined;
-      if (this.closed) break;
-      try {
-        await this.connectListener();
-        return;
-      } catch (error) {
-        this.onError(this.wrap('LISTEN reconnect failed', error));
-      }
-    }
   }
 
   private deliver(payload: string | undefined): void {
@@ -887,8 +855,11 @@ function parseSignal(payload: string | undefined): TaskSignal | undefined {
   if (payload === undefined) return undefined;
   try {
     const value = JSON.parse(payload) as { taskId?: unknown; kind?: unknown };
-    if (typeof value.taskId !== 'string' || (value.kind !== 'input' && value.kind !== 'cancel')) return undefined;
-    return { taskId: value.taskId, kind: value.kind };
+    const kind = value.kind;
+    if (typeof value.taskId !== 'string' || (kind !== 'input' && kind !== 'cancel' && kind !== 'status')) {
+      return undefined;
+    }
+    return { taskId: value.taskId, kind };
   } catch {
     return undefined;
   }

@@ -353,6 +353,11 @@ export class SqliteTaskStore implements TaskStore {
     return this.read(taskId);
   }
 
+  async getMany(taskIds: string[]): Promise<StoredTask[]> {
+    // one read transaction: every task from one snapshot
+    return this.db.transaction(() => taskIds.flatMap((taskId) => this.read(taskId) ?? []))();
+  }
+
   async wasPurged(taskId: string, principal: string): Promise<boolean> {
     return this.stmt.purged.get(taskId, principal) !== undefined;
   }
