@@ -10,6 +10,7 @@
 import pg from 'pg';
 
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import type { TraceCarrier } from '../../protocol/traceContext.js';
 import type {
   AwaitedInput,
   InputCapabilities,
@@ -101,6 +102,8 @@ const MIGRATIONS: readonly string[] = [
      WHERE status IN ('completed','failed','cancelled') AND expires_at IS NULL;`,
   // the per-principal stored-task limit counts a principal's tasks, open and finished, on every tools/call
   `CREATE INDEX closeout_tasks_owner ON closeout_tasks (owner);`,
+  // the W3C trace context of the creating tools/call (JSON text; NULL without one), so every run joins its trace
+  `ALTER TABLE closeout_tasks ADD COLUMN trace_context TEXT;`,
 ];
 
 const OPEN = `status IN ('working','input_required')`;
@@ -127,8 +130,8 @@ const SQL = {
   // the winner's commit)
   insert: `INSERT INTO closeout_tasks (task_id, owner, tool_name, arguments, status, status_message, created_at,
              last_updated_at, ttl_ms, expires_at, poll_interval_ms, resumable, idempotency_key, lease_owner,
-             lease_expires_at, input_capabilities)
-           VALUES ($1, $2, $3, $4, 'working', $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+             lease_expires_at, input_capabilities, trace_context)
+           VALUES ($1, $2, $3, $4, 'working', $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
            ON CONFLICT DO NOTHING
            RETURNING *`,
   // the open-task limit: count and insert under one per-owner lock, so concurrent creates cannot both squeeze in
@@ -271,6 +274,7 @@ interface TaskRow {
   fence: number;
   attempt: number;
   input_capabilities: string | null;
+  trace_context: string | null;
   /** Absent from RETURNING of a fresh insert: a new task has no inputs. */
   inputs?: InputRow[] | null;
 }
@@ -436,6 +440,7 @@ export class PostgresTaskStore implements TaskStore {
       task.leaseOwner,
       task.leaseExpiresAt,
       task.inputCapabilities === undefined ? null : JSON.stringify(task.inputCapabilities),
+      task.traceContext === undefined ? null : JSON.stringify(task.traceContext),
     ]);
     if (inserted.rows[0]) return { task: toTask(inserted.rows[0]), created: true };
     const existing = await this.byIdempotencyKey(db, task);
@@ -766,6 +771,7 @@ function toTask(row: TaskRow): StoredTask {
     inputs,
     inputCapabilities:
       row.input_capabilities === null ? undefined : (JSON.parse(row.input_capabilities) as InputCapabilities),
+    traceContext: row.trace_context === null ? undefined : (JSON.parse(row.trace_context) as TraceCarrier),
   };
 }
 

@@ -5,6 +5,7 @@
 import type Database from 'better-sqlite3';
 
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import type { TraceCarrier } from '../../protocol/traceContext.js';
 import type { Checkpointer } from '../../sqliteCheckpointer.js';
 import { startCheckpointer } from '../../sqliteCheckpointer.js';
 import { openSqliteFile } from '../../sqliteFile.js';
@@ -78,6 +79,8 @@ const MIGRATIONS: readonly string[] = [
      WHERE status IN ('completed','failed','cancelled') AND expires_at IS NULL;`,
   // the per-principal stored-task limit counts a principal's tasks, open and finished, on every tools/call
   `CREATE INDEX tasks_owner ON tasks (owner);`,
+  // the W3C trace context of the creating tools/call (JSON text; NULL without one), so every run joins its trace
+  `ALTER TABLE tasks ADD COLUMN trace_context TEXT;`,
 ];
 
 /** The task store schema version this build writes. */
@@ -115,6 +118,7 @@ interface TaskRow {
   fence: number;
   attempt: number;
   input_capabilities: string | null;
+  trace_context: string | null;
 }
 
 interface InputRow {
@@ -161,10 +165,10 @@ export class SqliteTaskStore implements TaskStore {
       insert: db.prepare(
         `INSERT INTO tasks (task_id, owner, tool_name, arguments, status, status_message, created_at, last_updated_at,
            ttl_ms, expires_at, poll_interval_ms, resumable, idempotency_key, lease_owner, lease_expires_at,
-           input_capabilities)
+           input_capabilities, trace_context)
          VALUES (@taskId, @owner, @toolName, @arguments, 'working', @statusMessage, @createdAt, @createdAt,
            @ttlMs, @expiresAt, @pollIntervalMs, @resumable, @idempotencyKey, @leaseOwner, @leaseExpiresAt,
-           @inputCapabilities)
+           @inputCapabilities, @traceContext)
          ON CONFLICT DO NOTHING`,
       ),
       byIdempotencyKey: db.prepare(`SELECT * FROM tasks WHERE owner = ? AND idempotency_key = ?`),
@@ -293,6 +297,7 @@ export class SqliteTaskStore implements TaskStore {
           leaseOwner: task.leaseOwner,
           leaseExpiresAt: task.leaseExpiresAt,
           inputCapabilities: task.inputCapabilities === undefined ? null : JSON.stringify(task.inputCapabilities),
+          traceContext: task.traceContext === undefined ? null : JSON.stringify(task.traceContext),
         });
         // the row is exactly what was just inserted: built, not read back (two statements fewer on every create)
         if (info.changes === 1) return { task: insertedTask(task, argumentsJson), created: true };
@@ -525,6 +530,7 @@ export class SqliteTaskStore implements TaskStore {
       inputs,
       inputCapabilities:
         row.input_capabilities === null ? undefined : (JSON.parse(row.input_capabilities) as InputCapabilities),
+      traceContext: row.trace_context === null ? undefined : (JSON.parse(row.trace_context) as TraceCarrier),
     };
   }
 }
@@ -554,5 +560,6 @@ function insertedTask(task: NewTask, argumentsJson: string): StoredTask {
     attempt: 1,
     inputs: [],
     inputCapabilities: task.inputCapabilities,
+    traceContext: task.traceContext,
   };
 }
