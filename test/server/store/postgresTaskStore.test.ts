@@ -81,9 +81,9 @@ describe('PostgresTaskStore across instances', () => {
     const versions = await admin.query<{ version: number }>(
       'SELECT version FROM closeout_schema_version ORDER BY version',
     );
-    expect(versions.rows).toEqual([1, 2, 3, 4, 5].map((version) => ({ version })));
+    expect(versions.rows).toEqual([1, 2, 3, 4, 5, 6].map((version) => ({ version })));
     await openStore({ listen: false });
-    expect((await admin.query('SELECT version FROM closeout_schema_version')).rowCount).toBe(5);
+    expect((await admin.query('SELECT version FROM closeout_schema_version')).rowCount).toBe(6);
   });
 
   it('turns two concurrent creates with one idempotency key on two instances into one task', async () => {
