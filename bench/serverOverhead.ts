@@ -11,19 +11,28 @@
  *          not in the store's background worker: what the worker buys;
  *   f.b    (b) on a SQLite store with `synchronous: 'normal'` (commits not synced to disk one by one): what the
  *          default's power-loss durability (every commit fsynced, DESIGN.md rule 4) costs.
+ *   g.b    (b) with the OpenTelemetry SDK recording every span and metric (README.md, "Observability"); (b) itself
+ *          runs with no SDK registered, telemetry off; g.c  likewise for (c).
  * Every scenario runs once per round, in an order rotated each round; the table shows medians over rounds, and each
  * ratio is the median of the ratios measured within one round (the machine is noisy; both sides of a ratio saw the
  * same noise). Targets: b/a >= 0.7 and c/a >= 0.9 in throughput.
  *
  *   node dist/bench/bench/serverOverhead.js [--smoke] [--rounds 5] [--requests 3000] [--concurrency 16]
- *     [--only floor,a,b,c,d.b,d.c,e.b,f.b] [--skip-postgres]
+ *     [--only floor,a,b,c,d.b,d.c,e.b,f.b,g.b,g.c] [--skip-postgres]
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 
-import { SqliteTaskStore, type TaskStore } from 'closeout/server';
+import {
+  AggregationTemporality,
+  InMemoryMetricExporter,
+  MeterProvider,
+  PeriodicExportingMetricReader,
+} from '@opentelemetry/sdk-metrics';
+import { BasicTracerProvider, BatchSpanProcessor } from '@opentelemetry/sdk-trace-base';
+import { SqliteTaskStore, type TaskServerOptions, type TaskStore } from 'closeout/server';
 
 import { type WireRequest, wireRequest } from '../test/support/rpc.js';
 import { fixed, machineLine, median, table } from './figures.js';
@@ -100,8 +109,13 @@ try {
     expect: '"text":"hello"',
   });
 
-  const addCloseout = async (prefix: '' | 'd.' | 'e.' | 'f.', storeName: string, store: TaskStore) => {
-    const server = await startCloseoutServer(store);
+  const addCloseout = async (
+    prefix: '' | 'd.' | 'e.' | 'f.' | 'g.',
+    storeName: string,
+    store: TaskStore,
+    telemetry?: TaskServerOptions['telemetry'],
+  ) => {
+    const server = await startCloseoutServer(store, telemetry);
     cleanups.push(async () => {
       await server.close();
       if (server.errors.length > 0)
@@ -145,6 +159,26 @@ try {
     const unsynced = new SqliteTaskStore(join(dir, 'tasks-normal.db'), { synchronous: 'normal' });
     cleanups.push(() => unsynced.close());
     await addCloseout('f.', "SQLite, synchronous 'normal'", unsynced);
+  }
+
+  if (wanted('g.b') || wanted('g.c')) {
+    // telemetry on: an SDK that records every span (batched to an exporter that drops them) and every metric
+    const exporter = {
+      export: (_spans: unknown[], done: (r: { code: 0 }) => void) => done({ code: 0 }),
+      shutdown: async () => {},
+    };
+    const tracerProvider = new BasicTracerProvider({ spanProcessors: [new BatchSpanProcessor(exporter)] });
+    const reader = new PeriodicExportingMetricReader({
+      exporter: new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE),
+      exportIntervalMillis: 1000,
+    });
+    const meterProvider = new MeterProvider({ readers: [reader] });
+    cleanups.push(async () => {
+      await Promise.all([tracerProvider.shutdown(), meterProvider.shutdown()]);
+    });
+    const traced = new SqliteTaskStore(join(dir, 'tasks-traced.db'));
+    cleanups.push(() => traced.close());
+    await addCloseout('g.', 'SQLite, telemetry on', traced, { tracerProvider, meterProvider });
   }
 
   let postgresNote: string | undefined;
@@ -211,6 +245,8 @@ try {
     ['e.b/a', 'e.b', 'a', undefined],
     ['f.b/a', 'f.b', 'a', undefined],
     ['b/f.b', 'b', 'f.b', undefined],
+    ['g.b/b', 'g.b', 'b', undefined],
+    ['g.c/c', 'g.c', 'c', undefined],
     ['a/floor', 'a', 'floor', undefined],
   ];
   console.log('');

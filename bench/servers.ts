@@ -7,7 +7,7 @@ import type { AddressInfo } from 'node:net';
 
 import { toNodeHandler } from '@modelcontextprotocol/node';
 import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
-import { serveTaskServer, TaskServer, type TaskStore } from 'closeout/server';
+import { serveTaskServer, TaskServer, type TaskServerOptions, type TaskStore } from 'closeout/server';
 import * as z from 'zod/v4';
 
 export interface RunningServer {
@@ -77,9 +77,10 @@ export async function startFloorServer(responseBody: string, contentType: string
 /** (b), (c): Closeout over `store`, serving `echo` as an optional task tool and `hold`. */
 export async function startCloseoutServer(
   store: TaskStore,
+  telemetry?: TaskServerOptions['telemetry'],
 ): Promise<RunningServer & { tasks: TaskServer; errors: Error[] }> {
   const errors: Error[] = [];
-  const tasks = new TaskServer({ store, onError: (error) => errors.push(error) });
+  const tasks = new TaskServer({ store, onError: (error) => errors.push(error), ...(telemetry && { telemetry }) });
   tasks.registerTool(ECHO_TOOL, { inputSchema: EchoArgsSchema, task: { support: 'optional' } }, echo);
   tasks.registerTool(
     HOLD_TOOL,

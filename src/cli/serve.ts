@@ -15,6 +15,7 @@ import { openTaskStore, serveTaskServer, TaskServer } from '../server/index.js';
 import { parsePort, parsePositiveInt } from './arguments.js';
 import { CliError } from './cliError.js';
 import { describeServerError } from './doctorProbe.js';
+import { type MetricsEndpoint, serveMetrics } from './metricsEndpoint.js';
 
 interface ServeFlags {
   port: number;
@@ -26,6 +27,8 @@ interface ServeFlags {
   retentionMs: number;
   unlimitedRetentionMs: number;
   sqliteSynchronous?: 'full' | 'normal';
+  metricsPort?: number;
+  metricsHost: string;
 }
 
 export function registerServe(program: Command): void {
@@ -64,14 +67,23 @@ export function registerServe(program: Command): void {
         .choices(['full', 'normal'])
         .env('CLOSEOUT_SQLITE_SYNCHRONOUS'),
     )
+    .option(
+      '--metrics-port <port>',
+      'serve metrics in the Prometheus text format at GET /metrics (0: a free port)',
+      parsePort,
+    )
+    .option('--metrics-host <host>', 'interface the metrics listen on', '127.0.0.1')
     .action(async (flags: ServeFlags) => {
       if (flags.sqliteSynchronous !== undefined && /^postgres(ql)?:\/\//i.test(flags.store)) {
         throw new CliError('--sqlite-synchronous applies to a SQLite store only, not to a postgres:// URL');
       }
       assertStoreFolder(flags.store);
+      const metricsEndpoint: MetricsEndpoint | undefined =
+        flags.metricsPort === undefined ? undefined : await serveMetrics(flags.metricsPort, flags.metricsHost);
       const store = await openTaskStore(flags.store, { synchronous: flags.sqliteSynchronous });
       const tasks = new TaskServer({
         store,
+        ...(metricsEndpoint && { telemetry: { meterProvider: metricsEndpoint.meterProvider } }),
         leaseMs: flags.leaseMs,
         retentionMs: flags.retentionMs,
         unlimitedRetentionMs: flags.unlimitedRetentionMs,
@@ -94,18 +106,21 @@ export function registerServe(program: Command): void {
         });
       } catch (error) {
         await store.close();
+        await metricsEndpoint?.close();
         const code = (error as NodeJS.ErrnoException).code;
         if (code === 'EADDRINUSE')
           throw new CliError(`port ${flags.port} is in use: pass --port with a free port (or 0)`);
         throw error;
       }
       process.stdout.write(`${serving.url}\n`);
+      if (metricsEndpoint) console.error(`closeout serve: metrics at ${metricsEndpoint.url}`);
       console.error(
         `closeout serve: ${flags.tools} tools, store ${describeStoreLocation(flags.store)}, instance ${tasks.instanceId}`,
       );
       const stop = async () => {
         await serving.close();
         await store.close();
+        await metricsEndpoint?.close();
         process.exit(0);
       };
       process.once('SIGINT', () => void stop());

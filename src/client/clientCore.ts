@@ -13,6 +13,7 @@ import type { SchedulerClock } from './scheduler.js';
 import { STEADY_CLOCK, SYSTEM_CLOCK } from './scheduler.js';
 import type { TaskClientEvent, TaskClientOptions } from './taskClient.js';
 import type { TaskHandle } from './taskHandle.js';
+import { ClientTelemetry } from './telemetry.js';
 
 const DEFAULT_LEASE_MS = 30_000;
 const DEFAULT_REQUEST_TIMEOUT_MS = 60_000;
@@ -40,6 +41,9 @@ export class ClientCore {
   closed = false;
   private ledgerKeys: Promise<{ secret: Uint8Array; credential: string }> | undefined;
 
+  /** @internal spans and metrics of this client (telemetry.ts) */
+  readonly telemetry: ClientTelemetry;
+
   constructor(readonly options: TaskClientOptions) {
     this.client = options.client;
     this.ledger = options.ledger;
@@ -52,6 +56,7 @@ export class ClientCore {
     this.requestTimeoutMs = options.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS;
     this.ttlGraceMs = options.ttlGraceMs ?? 300_000;
     this.storagePatienceMs = options.storagePatienceMs ?? DEFAULT_STORAGE_PATIENCE_MS;
+    this.telemetry = new ClientTelemetry(options.telemetry ?? {}, options.ledger, options.endpoint);
   }
 
   assertOpen(): void {
@@ -119,6 +124,7 @@ export class ClientCore {
   }
 
   emit(event: TaskClientEvent): void {
+    if (event.type === 'closed') this.telemetry.closedOut(event.record, this.clock.now());
     try {
       this.options.onEvent?.(event);
     } catch {

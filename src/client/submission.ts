@@ -192,11 +192,23 @@ export class Submission {
       result = (await callThroughInputRounds({
         params: { name: record.toolName, arguments: record.arguments, _meta: meta },
         send: (params) =>
-          core.client.callTool(params as CallToolRequest['params'], {
-            timeout: core.requestTimeoutMs,
-            allowInputRequired: true,
-            ...(signal ? { signal } : {}),
-          }),
+          core.telemetry.request(
+            'tools/call',
+            { 'gen_ai.tool.name': record.toolName },
+            meta,
+            () =>
+              core.client.callTool(params as CallToolRequest['params'], {
+                timeout: core.requestTimeoutMs,
+                allowInputRequired: true,
+                ...(signal ? { signal } : {}),
+              }),
+            // a CreateTaskResult arrives as the carrier error: an answer, and the task's trace from now on
+            (error, span) => {
+              const taskId = carrier.extract(error)?.['taskId'];
+              if (typeof taskId === 'string') core.telemetry.taskCreated(taskId, span);
+              return taskId !== undefined;
+            },
+          ),
         fulfil: (inputRequests) => this.inputs.fulfil(record, inputRequests, signal),
         signal,
       })) as CallToolResult;

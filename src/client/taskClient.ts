@@ -28,6 +28,7 @@ import type { PollPolicy, SchedulerClock } from './scheduler.js';
 import { Submission } from './submission.js';
 import { TaskHandle } from './taskHandle.js';
 import { TaskRequests } from './taskRequests.js';
+import type { ClientTelemetryOptions } from './telemetry.js';
 
 export interface TaskClientOptions {
   /** An SDK client, connected or not; its transport is instrumented by `sdkGlue` when the TaskClient uses it. */
@@ -83,6 +84,8 @@ export interface TaskClientOptions {
   reconnect?: (() => Promise<void>) | undefined;
   /** Told about every change the client records; never awaited, errors ignored. */
   onEvent?: ((event: TaskClientEvent) => void) | undefined;
+  /** Where traces and metrics go (README.md, "Observability"). Default: the OpenTelemetry API's global providers. */
+  telemetry?: ClientTelemetryOptions | undefined;
 }
 
 export type TaskClientEvent =
@@ -149,7 +152,7 @@ export class TaskClient {
     this.inputs = new InputRouter({
       ledger: core.ledger,
       owner: core.owner,
-      handlers: options.inputHandlers ?? {},
+      handlers: core.telemetry.traceHandlers(options.inputHandlers ?? {}),
       now: () => core.clock.now(),
       sendUpdate: (taskId, inputResponses) => requests.send(TASK_METHODS.update, { taskId, inputResponses }),
       recordError: (recordId, error) => core.recordError(recordId, error),

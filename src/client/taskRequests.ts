@@ -45,10 +45,11 @@ export class TaskRequests {
   async getTask(taskId: string, known?: KnownTaskState): Promise<TaskQuery> {
     let raw: unknown;
     try {
-      raw = await this.core.client.request(
-        { method: TASK_METHODS.get, params: { taskId, _meta: this.tasksMeta() } },
-        JsonObjectSchema,
-        { timeout: this.core.requestTimeoutMs },
+      const meta = this.tasksMeta();
+      raw = await this.core.telemetry.request(TASK_METHODS.get, { 'closeout.task.id': taskId }, meta, () =>
+        this.core.client.request({ method: TASK_METHODS.get, params: { taskId, _meta: meta } }, JsonObjectSchema, {
+          timeout: this.core.requestTimeoutMs,
+        }),
       );
     } catch (error) {
       return { kind: 'unanswered', error };
@@ -66,9 +67,17 @@ export class TaskRequests {
 
   /** tasks/update and tasks/cancel: the SDK sets `Mcp-Name: <taskId>` for them (pinned in sdkGlue.test.ts). */
   async send(method: string, params: Record<string, unknown>): Promise<void> {
-    await this.core.client.request({ method, params: { ...params, _meta: this.tasksMeta() } }, EmptyResultSchema, {
-      timeout: this.core.requestTimeoutMs,
-    });
+    const meta = this.tasksMeta();
+    const taskId = params['taskId'];
+    await this.core.telemetry.request(
+      method,
+      typeof taskId === 'string' ? { 'closeout.task.id': taskId } : {},
+      meta,
+      () =>
+        this.core.client.request({ method, params: { ...params, _meta: meta } }, EmptyResultSchema, {
+          timeout: this.core.requestTimeoutMs,
+        }),
+    );
   }
 
   /** `_meta` of every task request: the extension declared on this request only (S1), with the handlers' caps. */

@@ -7,6 +7,7 @@
  */
 import type { AuthInfo, McpServer, ServerContext } from '@modelcontextprotocol/server';
 import { MissingRequiredClientCapabilityError, ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
+import type { Span } from '@opentelemetry/api';
 import * as z from 'zod/v4';
 
 import type { InputResponse, JsonObject } from '../protocol/index.js';
@@ -25,6 +26,7 @@ import {
 } from '../protocol/index.js';
 import { inputCapabilitiesOf } from './inputCapabilities.js';
 import type { RegisteredTaskTool, TaskServer } from './taskServer.js';
+import { ATTR, carrierOfSpan } from './telemetry.js';
 
 /** Resolves the caller's principal for a request; tasks are bound to it. */
 export type PrincipalResolver = (request: { authInfo: AuthInfo | undefined }) => string;
@@ -87,7 +89,25 @@ export function attachTasks(mcp: McpServer, tasks: TaskServer, options: AttachOp
   if (typeof sdkToolsCall !== 'function') {
     throw new Error('closeout: the SDK no longer stores a tools/call handler where sdkGlue expects it');
   }
-  internals._requestHandlers.set('tools/call', async (request, ctx) => {
+  // every tools/call, task or not, is a span continuing the caller's trace and counts in the request metric
+  internals._requestHandlers.set('tools/call', (request, ctx) => {
+    const name = request.params?.['name'];
+    const attributes = {
+      [ATTR.operationName]: 'execute_tool',
+      ...(typeof name === 'string' && { [ATTR.toolName]: name.slice(0, 256) }),
+    };
+    return tasks.telemetry.request('tools/call', request.params?.['_meta'], attributes, async (span) => {
+      const task = await toolsCall(request, ctx, span);
+      const taskId = (task as { resultType?: unknown; taskId?: unknown } | undefined)?.taskId;
+      if (typeof taskId === 'string') span.setAttribute(ATTR.taskId, taskId);
+      return task;
+    });
+  });
+  const toolsCall = async (
+    request: { method: string; params?: Record<string, unknown> },
+    ctx: ServerContext,
+    span: Span,
+  ): Promise<unknown> => {
     const name = request.params?.['name'];
     const tool = typeof name === 'string' ? tasks.tool(name) : undefined;
     if (!tool || tool.support === 'never') return sdkToolsCall(request, ctx);
@@ -101,8 +121,8 @@ export function attachTasks(mcp: McpServer, tasks: TaskServer, options: AttachOp
       }
       return sdkToolsCall(request, ctx);
     }
-    return callAsTask(tasks, tool, request.params ?? {}, ctx, principal(ctx));
-  });
+    return callAsTask(tasks, tool, request.params ?? {}, ctx, principal(ctx), span);
+  };
 
   registerTaskMethods(mcp, tasks, principal);
 }
@@ -123,26 +143,32 @@ function registerTaskMethods(mcp: McpServer, tasks: TaskServer, principal: (ctx:
     TASK_METHODS.get,
     { params: GetTaskParamsSchema, result: GetTaskResultSchema },
     async (params, ctx) => {
-      guard(ctx);
-      return tasks.getTask(params.taskId, principal(ctx));
+      return tasks.telemetry.request(TASK_METHODS.get, params._meta, { [ATTR.taskId]: params.taskId }, async () => {
+        guard(ctx);
+        return tasks.getTask(params.taskId, principal(ctx));
+      });
     },
   );
   mcp.server.setRequestHandler(
     TASK_METHODS.update,
     { params: UpdateTaskParamsSchema, result: EmptyResultSchema },
     async (params, ctx) => {
-      guard(ctx);
-      await tasks.updateTask(params.taskId, principal(ctx), inputResponsesOf(params.inputResponses, ctx));
-      return {};
+      return tasks.telemetry.request(TASK_METHODS.update, params._meta, { [ATTR.taskId]: params.taskId }, async () => {
+        guard(ctx);
+        await tasks.updateTask(params.taskId, principal(ctx), inputResponsesOf(params.inputResponses, ctx));
+        return {};
+      });
     },
   );
   mcp.server.setRequestHandler(
     TASK_METHODS.cancel,
     { params: CancelTaskParamsSchema, result: EmptyResultSchema },
     async (params, ctx) => {
-      guard(ctx);
-      await tasks.cancelTask(params.taskId, principal(ctx));
-      return {};
+      return tasks.telemetry.request(TASK_METHODS.cancel, params._meta, { [ATTR.taskId]: params.taskId }, async () => {
+        guard(ctx);
+        await tasks.cancelTask(params.taskId, principal(ctx));
+        return {};
+      });
     },
   );
 }
@@ -175,6 +201,7 @@ async function callAsTask(
   params: Record<string, unknown>,
   ctx: ServerContext,
   principal: string,
+  span: Span,
 ): Promise<unknown> {
   const rawArgs = params['arguments'] ?? {};
   if (typeof rawArgs !== 'object' || rawArgs === null || Array.isArray(rawArgs)) {
@@ -206,7 +233,15 @@ async function callAsTask(
     if (isInputRequired(prepared)) return prepared;
     args = prepared as JsonObject;
   }
-  return tasks.createTask(tool, args, principal, idempotencyKey, inputCapabilitiesOf(clientCapabilitiesOf(ctx)));
+  // the task keeps the trace context of this tools/call: every run of its handler joins the caller's trace
+  return tasks.createTask(
+    tool,
+    args,
+    principal,
+    idempotencyKey,
+    inputCapabilitiesOf(clientCapabilitiesOf(ctx)),
+    carrierOfSpan(span),
+  );
 }
 
 function isInputRequired(value: unknown): boolean {

@@ -18,6 +18,7 @@ import type {
   JsonRpcError,
 } from '../protocol/index.js';
 import { canonicalJson, ErrorCode, InputKeySchema, InputRequestSchema, isTerminalStatus } from '../protocol/index.js';
+import type { TraceCarrier } from '../protocol/traceContext.js';
 import { DurableSteps } from './durableSteps.js';
 import { undeclaredInput } from './inputCapabilities.js';
 import { describeRefusal, measureJson, resolveLimits, type TaskLimits } from './limits.js';
@@ -43,6 +44,7 @@ import type {
   ToolArgs,
 } from './taskTool.js';
 import { InputNotDeclaredError, TaskAbortedError } from './taskTool.js';
+import { type RunView, ServerTelemetry, type TelemetryOptions } from './telemetry.js';
 
 const HOUR_MS = 3_600_000;
 
@@ -70,6 +72,8 @@ export interface TaskServerOptions extends Partial<TaskLimits> {
   push?: TaskPushOptions;
   /** The clock, for tests. */
   now?: () => number;
+  /** Where traces and metrics go (README.md, "Observability"). Default: the OpenTelemetry API's global providers. */
+  telemetry?: TelemetryOptions;
 }
 
 export interface RegisteredTaskTool {
@@ -123,6 +127,8 @@ export class TaskServer {
   readonly limits: TaskLimits;
   /** `notifications/tasks` over `subscriptions/listen` (taskPush.ts); http.ts serves its streams. */
   readonly push: TaskPush;
+  /** @internal the spans and metrics of this server (telemetry.ts) */
+  readonly telemetry: ServerTelemetry;
   private readonly tools = new Map<string, RegisteredTaskTool>();
   private readonly running = new Map<string, RunningTask>();
   /**
@@ -154,14 +160,15 @@ export class TaskServer {
   private closed = false;
 
   constructor(options: TaskServerOptions) {
-    this.store = options.store;
+    this.instanceId = options.instanceId ?? newLeaseOwner();
+    this.telemetry = new ServerTelemetry(options.telemetry ?? {}, () => runViews(this.running));
+    this.store = this.telemetry.instrumentStore(options.store);
     this.limits = resolveLimits(options);
     this.leaseMs = options.leaseMs ?? 10_000;
     this.sweepIntervalMs = options.sweepIntervalMs ?? Math.max(50, Math.floor(this.leaseMs / 3));
     this.retentionMs = options.retentionMs ?? HOUR_MS;
     this.unlimitedRetentionMs = options.unlimitedRetentionMs ?? 7 * 24 * HOUR_MS;
     this.cancelGraceMs = options.cancelGraceMs ?? 5000;
-    this.instanceId = options.instanceId ?? newLeaseOwner();
     this.onError = options.onError ?? ((error) => console.error(`[closeout] ${error.message}`));
     this.now = options.now ?? Date.now;
     this.push = new TaskPush(this, this.limits, options.push ?? {}, this.report);
@@ -259,6 +266,8 @@ export class TaskServer {
     idempotencyKey: string | undefined,
     /** What the creating request declared; kept with the task so `ctx.input()` asks only for those (rule 6). */
     inputCapabilities?: InputCapabilities,
+    /** The trace context of the creating `tools/call`; every run of the task joins that trace. */
+    traceContext?: TraceCarrier,
   ): Promise<CreateTaskResult> {
     const measured = measureJson(args, this.limits.maxArgumentsBytes, this.limits.maxJsonDepth);
     if (!measured.ok) {
@@ -286,6 +295,7 @@ export class TaskServer {
           resumable: tool.resumable,
           idempotencyKey,
           inputCapabilities,
+          traceContext,
           leaseOwner: this.instanceId,
           leaseExpiresAt: now + this.leaseMs,
           ...(this.limits.maxOpenTasksPerPrincipal !== Infinity && {
@@ -524,6 +534,7 @@ export class TaskServer {
         throw new TaskAbortedError('lease-lost');
       },
     });
+    const traced = this.telemetry.run(task);
     const ctx: TaskContext = {
       taskId: task.taskId,
       signal: controller.signal,
@@ -534,24 +545,27 @@ export class TaskServer {
       // a status message is advice: a store that cannot take it now must not fail the task (the next one will land)
       status: async (message) => {
         if (run.ending || controller.signal.aborted) return;
+        traced.statusMessage(String(message));
         const stored = await this.store
           .setStatusMessage(lease, String(message), this.now())
           .catch((error: unknown) => this.reportRepeated(error));
         if (stored) this.changed(lease.taskId);
       },
-      input: (key, request) => this.input(run, key, request),
+      input: (key, request) => traced.input(key, () => this.input(run, key, request)),
     };
     run.start = () => {
       run.settled = (async () => {
         let outcome: TerminalOutcome | undefined;
         try {
-          const result = await tool.handler(task.arguments, ctx);
+          const result = await traced.within(() => tool.handler(task.arguments, ctx));
           outcome = this.withinResultLimit(tool.name, toCompleted(tool.name, result));
         } catch (error) {
           outcome = this.withinResultLimit(tool.name, this.outcomeOfThrow(tool.name, controller.signal, error));
         }
-        if (run.ending) return; // the cancel grace ran out and wrote `cancelled` already
+        // the cancel grace ran out and wrote `cancelled` already
+        if (run.ending) return traced.ended({ status: 'cancelled' }, this.now());
         await this.end(run, outcome);
+        traced.ended(outcome, this.now());
       })();
     };
     return run;
@@ -831,6 +845,7 @@ export class TaskServer {
           // field", 3 and 9)
           ownRun.lease.fence = task.fence;
           this.begin(ownRun);
+          this.telemetry.leaseTakeover(task.toolName, 'continued');
         } else if (task.cancelRequested) {
           const finished = await this.store.finish(
             lease,
@@ -838,8 +853,10 @@ export class TaskServer {
             now,
           );
           if (finished) this.changed(task.taskId);
+          this.telemetry.leaseTakeover(task.toolName, 'cancelled');
         } else if (tool?.resumable && task.resumable) {
           this.launchWhileHeld(tool, task);
+          this.telemetry.leaseTakeover(task.toolName, 'rerun');
         } else {
           const message = tool
             ? INTERRUPTED_MESSAGE
@@ -850,6 +867,7 @@ export class TaskServer {
             now,
           );
           if (finished) this.changed(task.taskId);
+          this.telemetry.leaseTakeover(task.toolName, 'interrupted');
         }
       }
       if (claimed.length < 100 || this.closed || this.now() - tickStartedAt > this.leaseMs / 3) return;
@@ -931,6 +949,11 @@ export class TaskServer {
 
 function errorMessage(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
+}
+
+/** The runs as the open-tasks gauge counts them (read only when a metrics reader collects). */
+function* runViews(running: Map<string, RunningTask>): Iterable<RunView> {
+  for (const run of running.values()) yield { toolName: run.toolName, waitingForInput: run.waiters.size > 0 };
 }
 
 function sleep(ms: number): Promise<void> {

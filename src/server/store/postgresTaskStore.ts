@@ -10,6 +10,7 @@
 import pg from 'pg';
 
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import type { TraceCarrier } from '../../protocol/traceContext.js';
 import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from '../../statusSql.js';
 import { PostgresListener } from './postgresListener.js';
 import type {
@@ -119,6 +120,8 @@ export const MIGRATIONS: readonly string[] = [
      committed_at BIGINT NOT NULL,
      PRIMARY KEY (task_id, kind, name) -- step names are unique over the task's life
    );`,
+  // the W3C trace context of the creating tools/call (JSON text; NULL without one), so every run joins its trace
+  `ALTER TABLE closeout_tasks ADD COLUMN trace_context TEXT;`,
 ];
 
 /**
@@ -150,8 +153,8 @@ const SQL = {
   // the winner's commit)
   insert: `INSERT INTO closeout_tasks (task_id, owner, tool_name, arguments, status, status_message, created_at,
              last_updated_at, ttl_ms, expires_at, poll_interval_ms, resumable, idempotency_key, lease_owner,
-             lease_expires_at, input_capabilities)
-           VALUES ($1, $2, $3, $4, ${sqlStatus('working')}, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+             lease_expires_at, input_capabilities, trace_context)
+           VALUES ($1, $2, $3, $4, ${sqlStatus('working')}, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)
            ON CONFLICT DO NOTHING
            RETURNING *`,
   // the open-task limit: count and insert under one per-principal lock, so concurrent creates cannot both squeeze in
@@ -320,6 +323,7 @@ interface TaskRow {
   fence: number;
   attempt: number;
   input_capabilities: string | null;
+  trace_context: string | null;
   /** Absent from RETURNING of a fresh insert: a new task has no inputs. */
   inputs?: InputRow[] | null;
 }
@@ -488,6 +492,7 @@ export class PostgresTaskStore implements TaskStore {
       task.leaseOwner,
       task.leaseExpiresAt,
       task.inputCapabilities === undefined ? null : JSON.stringify(task.inputCapabilities),
+      task.traceContext === undefined ? null : JSON.stringify(task.traceContext),
     ]);
     if (inserted.rows[0]) return { task: toTask(inserted.rows[0]), created: true };
     const existing = await this.byIdempotencyKey(db, task);
@@ -821,6 +826,7 @@ function toTask(row: TaskRow): StoredTask {
     inputs,
     inputCapabilities:
       row.input_capabilities === null ? undefined : (JSON.parse(row.input_capabilities) as InputCapabilities),
+    traceContext: row.trace_context === null ? undefined : (JSON.parse(row.trace_context) as TraceCarrier),
   };
 }
 

@@ -5,6 +5,7 @@
 import type Database from 'better-sqlite3';
 
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import type { TraceCarrier } from '../../protocol/traceContext.js';
 import type { Checkpointer } from '../../sqliteCheckpointer.js';
 import { startCheckpointer } from '../../sqliteCheckpointer.js';
 import { openSqliteFile } from '../../sqliteFile.js';
@@ -99,6 +100,8 @@ const MIGRATIONS: readonly string[] = [
      committed_at INTEGER NOT NULL,
      PRIMARY KEY (task_id, kind, name) -- step names are unique over the task's life
    );`,
+  // the W3C trace context of the creating tools/call (JSON text; NULL without one), so every run joins its trace
+  `ALTER TABLE tasks ADD COLUMN trace_context TEXT;`,
 ];
 
 /** The task store schema version this build writes. */
@@ -138,6 +141,7 @@ interface TaskRow {
   fence: number;
   attempt: number;
   input_capabilities: string | null;
+  trace_context: string | null;
 }
 
 interface InputRow {
@@ -184,10 +188,10 @@ export class SqliteTaskStore implements TaskStore {
       insert: db.prepare(
         `INSERT INTO tasks (task_id, owner, tool_name, arguments, status, status_message, created_at, last_updated_at,
            ttl_ms, expires_at, poll_interval_ms, resumable, idempotency_key, lease_owner, lease_expires_at,
-           input_capabilities)
+           input_capabilities, trace_context)
          VALUES (@taskId, @principal, @toolName, @arguments, ${sqlStatus('working')}, @statusMessage, @createdAt, @createdAt,
            @ttlMs, @expiresAt, @pollIntervalMs, @resumable, @idempotencyKey, @holder, @leaseExpiresAt,
-           @inputCapabilities)
+           @inputCapabilities, @traceContext)
          ON CONFLICT DO NOTHING`,
       ),
       byIdempotencyKey: db.prepare(`SELECT * FROM tasks WHERE owner = ? AND idempotency_key = ?`),
@@ -337,6 +341,7 @@ export class SqliteTaskStore implements TaskStore {
           holder: task.leaseOwner,
           leaseExpiresAt: task.leaseExpiresAt,
           inputCapabilities: task.inputCapabilities === undefined ? null : JSON.stringify(task.inputCapabilities),
+          traceContext: task.traceContext === undefined ? null : JSON.stringify(task.traceContext),
         });
         // the row is exactly what was just inserted: built, not read back (two statements fewer on every create)
         if (info.changes === 1) return { task: insertedTask(task, argumentsJson), created: true };
@@ -623,6 +628,7 @@ export class SqliteTaskStore implements TaskStore {
       inputs,
       inputCapabilities:
         row.input_capabilities === null ? undefined : (JSON.parse(row.input_capabilities) as InputCapabilities),
+      traceContext: row.trace_context === null ? undefined : (JSON.parse(row.trace_context) as TraceCarrier),
     };
   }
 }
@@ -672,5 +678,6 @@ function insertedTask(task: NewTask, argumentsJson: string): StoredTask {
     attempt: 1,
     inputs: [],
     inputCapabilities: task.inputCapabilities,
+    traceContext: task.traceContext,
   };
 }

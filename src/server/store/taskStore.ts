@@ -5,6 +5,7 @@
  * Times are epoch milliseconds. Every method resolves only after its write is committed.
  */
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import type { TraceCarrier } from '../../protocol/traceContext.js';
 
 /** One entry of a task's `inputRequests`, kept for the task's life so keys are never reused and answers replay. */
 export interface StoredInput {
@@ -50,6 +51,11 @@ export interface StoredTask {
    * only for these. Undefined for a task created before the store kept them.
    */
   inputCapabilities: InputCapabilities | undefined;
+  /**
+   * The W3C trace context of the `tools/call` that created the task (README.md, "Observability"): every run of its
+   * handler joins that trace, on any instance, after any restart. Undefined when there was none.
+   */
+  traceContext: TraceCarrier | undefined;
 }
 
 /**
@@ -77,6 +83,8 @@ export interface NewTask {
   statusMessage?: string | undefined;
   /** The input kinds the creating request declared; kept for the task's life, across restarts and instances. */
   inputCapabilities?: InputCapabilities | undefined;
+  /** The trace context of the creating `tools/call`, kept so that every run of the task joins its trace. */
+  traceContext?: TraceCarrier | undefined;
   /** The lease holder: the creating instance holds the lease from the start. */
   leaseOwner: string;
   leaseExpiresAt: number;

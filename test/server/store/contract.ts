@@ -138,6 +138,20 @@ export function describeTaskStoreContract(
         expect((await read((await created()).taskId)).inputCapabilities).toBeUndefined();
       });
 
+      it('keeps the trace context of the creating call, through get and takeover', async () => {
+        // invariant (README.md, "Observability"): a run after a takeover joins the trace of the call that created it
+        const traceContext = {
+          traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
+          tracestate: 'vendor=opaque',
+        };
+        const task = await created({ traceContext });
+        expect(task.traceContext).toEqual(traceContext);
+        expect((await read(task.taskId)).traceContext).toEqual(traceContext);
+        const [claimed] = await store.claimOrphans('instance-b', T0 + 31 * SECOND, T0 + 61 * SECOND, 10);
+        expect(claimed?.traceContext).toEqual(traceContext);
+        expect((await read((await created()).taskId)).traceContext).toBeUndefined();
+      });
+
       it('round-trips every field of a new task exactly', async () => {
         // invariant: what create was given is what get returns, including JSON that some column types reject
         const args = {

@@ -81,12 +81,12 @@ describe('PostgresTaskStore across instances', () => {
     const versions = await admin.query<{ version: number }>(
       'SELECT version FROM closeout_schema_version ORDER BY version',
     );
-    expect(versions.rows).toEqual([1, 2, 3, 4, 5, 6].map((version) => ({ version })));
+    expect(versions.rows).toEqual([1, 2, 3, 4, 5, 6, 7].map((version) => ({ version })));
     await openStore({ listen: false });
-    expect((await admin.query('SELECT version FROM closeout_schema_version')).rowCount).toBe(6);
+    expect((await admin.query('SELECT version FROM closeout_schema_version')).rowCount).toBe(7);
   });
 
-  it('migrates a version 5 database with its tasks to version 6, where steps are stored and fenced', async () => {
+  it('migrates a version 5 database with its tasks to the current version, where steps are stored and fenced', async () => {
     // invariant: shipped migrations are append-only; a database of the release before durable steps (schema v5, the
     // same statements as this build's first five) keeps its tasks and gains the steps table (issue 16)
     const old = await openStore({ listen: false });
@@ -94,13 +94,14 @@ describe('PostgresTaskStore across instances', () => {
     await old.close();
     stores.splice(stores.indexOf(old), 1);
     await admin.query('DROP TABLE closeout_task_steps');
-    await admin.query('DELETE FROM closeout_schema_version WHERE version = 6');
+    await admin.query('ALTER TABLE closeout_tasks DROP COLUMN trace_context');
+    await admin.query('DELETE FROM closeout_schema_version WHERE version >= 6');
 
     const store = await openStore({ listen: false });
     const versions = await admin.query<{ version: number }>(
       'SELECT MAX(version) AS version FROM closeout_schema_version',
     );
-    expect(versions.rows[0]?.version).toBe(6);
+    expect(versions.rows[0]?.version).toBe(7);
     expect(await store.get(task.taskId)).toEqual(task);
     const lease = { taskId: task.taskId, fence: task.fence };
     expect((await store.recordStep(lease, 'start-job', { jobId: 'j-1' }, T0 + 1)).held).toBe(true);

@@ -1,0 +1,132 @@
+// The client's OpenTelemetry (README.md, "Observability"): its tools/call, polls and tasks/update carry their trace
+// context in `_meta`, so one trace holds the client's call, the server's tools/call, the handler's run, the input
+// handler, every poll and the close-out; the client's metrics count polls, close-outs and open records; and no
+// argument, answer or result reaches a span or a metric.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import {
+  AggregationTemporality,
+  InMemoryMetricExporter,
+  MeterProvider,
+  PeriodicExportingMetricReader,
+} from '@opentelemetry/sdk-metrics';
+import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
+import { afterEach, describe, expect, it } from 'vitest';
+import * as z from 'zod/v4';
+
+import { connectHttpTaskClient, isTaskHandle, type TaskClient } from '../../src/client/index.js';
+import { startTestServer, type TestServer } from '../support/testServer.js';
+
+const SECRET_ARGUMENT = 'argument-secret-5e1c';
+const SECRET_ANSWER = 'answer-secret-0d77';
+const SECRET_RESULT = 'result-secret-a9f2';
+
+let server: TestServer | undefined;
+let client: TaskClient | undefined;
+let dir: string | undefined;
+afterEach(async () => {
+  await client?.close();
+  await server?.close();
+  if (dir) rmSync(dir, { recursive: true, force: true });
+  client = server = dir = undefined;
+});
+
+describe('client telemetry', () => {
+  it('puts the call, its polls, the input handler and the close-out in one trace with the server’s spans', async () => {
+    const spans = new InMemorySpanExporter();
+    const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] });
+    const metricExporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+    const reader = new PeriodicExportingMetricReader({ exporter: metricExporter, exportIntervalMillis: 3_600_000 });
+    const meterProvider = new MeterProvider({ readers: [reader] });
+    const telemetry = { tracerProvider, meterProvider };
+    server = await startTestServer(
+      (tasks) =>
+        tasks.registerTool(
+          'ask',
+          { inputSchema: z.object({ secret: z.string() }), task: { support: 'required' } },
+          async ({ secret }, ctx) => {
+            const answer = await ctx.input('note', {
+              method: 'elicitation/create',
+              params: {
+                mode: 'form',
+                message: 'A note?',
+                requestedSchema: { type: 'object', properties: { note: { type: 'string' } } },
+              },
+            });
+            const note = (answer['content'] as { note?: string } | undefined)?.note ?? '';
+            return { content: [{ type: 'text', text: `${SECRET_RESULT} ${secret.length} ${note.length}` }] };
+          },
+        ),
+      { server: { telemetry } },
+    );
+    dir = mkdtempSync(join(tmpdir(), 'closeout-client-telemetry-'));
+    client = await connectHttpTaskClient(server.url, {
+      ledger: join(dir, 'ledger.db'),
+      pollPolicy: { floorMs: 5, capMs: 100, defaultIntervalMs: 20, jitterRatio: 0.1 },
+      telemetry,
+      inputHandlers: { elicitation: () => ({ action: 'accept', content: { note: SECRET_ANSWER } }) },
+    });
+    const handle = await client.callTool('ask', { secret: SECRET_ARGUMENT });
+    if (!isTaskHandle(handle)) throw new Error('ask answered without a task');
+    const result = await handle.result();
+    expect(JSON.stringify(result)).toContain(SECRET_RESULT);
+
+    const finished = spans.getFinishedSpans();
+    const named = (name: string) => finished.filter((s) => s.name === name);
+    const clientCall = named('tools/call ask').find((s) => s.kind === 2)!; // SpanKind.CLIENT
+    const serverCall = named('tools/call ask').find((s) => s.kind === 1)!; // SpanKind.SERVER
+    const traceId = clientCall.spanContext().traceId;
+    expect(clientCall.attributes).toMatchObject({ 'mcp.method.name': 'tools/call', 'gen_ai.tool.name': 'ask' });
+    // the server continued the client's trace from _meta.traceparent
+    expect(serverCall.spanContext().traceId).toBe(traceId);
+    expect(serverCall.parentSpanContext?.spanId).toBe(clientCall.spanContext().spanId);
+    const run = named('task.run ask')[0]!;
+    expect(run.spanContext().traceId).toBe(traceId);
+    // every poll, the input handler, the tasks/update (and the server's side of them) and the close-out: same trace
+    const polls = named('tasks/get').filter((s) => s.kind === 2);
+    expect(polls.length).toBeGreaterThan(0);
+    for (const poll of polls) expect(poll.parentSpanContext?.spanId).toBe(clientCall.spanContext().spanId);
+    const serverPolls = named('tasks/get').filter((s) => s.kind === 1);
+    expect(serverPolls.every((s) => s.spanContext().traceId === traceId)).toBe(true);
+    expect(named('input elicitation/create')[0]?.spanContext().traceId).toBe(traceId);
+    expect(named('input elicitation/create')[0]?.attributes['closeout.task.input.key']).toBe('note');
+    const updates = named('tasks/update');
+    expect(updates.map((s) => s.kind).sort()).toEqual([1, 2]);
+    expect(updates.every((s) => s.spanContext().traceId === traceId)).toBe(true);
+    const closeout = named('closeout')[0]!;
+    expect(closeout.spanContext().traceId).toBe(traceId);
+    expect(closeout.attributes).toMatchObject({
+      'closeout.record.local_state': 'terminal',
+      'closeout.task.status': 'completed',
+    });
+
+    metricExporter.reset();
+    await reader.forceFlush();
+    const metrics = metricExporter
+      .getMetrics()
+      .flatMap((r) => r.scopeMetrics)
+      .filter((s) => s.scope.name === 'closeout/client')
+      .flatMap((s) => s.metrics);
+    const sum = (name: string) =>
+      metrics
+        .filter((m) => m.descriptor.name === name)
+        .flatMap((m) => m.dataPoints as Array<{ value: number | { count: number } }>)
+        .reduce((n, p) => n + (typeof p.value === 'number' ? p.value : p.value.count), 0);
+    expect(sum('closeout.client.polls')).toBe(polls.length);
+    expect(sum('closeout.client.poll.errors')).toBe(0);
+    expect(sum('closeout.client.closeouts')).toBe(1);
+    expect(sum('closeout.client.closeout.lateness')).toBe(1);
+    expect(sum('closeout.client.unknown_outcomes')).toBe(0);
+    // the record is closed out: no open record of any local state
+    expect(sum('closeout.client.records.open')).toBe(0);
+    expect(metrics.some((m) => m.descriptor.name === 'closeout.client.records.open')).toBe(true);
+
+    const everything = JSON.stringify({
+      spans: finished.map((s) => ({ name: s.name, attributes: s.attributes, events: s.events })),
+      metrics: metricExporter.getMetrics(),
+    });
+    for (const secret of [SECRET_ARGUMENT, SECRET_ANSWER, SECRET_RESULT]) expect(everything).not.toContain(secret);
+  });
+});
