@@ -10,6 +10,7 @@
 import pg from 'pg';
 
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import { PostgresListener } from './postgresListener.js';
 import type {
   AwaitedInput,
   InputCapabilities,
@@ -36,9 +37,6 @@ const TOMBSTONE_RETENTION_MS = 7 * 24 * 3600_000;
 
 /** The size of one step of a sweep that pages (expiry, purge), when the caller sets none. */
 const SWEEP_PAGE = 500;
-
-const LISTEN_RECONNECT_MIN_MS = 100;
-const LISTEN_RECONNECT_MAX_MS = 5000;
 
 /** Versioned schema: entry i takes the database from version i to i + 1. Never edit an entry once released. */
 const MIGRATIONS: readonly string[] = [
@@ -245,8 +243,6 @@ const SQL = {
   dropTombstones: `DELETE FROM closeout_purged_tasks WHERE task_id IN (
                      SELECT task_id FROM closeout_purged_tasks WHERE purged_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED
                    )`,
-
-  listen: `LISTEN ${TASK_SIGNAL_CHANNEL}`,
 } as const;
 
 interface TaskRow {
@@ -320,13 +316,10 @@ export class PostgresTaskStore implements TaskStore {
    */
   private readonly leasePool: pg.Pool;
   private readonly ownsPool: boolean;
-  private readonly listenConfig: pg.ClientConfig;
   private readonly onError: (error: Error) => void;
   private readonly listeners = new Set<(signal: TaskSignal) => void>();
-  private listenClient: pg.Client | undefined;
-  /** Resolves once LISTEN is active; replaced while reconnecting after a drop. */
-  private listenReady: Promise<void> | undefined;
-  private wakeReconnect: (() => void) | undefined;
+  /** The LISTEN connection of the signal channel (its own module: postgresListener.ts). */
+  private readonly listener: PostgresListener;
   private closed = false;
 
   /**
@@ -364,8 +357,14 @@ export class PostgresTaskStore implements TaskStore {
       application_name: 'closeout leases',
     });
     this.leasePool.on('error', (error) => this.onError(this.wrap('idle lease connection lost', error)));
-    // LISTEN needs a connection of its own, outside the pool; keepAlive notices a peer that vanished
-    this.listenConfig = { ...connection, keepAlive: true, application_name: `${TASK_SIGNAL_CHANNEL} listener` };
+    // LISTEN needs a connection of its own, outside the pool
+    this.listener = new PostgresListener({
+      connection,
+      channel: TASK_SIGNAL_CHANNEL,
+      onPayload: (payload) => this.deliver(payload),
+      onError: (error) => this.onError(error),
+      wrap: (op, error) => this.wrap(op, error),
+    });
   }
 
   /** Connects, brings the schema to the current version, and (unless `listen: false`) starts listening for signals. */
@@ -606,73 +605,15 @@ export class PostgresTaskStore implements TaskStore {
   /** Resolves once the LISTEN connection is up, starting it if needed; after a drop it reconnects on its own. */
   listening(): Promise<void> {
     if (this.closed) return Promise.reject(new Error('PostgreSQL task store: closed'));
-    this.listenReady ??= this.connectListener().catch((error: unknown) => {
-      this.listenReady = undefined; // the next call tries again
-      throw this.wrap('listen', error);
-    });
-    return this.listenReady;
+    return this.listener.listening();
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    this.wakeReconnect?.();
-    const client = this.listenClient;
-    this.listenClient = undefined;
-    await client?.end().catch(() => {});
+    await this.listener.close();
     await this.leasePool.end();
     if (this.ownsPool) await this.pool.end();
-  }
-
-  private async connectListener(): Promise<void> {
-    const client = new pg.Client(this.listenConfig);
-    client.on('notification', (message) => this.deliver(message.payload));
-    // an 'error' (server gone, connection reset) is followed by 'end'; both mean: reconnect
-    client.on('error', (error) => this.listenerLost(client, error));
-    client.on('end', () => this.listenerLost(client, new Error('LISTEN connection ended')));
-    try {
-      await client.connect();
-      await client.query(SQL.listen);
-    } catch (error) {
-      await client.end().catch(() => {});
-      throw error;
-    }
-    if (this.closed) {
-      await client.end().catch(() => {});
-      return;
-    }
-    this.listenClient = client;
-  }
-
-  private listenerLost(client: pg.Client, error: Error): void {
-    if (this.listenClient !== client) return; // already handled, or closing
-    this.listenClient = undefined;
-    client.end().catch(() => {});
-    if (this.closed) return;
-    this.onError(this.wrap('LISTEN connection lost, reconnecting', error));
-    this.listenReady = this.reconnectListener();
-  }
-
-  /** Retries with a doubling delay until connected or closed; resolves then. */
-  private async reconnectListener(): Promise<void> {
-    for (let delay = LISTEN_RECONNECT_MIN_MS; !this.closed; delay = Math.min(delay * 2, LISTEN_RECONNECT_MAX_MS)) {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, delay);
-        timer.unref();
-        this.wakeReconnect = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-      this.wakeReconnect = undefined;
-      if (this.closed) break;
-      try {
-        await this.connectListener();
-        return;
-      } catch (error) {
-        this.onError(this.wrap('LISTEN reconnect failed', error));
-      }
-    }
   }
 
   private deliver(payload: string | undefined): void {
