@@ -43,3 +43,12 @@ export function requiredTasksCapabilityData(): {
 } {
   return { requiredCapabilities: { extensions: { [TASKS_EXTENSION_ID]: {} } } };
 }
+
+/** The stream a client opens for server notifications (MCP 2026-07-28, basic/patterns/subscriptions). */
+export const SUBSCRIPTIONS_LISTEN_METHOD = 'subscriptions/listen';
+
+/** Every message of a `subscriptions/listen` stream carries its subscription id under this `_meta` key. */
+export const SUBSCRIPTION_ID_META_KEY = 'io.modelcontextprotocol/subscriptionId';
+
+/** The task status notification pushed on a `subscriptions/listen` stream (SEP-2663 "Task Status Notifications"). */
+export const TASK_STATUS_NOTIFICATION_METHOD = 'notifications/tasks';

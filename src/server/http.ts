@@ -2,16 +2,22 @@
  * Serving a TaskServer over Streamable HTTP: `createMcpHandler` builds a fresh SDK server per request, so every piece
  * of task state lives in the store, and any instance answers any request.
  */
-import { createServer, type IncomingMessage, type Server as HttpServer } from 'node:http';
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { createServer, type IncomingMessage, type Server as HttpServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
 import { toNodeHandler } from '@modelcontextprotocol/node';
 import type { AuthInfo, McpHttpHandler, McpRequestContext, ServerEventBus } from '@modelcontextprotocol/server';
 import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
 
+import { CLIENT_CAPABILITIES_META_KEY, SUBSCRIPTIONS_LISTEN_METHOD } from '../protocol/constants.js';
 import { guardJsonDepth } from './jsonDepthGuard.js';
-import { type AttachOptions, attachTasks } from './sdkGlue.js';
+import { type AttachOptions, attachTasks, declaresTasksIn, defaultPrincipal } from './sdkGlue.js';
+import type { ListenRequest } from './taskPush.js';
 import type { TaskServer } from './taskServer.js';
+
+/** The Node response an exchange is served on, when serveTaskServer serves it: a push stream cut ends its socket. */
+const servingResponse = new AsyncLocalStorage<ServerResponse>();
 
 export interface TaskHandlerOptions extends AttachOptions {
   /** Name and version the server reports. */
@@ -26,8 +32,14 @@ export interface TaskHandlerOptions extends AttachOptions {
 /** A web-standard `{ fetch }` MCP handler serving the task tools of `tasks` beside whatever `setup` registers. */
 export function createTaskMcpHandler(tasks: TaskServer, options: TaskHandlerOptions = {}): McpHttpHandler {
   const info = options.serverInfo ?? { name: 'closeout', version: '0.1.0' };
+  const principalOf = options.principal ?? defaultPrincipal;
+  /** Listen requests for task notifications on their way through the SDK, and the principal once it accepted them. */
+  const taskListens = new WeakMap<Request, { principal?: string }>();
   const handler = createMcpHandler(
     (ctx) => {
+      // the SDK builds a server only for a request that passed its checks (protocol version, headers, envelope)
+      const listen = ctx.requestInfo && taskListens.get(ctx.requestInfo);
+      if (listen) listen.principal = principalOf({ authInfo: ctx.authInfo });
       const mcp = new McpServer(info);
       options.setup?.(mcp, ctx);
       attachTasks(mcp, tasks, options);
@@ -35,8 +47,43 @@ export function createTaskMcpHandler(tasks: TaskServer, options: TaskHandlerOpti
     },
     { ...(options.onerror && { onerror: options.onerror }), ...(options.bus && { bus: options.bus }) },
   );
+  // `subscriptions/listen` with `notifications.taskIds`: the SDK's listen router cannot carry notifications/tasks
+  // (sdk-v2 notes), so the SDK checks the request as it checks any other, and taskPush.ts serves the stream
+  const withPush: McpHttpHandler = {
+    ...handler,
+    fetch: async (request, requestOptions) => {
+      const listen = taskListenOf(requestOptions?.parsedBody);
+      if (!listen) return handler.fetch(request, requestOptions);
+      const accepted: { principal?: string } = {};
+      taskListens.set(request, accepted);
+      const sdkAnswer = await handler.fetch(request, requestOptions);
+      // refused before a server was built (a bad version, header or envelope): the SDK's refusal stands
+      if (accepted.principal === undefined) return sdkAnswer;
+      await sdkAnswer.body?.cancel().catch(() => {});
+      const meta = (listen.params as { _meta?: Record<string, unknown> })._meta;
+      const res = servingResponse.getStore();
+      return tasks.push.listen(
+        listen,
+        accepted.principal,
+        declaresTasksIn(meta?.[CLIENT_CAPABILITIES_META_KEY]),
+        request.signal,
+        info,
+        res && (() => res.destroy()),
+      );
+    },
+  };
   // hostile nesting is refused before the SDK's recursive validation can overflow the stack
-  return guardJsonDepth(handler);
+  return guardJsonDepth(withPush);
+}
+
+/** The body as a `subscriptions/listen` request that asks for task notifications, or undefined. */
+function taskListenOf(body: unknown): ListenRequest | undefined {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) return undefined;
+  const { method, id, params } = body as { method?: unknown; id?: unknown; params?: unknown };
+  if (method !== SUBSCRIPTIONS_LISTEN_METHOD || (typeof id !== 'string' && typeof id !== 'number')) return undefined;
+  const notifications = (params as { notifications?: unknown } | undefined)?.notifications;
+  if (typeof notifications !== 'object' || notifications === null || !('taskIds' in notifications)) return undefined;
+  return { id, params: params as ListenRequest['params'] };
 }
 
 export interface ServeOptions extends TaskHandlerOptions {
@@ -74,10 +121,12 @@ export async function serveTaskServer(tasks: TaskServer, options: ServeOptions =
       return;
     }
     const nodeReq = authInfo ? Object.assign(req, { auth: authInfo }) : req;
-    node(nodeReq, res).catch((error: unknown) => {
-      options.onerror?.(error instanceof Error ? error : new Error(String(error)));
-      if (!res.headersSent) res.writeHead(500).end();
-    });
+    servingResponse
+      .run(res, () => node(nodeReq, res))
+      .catch((error: unknown) => {
+        options.onerror?.(error instanceof Error ? error : new Error(String(error)));
+        if (!res.headersSent) res.writeHead(500).end();
+      });
   });
   await new Promise<void>((resolve, reject) => {
     http.once('error', reject);
@@ -89,6 +138,8 @@ export async function serveTaskServer(tasks: TaskServer, options: ServeOptions =
     url: `http://${host}:${address.port}${path}`,
     http,
     close: async () => {
+      // push streams end first, gracefully, while their connections can still carry the completion result
+      await tasks.push.close();
       await new Promise<void>((resolve) => {
         http.close(() => resolve());
         http.closeAllConnections();

@@ -21,6 +21,16 @@ export interface TaskLimits {
    * `maxResultBytes`) per principal. `tools/call` beyond it answers -32603 naming the limit.
    */
   maxStoredTasksPerPrincipal: number;
+  /**
+   * Most `subscriptions/listen` streams with task notifications one principal may have open on this instance; a
+   * listen beyond it answers -32603 naming the limit.
+   */
+  maxListenStreamsPerPrincipal: number;
+  /**
+   * Most task ids one principal may follow by push on this instance, over all its streams (a task stops counting
+   * once it is terminal); a listen asking for more answers -32603 naming the limit.
+   */
+  maxSubscribedTasksPerPrincipal: number;
 }
 
 export const DEFAULT_LIMITS: Readonly<TaskLimits> = {
@@ -31,6 +41,10 @@ export const DEFAULT_LIMITS: Readonly<TaskLimits> = {
   maxOpenTasksPerPrincipal: 1000,
   // two hours of a task every 72 ms at the default ttl and retention (an hour each)
   maxStoredTasksPerPrincipal: 100_000,
+  // one stream per endpoint is what a client needs; a few more leave room for several processes of one principal
+  maxListenStreamsPerPrincipal: 16,
+  // ten times maxOpenTasksPerPrincipal: room for tasks of several instances' principals without unbounded state
+  maxSubscribedTasksPerPrincipal: 10_000,
 };
 
 /** The limits in `options` over the defaults; each must be a positive integer (or Infinity to switch it off). */

@@ -154,7 +154,12 @@ function clientCapabilitiesOf(ctx: ServerContext): unknown {
 }
 
 function declaresTasks(ctx: ServerContext): boolean {
-  const capabilities = clientCapabilitiesOf(ctx) as { extensions?: Record<string, unknown> } | undefined;
+  return declaresTasksIn(clientCapabilitiesOf(ctx));
+}
+
+/** Whether declared client capabilities include the Tasks extension (SEP-2663 "Capability Negotiation"). */
+export function declaresTasksIn(clientCapabilities: unknown): boolean {
+  const capabilities = clientCapabilities as { extensions?: Record<string, unknown> } | undefined;
   const declared = capabilities?.extensions?.[TASKS_EXTENSION_ID];
   return typeof declared === 'object' && declared !== null;
 }

@@ -31,6 +31,7 @@ import type {
 } from './store/taskStore.js';
 import { OpenTaskLimitError, StoredTaskLimitError } from './store/taskStore.js';
 import { newTaskId } from './taskId.js';
+import { TaskPush, type TaskPushOptions } from './taskPush.js';
 import type {
   AbortCause,
   PollIntervalPolicy,
@@ -64,6 +65,8 @@ export interface TaskServerOptions extends Partial<TaskLimits> {
   instanceId?: string;
   /** Called with errors that have no caller to go to (a failed sweep, a store error in a background write). */
   onError?: (error: Error) => void;
+  /** Push streams (`subscriptions/listen` with `notifications.taskIds`): buffer, periodic check, keep-alive. */
+  push?: TaskPushOptions;
   /** The clock, for tests. */
   now?: () => number;
 }
@@ -117,6 +120,8 @@ export class TaskServer {
   readonly instanceId: string;
   readonly store: TaskStore;
   readonly limits: TaskLimits;
+  /** `notifications/tasks` over `subscriptions/listen` (taskPush.ts); http.ts serves its streams. */
+  readonly push: TaskPush;
   private readonly tools = new Map<string, RegisteredTaskTool>();
   private readonly running = new Map<string, RunningTask>();
   /**
@@ -142,6 +147,8 @@ export class TaskServer {
   private lastRepeatReport = 0;
   private suppressedReports = 0;
   private unsubscribe: (() => void) | undefined;
+  /** Told the id of every task whose DetailedTask may have changed (taskPush.ts sends it on). */
+  private readonly changeListeners = new Set<(taskId: string) => void>();
   private started = false;
   private closed = false;
 
@@ -156,6 +163,8 @@ export class TaskServer {
     this.instanceId = options.instanceId ?? newLeaseOwner();
     this.onError = options.onError ?? ((error) => console.error(`[closeout] ${error.message}`));
     this.now = options.now ?? Date.now;
+    this.push = new TaskPush(this, this.limits, options.push ?? {}, this.report);
+    this.push.start();
   }
 
   /** Registers a task tool. Its handler gets the validated arguments and a TaskContext. */
@@ -215,6 +224,7 @@ export class TaskServer {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    await this.push.close();
     if (this.sweepTimer) clearInterval(this.sweepTimer);
     this.unsubscribe?.();
     await Promise.all([this.sweeping, this.housekeeping]);
@@ -322,15 +332,59 @@ export class TaskServer {
 
   /** `tasks/get`: the DetailedTask for its owner; -32602 for an unknown id and for anyone else's task alike. */
   async getTask(taskId: string, principal: string): Promise<DetailedTask> {
-    let task = await this.ownedTask(taskId, principal);
+    return this.answerOf(await this.ownedTask(taskId, principal), principal);
+  }
+
+  /**
+   * The `tasks/get` answer for a task of `principal` just read from the store: the one function both `tasks/get` and
+   * `notifications/tasks` build their DetailedTask with (spec: "identical to what tasks/get would have returned").
+   */
+  async answerOf(task: StoredTask, principal: string): Promise<DetailedTask> {
     const now = this.now();
     if (!isTerminalStatus(task.status) && task.ttlMs !== null && task.createdAt + task.ttlMs <= now) {
       // the sweep may not have run yet: expire on read so a client never sees a task alive past its TTL
-      await this.storeCall(() => this.store.expireOverdue(now));
-      this.abortIfRunning(taskId, 'expired');
-      task = await this.ownedTask(taskId, principal);
+      const expired = await this.storeCall(() => this.store.expireOverdue(now));
+      this.abortIfRunning(task.taskId, 'expired');
+      this.changed(expired);
+      task = await this.ownedTask(task.taskId, principal);
     }
     return this.detailed(task, now);
+  }
+
+  /**
+   * The stored tasks among `taskIds`, read in one go where the store can; unknown and purged ids are left out. The
+   * caller checks the owner.
+   */
+  async readTasks(taskIds: string[]): Promise<StoredTask[]> {
+    return this.storeCall(async () => {
+      if (this.store.getMany) return this.store.getMany(taskIds);
+      const tasks = await Promise.all(taskIds.map((taskId) => this.store.get(taskId)));
+      return tasks.filter((task): task is StoredTask => task !== undefined);
+    });
+  }
+
+  /**
+   * Calls `listener` with the id of every task whose DetailedTask may have changed: writes made by this instance,
+   * and (on a store with signals, PostgreSQL) writes any instance made. A hint to read the task again, never a state.
+   */
+  onTaskChange(listener: (taskId: string) => void): () => void {
+    this.changeListeners.add(listener);
+    return () => {
+      this.changeListeners.delete(listener);
+    };
+  }
+
+  private changed(taskIds: string | string[]): void {
+    if (this.changeListeners.size === 0) return;
+    for (const taskId of typeof taskIds === 'string' ? [taskIds] : taskIds) {
+      for (const listener of this.changeListeners) {
+        try {
+          listener(taskId);
+        } catch (error) {
+          this.report(error);
+        }
+      }
+    }
   }
 
   /** `tasks/update`: stores answers to outstanding keys and ignores the rest (spec: SHOULD ignore). */
@@ -338,14 +392,20 @@ export class TaskServer {
     await this.ownedTask(taskId, principal);
     if (Object.keys(responses).length === 0) return;
     const accepted = await this.storeCall(() => this.store.answerInputs(taskId, responses, this.now()));
-    if (accepted.length > 0) await this.deliverAnswers(taskId);
+    if (accepted.length > 0) {
+      this.changed(taskId);
+      await this.deliverAnswers(taskId);
+    }
   }
 
   /** `tasks/cancel`: records the intent and aborts the handler; acks on a terminal task too (idempotent). */
   async cancelTask(taskId: string, principal: string): Promise<void> {
     await this.ownedTask(taskId, principal);
     const open = await this.storeCall(() => this.store.requestCancel(taskId, this.now()));
-    if (open) this.abortIfRunning(taskId, 'cancelled');
+    if (open) {
+      this.changed(taskId);
+      this.abortIfRunning(taskId, 'cancelled');
+    }
   }
 
   private async ownedTask(taskId: string, principal: string): Promise<StoredTask> {
@@ -441,7 +501,10 @@ export class TaskServer {
       // a status message is advice: a store that cannot take it now must not fail the task (the next one will land)
       status: async (message) => {
         if (run.ending || controller.signal.aborted) return;
-        await this.store.setStatusMessage(lease, String(message), this.now()).catch(this.reportRepeated);
+        const stored = await this.store
+          .setStatusMessage(lease, String(message), this.now())
+          .catch((error: unknown) => this.reportRepeated(error));
+        if (stored) this.changed(lease.taskId);
       },
       input: (key, request) => this.input(run, key, request),
     };
@@ -479,7 +542,7 @@ export class TaskServer {
     try {
       for (let delay = RETRY_MIN_MS; outcome; delay = Math.min(delay * 2, RETRY_MAX_MS)) {
         try {
-          await this.store.finish(run.lease, outcome, this.now());
+          if (await this.store.finish(run.lease, outcome, this.now())) this.changed(run.lease.taskId);
           return;
         } catch (error) {
           this.reportRepeated(error);
@@ -554,6 +617,7 @@ export class TaskServer {
       run.waiters.delete(key);
       return response;
     }
+    this.changed(run.lease.taskId);
     // an answer may have landed between the write above and the waiter being visible to a signal; if the store cannot
     // say now, the lease loop's fallback delivers it later
     await this.deliverAnswers(run.lease.taskId).catch(this.reportRepeated);
@@ -624,9 +688,11 @@ export class TaskServer {
   }
 
   private async onSignal(signal: TaskSignal): Promise<void> {
+    // every signal is a committed change of the task, by this instance or another (postgresTaskStore.ts, `notify`)
+    this.changed(signal.taskId);
     try {
       if (signal.kind === 'cancel') this.abortIfRunning(signal.taskId, 'cancelled');
-      else await this.deliverAnswers(signal.taskId);
+      else if (signal.kind === 'input') await this.deliverAnswers(signal.taskId);
     } catch (error) {
       this.report(error);
     }
@@ -733,22 +799,24 @@ export class TaskServer {
           ownRun.lease.fence = task.fence;
           this.begin(ownRun);
         } else if (task.cancelRequested) {
-          await this.store.finish(
+          const finished = await this.store.finish(
             lease,
             { status: 'cancelled', statusMessage: 'Cancelled at the client’s request' },
             now,
           );
+          if (finished) this.changed(task.taskId);
         } else if (tool?.resumable && task.resumable) {
           this.launchWhileHeld(tool, task);
         } else {
           const message = tool
             ? INTERRUPTED_MESSAGE
             : `${INTERRUPTED_MESSAGE} (tool ${task.toolName} is not registered on this server)`;
-          await this.store.finish(
+          const finished = await this.store.finish(
             lease,
             { status: 'failed', error: { code: ErrorCode.InternalError, message }, statusMessage: message },
             now,
           );
+          if (finished) this.changed(task.taskId);
         }
       }
       if (claimed.length < 100 || this.closed || this.now() - tickStartedAt > this.leaseMs / 3) return;
@@ -766,6 +834,7 @@ export class TaskServer {
       for (;;) {
         const expired = await this.store.expireOverdue(now, SWEEP_PAGE);
         for (const taskId of expired) this.abortIfRunning(taskId, 'expired');
+        this.changed(expired);
         if (expired.length < SWEEP_PAGE || this.closed) break;
         await yieldToServing();
       }

@@ -266,6 +266,8 @@ describe('configuration', () => {
       maxInputRequestsPerTask: 16,
       maxOpenTasksPerPrincipal: 1000,
       maxStoredTasksPerPrincipal: 100_000,
+      maxListenStreamsPerPrincipal: 16,
+      maxSubscribedTasksPerPrincipal: 10_000,
     });
     const store = new SqliteTaskStore(':memory:');
     expect(new TaskServer({ store }).limits).toEqual(DEFAULT_LIMITS);

@@ -26,7 +26,7 @@ import type {
 } from './taskStore.js';
 import { OpenTaskLimitError, StoredTaskLimitError } from './taskStore.js';
 
-/** The NOTIFY channel; payload `{"taskId": "...", "kind": "input" | "cancel"}`. */
+/** The NOTIFY channel; payload `{"taskId": "...", "kind": "input" | "cancel" | "status"}` (see TaskSignal). */
 export const TASK_SIGNAL_CHANNEL = 'closeout_task_signal';
 
 /** Key of the transaction-scoped advisory lock that serialises migrations across instances ("closeout" in ASCII). */
@@ -104,6 +104,14 @@ const MIGRATIONS: readonly string[] = [
 const OPEN = `status IN ('working','input_required')`;
 const CLOSED = `status IN ('completed','failed','cancelled')`;
 
+/**
+ * The tail of a write whose CTE `changed` returns the ids it changed: one `status` signal per id, in the same
+ * statement, so it is delivered when the write commits and never if it rolls back (for `notifications/tasks` on every
+ * instance). Returns a row per changed task (`task_id`), so rowCount still counts the tasks written.
+ */
+const NOTIFY_STATUS = `SELECT task_id, pg_notify('${TASK_SIGNAL_CHANNEL}',
+  json_build_object('taskId', task_id, 'kind', 'status')::text) FROM changed`;
+
 /** A task row with its inputs, read in one statement so both come from one snapshot. */
 const TASK_WITH_INPUTS = `t.*, (
   SELECT json_agg(json_build_object('key', i.key, 'request', i.request, 'response', i.response,
@@ -136,22 +144,32 @@ const SQL = {
   storedOfOwner: `SELECT COUNT(*) AS n FROM (SELECT 1 FROM closeout_tasks WHERE owner = $1 LIMIT $2) s`,
   byIdempotencyKey: `SELECT ${TASK_WITH_INPUTS} FROM closeout_tasks t WHERE t.owner = $1 AND t.idempotency_key = $2`,
   get: `SELECT ${TASK_WITH_INPUTS} FROM closeout_tasks t WHERE t.task_id = $1`,
+  getMany: `SELECT ${TASK_WITH_INPUTS} FROM closeout_tasks t WHERE t.task_id = ANY ($1::text[])`,
   purged: `SELECT 1 FROM closeout_purged_tasks WHERE task_id = $1 AND owner = $2`,
 
   // handler side: every write carries the fence and requires "not yet terminal"
-  setStatusMessage: `UPDATE closeout_tasks SET status_message = $1, last_updated_at = $2
-                     WHERE task_id = $3 AND fence = $4 AND ${OPEN}`,
+  setStatusMessage: `WITH changed AS (
+                       UPDATE closeout_tasks SET status_message = $1, last_updated_at = $2
+                       WHERE task_id = $3 AND fence = $4 AND ${OPEN}
+                       RETURNING task_id
+                     ) ${NOTIFY_STATUS}`,
   // locks the task row: input requests and answers of one task are serialised on it
   lockHeld: `SELECT 1 FROM closeout_tasks WHERE task_id = $1 AND fence = $2 AND ${OPEN} FOR UPDATE`,
   input: `SELECT response FROM closeout_task_inputs WHERE task_id = $1 AND key = $2`,
   insertInput: `INSERT INTO closeout_task_inputs (task_id, key, seq, request, requested_at)
                 VALUES ($1, $2, (SELECT COUNT(*) FROM closeout_task_inputs WHERE task_id = $1), $3, $4)`,
-  toInputRequired: `UPDATE closeout_tasks SET status = 'input_required', last_updated_at = $1
-                    WHERE task_id = $2 AND fence = $3 AND ${OPEN}`,
-  finish: `UPDATE closeout_tasks SET status = $1, result = $2, error = $3,
-             status_message = COALESCE($4, status_message), last_updated_at = $5,
-             lease_owner = NULL, lease_expires_at = NULL
-           WHERE task_id = $6 AND fence = $7 AND ${OPEN}`,
+  toInputRequired: `WITH changed AS (
+                      UPDATE closeout_tasks SET status = 'input_required', last_updated_at = $1
+                      WHERE task_id = $2 AND fence = $3 AND ${OPEN}
+                      RETURNING task_id
+                    ) ${NOTIFY_STATUS}`,
+  finish: `WITH changed AS (
+             UPDATE closeout_tasks SET status = $1, result = $2, error = $3,
+               status_message = COALESCE($4, status_message), last_updated_at = $5,
+               lease_owner = NULL, lease_expires_at = NULL
+             WHERE task_id = $6 AND fence = $7 AND ${OPEN}
+             RETURNING task_id
+           ) ${NOTIFY_STATUS}`,
 
   // client side
   lockOpen: `SELECT 1 FROM closeout_tasks WHERE task_id = $1 AND ${OPEN} FOR UPDATE`,
@@ -214,13 +232,14 @@ const SQL = {
            ), expired AS (
              SELECT task_id, format('Task expired: its TTL of %s ms elapsed before it finished', t.ttl_ms) AS message
              FROM closeout_tasks t JOIN overdue USING (task_id)
-           )
-           UPDATE closeout_tasks t
-           SET status = 'failed', error = json_build_object('code', -32603, 'message', e.message)::text,
-               status_message = e.message, last_updated_at = $1, lease_owner = NULL, lease_expires_at = NULL
-           FROM expired e
-           WHERE t.task_id = e.task_id
-           RETURNING t.task_id`,
+           ), changed AS (
+             UPDATE closeout_tasks t
+             SET status = 'failed', error = json_build_object('code', -32603, 'message', e.message)::text,
+                 status_message = e.message, last_updated_at = $1, lease_owner = NULL, lease_expires_at = NULL
+             FROM expired e
+             WHERE t.task_id = e.task_id
+             RETURNING t.task_id
+           ) ${NOTIFY_STATUS}`,
   // cutoffs compared with the bare columns, so the partial indexes on expires_at and last_updated_at serve them; $4
   // NULL keeps finished tasks without a TTL
   purge: `WITH doomed_ttl AS (
@@ -450,6 +469,14 @@ export class PostgresTaskStore implements TaskStore {
 
   async get(taskId: string): Promise<StoredTask | undefined> {
     return this.guard('get', () => this.read(taskId));
+  }
+
+  async getMany(taskIds: string[]): Promise<StoredTask[]> {
+    if (taskIds.length === 0) return [];
+    return this.guard('getMany', async () => {
+      const { rows } = await this.pool.query<TaskRow>(SQL.getMany, [taskIds]);
+      return rows.map(toTask);
+    });
   }
 
   async wasPurged(taskId: string, owner: string): Promise<boolean> {
@@ -719,8 +746,11 @@ function parseSignal(payload: string | undefined): TaskSignal | undefined {
   if (payload === undefined) return undefined;
   try {
     const value = JSON.parse(payload) as { taskId?: unknown; kind?: unknown };
-    if (typeof value.taskId !== 'string' || (value.kind !== 'input' && value.kind !== 'cancel')) return undefined;
-    return { taskId: value.taskId, kind: value.kind };
+    const kind = value.kind;
+    if (typeof value.taskId !== 'string' || (kind !== 'input' && kind !== 'cancel' && kind !== 'status')) {
+      return undefined;
+    }
+    return { taskId: value.taskId, kind };
   } catch {
     return undefined;
   }

@@ -309,6 +309,11 @@ export class SqliteTaskStore implements TaskStore {
     return this.read(taskId);
   }
 
+  async getMany(taskIds: string[]): Promise<StoredTask[]> {
+    // one read transaction: every task from one snapshot
+    return this.db.transaction(() => taskIds.flatMap((taskId) => this.read(taskId) ?? []))();
+  }
+
   async wasPurged(taskId: string, owner: string): Promise<boolean> {
     return this.stmt.purged.get(taskId, owner) !== undefined;
   }

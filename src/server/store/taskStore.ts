@@ -136,10 +136,13 @@ export type TerminalOutcome =
   | { status: 'failed'; error: JsonRpcError; statusMessage?: string | undefined }
   | { status: 'cancelled'; statusMessage?: string | undefined };
 
-/** A change another party made that a running handler must hear about. */
+/**
+ * A committed change of a task, from any instance: `input` and `cancel` are what a running handler must hear about;
+ * `status` is any other change of what `tasks/get` answers (status, message, result), for `notifications/tasks`.
+ */
 export interface TaskSignal {
   taskId: string;
-  kind: 'input' | 'cancel';
+  kind: 'input' | 'cancel' | 'status';
 }
 
 export interface TaskStore {
@@ -153,6 +156,9 @@ export interface TaskStore {
 
   /** The task with its inputs, or undefined when unknown or purged. */
   get(taskId: string): Promise<StoredTask | undefined>;
+
+  /** The tasks among `taskIds` with their inputs, in one read; unknown and purged ids are left out. */
+  getMany?(taskIds: string[]): Promise<StoredTask[]>;
 
   /**
    * Whether the id belonged to a task of `owner` that was purged after its TTL (so the error can say "expired" to
@@ -219,7 +225,7 @@ export interface TaskStore {
    */
   purge(now: number, retentionMs: number, options?: PurgeOptions): Promise<number>;
 
-  /** Optional push channel for input and cancel signals (LISTEN/NOTIFY); the runtime polls as the fallback. */
+  /** Optional push channel for signals of every instance (LISTEN/NOTIFY); the runtime polls as the fallback. */
   subscribe?(listener: (signal: TaskSignal) => void): () => void;
 
   close(): Promise<void>;

@@ -1,0 +1,504 @@
+/**
+ * Push: `notifications/tasks` on `subscriptions/listen` streams (SEP-2663, "Task Status Notifications"; the stream is
+ * MCP 2026-07-28, basic/patterns/subscriptions). The SDK's listen router carries only its fixed event kinds
+ * (docs/../sdk-v2 notes), so the stream is served here, as web-standard SSE, and http.ts routes the requests to it.
+ *
+ * Push is an accelerator, polling the safety net (DESIGN.md, "Rules learned in the field", 7): a change is only a hint
+ * to read the task again; what goes out is always a fresh read, built by the function `tasks/get` answers with. The
+ * hints come from this instance's writes and, on PostgreSQL, from every instance's NOTIFY; a periodic read of the
+ * subscribed ids catches a hint that was lost. Nothing about a subscription outlives its stream.
+ */
+import {
+  SUBSCRIPTION_ID_META_KEY,
+  TASK_STATUS_NOTIFICATION_METHOD,
+  TASKS_EXTENSION_ID,
+} from '../protocol/constants.js';
+import type { DetailedTask } from '../protocol/index.js';
+import { ErrorCode, isTerminalStatus, MAX_TASK_ID_LENGTH } from '../protocol/index.js';
+import type { TaskLimits } from './limits.js';
+import type { StoredTask } from './store/taskStore.js';
+import type { TaskServer } from './taskServer.js';
+
+/** How push streams behave; every field has a default. */
+export interface TaskPushOptions {
+  /**
+   * Bytes a stream may hold for a consumer that does not read. Past it the stream is cut (no graceful result: the
+   * client sees a dropped transport and reconnects), so a slow or dead consumer never grows the heap. Default 1 MiB.
+   */
+  bufferBytes?: number;
+  /** How often every subscribed task is read again, to catch a change whose hint was lost. Default 5000 ms. */
+  checkIntervalMs?: number;
+  /** SSE comment frames this often keep an idle stream open through proxies, as the SDK's streams do. Default 15 s. */
+  keepAliveMs?: number;
+}
+
+/** The `params` of a `subscriptions/listen` request, as far as push reads them. */
+export interface ListenRequest {
+  id: string | number;
+  params: { notifications?: { taskIds?: unknown } };
+}
+
+/** Ends the HTTP exchange a stream is served on at once (the socket too), when the serving layer can. */
+export type CutConnection = () => void;
+
+const CHECK_PAGE = 500;
+const encoder = new TextEncoder();
+const SSE_HEADERS = {
+  'content-type': 'text/event-stream',
+  'cache-control': 'no-cache, no-transform',
+  connection: 'keep-alive',
+  'x-accel-buffering': 'no',
+};
+
+interface PrincipalUsage {
+  streams: number;
+  taskIds: number;
+}
+
+export class TaskPush {
+  private readonly streams = new Set<PushStream>();
+  /** Subscribed task id -> the streams that follow it (all of its owner's). */
+  private readonly byTask = new Map<string, Set<PushStream>>();
+  private readonly usage = new Map<string, PrincipalUsage>();
+  /** Tasks being read for their streams; true when another hint came meanwhile (read again after). */
+  private readonly reading = new Map<string, boolean>();
+  private readonly bufferBytes: number;
+  private readonly checkIntervalMs: number;
+  private readonly keepAliveMs: number;
+  private unsubscribe: (() => void) | undefined;
+  private checkTimer: NodeJS.Timeout | undefined;
+  private checking = false;
+  private closed = false;
+
+  constructor(
+    private readonly tasks: TaskServer,
+    private readonly limits: TaskLimits,
+    options: TaskPushOptions,
+    private readonly report: (error: unknown) => void,
+  ) {
+    this.bufferBytes = positive('push.bufferBytes', options.bufferBytes ?? 1024 * 1024);
+    this.checkIntervalMs = positive('push.checkIntervalMs', options.checkIntervalMs ?? 5000);
+    this.keepAliveMs = options.keepAliveMs ?? 15_000;
+  }
+
+  /** How many streams are open, and how many task ids they follow (for tests and the benchmark). */
+  stats(): { streams: number; taskIds: number } {
+    return { streams: this.streams.size, taskIds: this.byTask.size };
+  }
+
+  /**
+   * Serves one `subscriptions/listen` request that asks for `notifications.taskIds`: a JSON-RPC error, or an SSE
+   * stream that opens with the acknowledgement of the ids agreed to (the caller's own tasks), then the current state
+   * of each, then every change. `signal` ends it when the client goes.
+   */
+  async listen(
+    request: ListenRequest,
+    principal: string,
+    declaresTasks: boolean,
+    signal: AbortSignal | undefined,
+    serverInfo: { name: string; version: string },
+    cut?: CutConnection,
+  ): Promise<Response> {
+    if (!declaresTasks) {
+      // spec (SEP-2663): MUST return -32021 naming the extension when task notifications are asked without it
+      return rpcError(
+        request.id,
+        ErrorCode.MissingRequiredClientCapability,
+        'subscriptions/listen with notifications.taskIds must declare the io.modelcontextprotocol/tasks extension in its client capabilities',
+        { requiredCapabilities: { extensions: { [TASKS_EXTENSION_ID]: {} } } },
+        400,
+      );
+    }
+    const requested = taskIdsOf(request.params.notifications?.taskIds);
+    if (typeof requested === 'string') return rpcError(request.id, ErrorCode.InvalidParams, requested);
+    if (this.closed) return rpcError(request.id, ErrorCode.InternalError, 'Server shutting down');
+    const usage = this.usage.get(principal) ?? { streams: 0, taskIds: 0 };
+    if (usage.streams >= this.limits.maxListenStreamsPerPrincipal) {
+      return rpcError(
+        request.id,
+        ErrorCode.InternalError,
+        `Too many subscription streams: this caller already has ${usage.streams} subscriptions/listen streams open with task notifications, this server's limit (maxListenStreamsPerPrincipal); follow every task on one stream, or close one first`,
+        { limit: 'maxListenStreamsPerPrincipal', max: this.limits.maxListenStreamsPerPrincipal },
+      );
+    }
+    if (usage.taskIds + requested.length > this.limits.maxSubscribedTasksPerPrincipal) {
+      return rpcError(
+        request.id,
+        ErrorCode.InternalError,
+        `Too many subscribed tasks: this caller follows ${usage.taskIds} tasks and asked for ${requested.length} more, over this server's limit of ${this.limits.maxSubscribedTasksPerPrincipal} (maxSubscribedTasksPerPrincipal); subscribe to fewer and poll the others with tasks/get`,
+        { limit: 'maxSubscribedTasksPerPrincipal', max: this.limits.maxSubscribedTasksPerPrincipal },
+      );
+    }
+
+    // the stream counts, and its ids are followed, before the first read: a change from now on is not missed (it is
+    // read again once the acknowledgement is out)
+    const stream = new PushStream(this, principal, request.id, serverInfo, this.bufferBytes, cut);
+    usage.streams++;
+    usage.taskIds += requested.length;
+    this.usage.set(principal, usage);
+    this.streams.add(stream);
+    for (const taskId of requested) this.follow(stream, taskId);
+
+    const rows: StoredTask[] = [];
+    try {
+      for (let i = 0; i < requested.length; i += CHECK_PAGE) {
+        rows.push(...(await this.tasks.readTasks(requested.slice(i, i + CHECK_PAGE))));
+      }
+    } catch (error) {
+      this.drop(stream);
+      const message = error instanceof Error ? error.message : String(error);
+      return rpcError(request.id, ErrorCode.InternalError, message);
+    }
+    // another principal's task and an unknown id alike: silently not agreed (spec, Security: auth binding)
+    const owned = new Map(rows.filter((row) => row.owner === principal).map((row) => [row.taskId, row]));
+    const agreed = requested.filter((taskId) => owned.has(taskId));
+    for (const taskId of requested) if (!owned.has(taskId)) this.unfollow(stream, taskId);
+
+    stream.send({
+      jsonrpc: '2.0',
+      method: 'notifications/subscriptions/acknowledged',
+      params: { _meta: { [SUBSCRIPTION_ID_META_KEY]: request.id }, notifications: { taskIds: agreed } },
+    });
+    if (agreed.length === 0) {
+      // nothing to follow: the subscription ends gracefully at once, as the SDK's router ends an empty one
+      stream.end();
+      this.drop(stream);
+      return stream.response();
+    }
+    // the state as it is now, so a change made before the stream opened is not lost either
+    for (const taskId of agreed) {
+      const row = owned.get(taskId)!;
+      try {
+        this.deliverTo(stream, await this.tasks.answerOf(row, principal));
+      } catch (error) {
+        stream.dirty.add(taskId);
+        this.report(error);
+      }
+    }
+    stream.opened();
+    if (signal?.aborted) this.cancel(stream);
+    else signal?.addEventListener('abort', () => this.cancel(stream), { once: true });
+    for (const taskId of stream.dirty) this.hint(taskId);
+    stream.dirty.clear();
+    if (this.keepAliveMs > 0) stream.keepAlive(this.keepAliveMs);
+    this.startChecking();
+    return stream.response();
+  }
+
+  /** Starts following the server's change hints. */
+  start(): void {
+    this.unsubscribe ??= this.tasks.onTaskChange((taskId) => this.hint(taskId));
+  }
+
+  /**
+   * Ends every stream gracefully (the spec's completion result, then the end of the stream) and waits, at most
+   * `graceMs`, for consumers to read it.
+   */
+  async close(graceMs = 1000): Promise<void> {
+    this.closed = true;
+    this.unsubscribe?.();
+    this.unsubscribe = undefined;
+    if (this.checkTimer) clearInterval(this.checkTimer);
+    const ending = [...this.streams].map((stream) => {
+      stream.end();
+      this.drop(stream);
+      return stream.drained;
+    });
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([Promise.all(ending), new Promise((resolve) => (timer = setTimeout(resolve, graceMs)))]);
+    clearTimeout(timer);
+  }
+
+  /** A stream's consumer went away or fell too far behind: it is forgotten, without a result. */
+  cancel(stream: PushStream): void {
+    stream.cut();
+    this.drop(stream);
+  }
+
+  /** The task may have changed: read it once for all its streams (hints that come during the read coalesce). */
+  private hint(taskId: string): void {
+    if (!this.byTask.has(taskId)) return;
+    if (this.reading.has(taskId)) {
+      this.reading.set(taskId, true);
+      return;
+    }
+    this.reading.set(taskId, false);
+    void this.readAndDeliver(taskId).finally(() => {
+      const again = this.reading.get(taskId);
+      this.reading.delete(taskId);
+      if (again) this.hint(taskId);
+    });
+  }
+
+  private async readAndDeliver(taskId: string): Promise<void> {
+    const streams = this.byTask.get(taskId);
+    const principal = streams?.values().next().value?.principal;
+    if (principal === undefined) return;
+    let answer: DetailedTask;
+    try {
+      answer = await this.tasks.getTask(taskId, principal);
+    } catch (error) {
+      // purged (or never readable again): nothing more to say about it; a store failure is left to the next check
+      if ((error as { code?: unknown }).code === ErrorCode.InvalidParams) this.forget(taskId);
+      else this.report(error);
+      return;
+    }
+    this.deliver(taskId, answer);
+  }
+
+  private deliver(taskId: string, answer: DetailedTask): void {
+    for (const stream of [...(this.byTask.get(taskId) ?? [])]) {
+      if (stream.opening) stream.dirty.add(taskId);
+      else this.deliverTo(stream, answer);
+    }
+  }
+
+  /** Sends `answer` on `stream` unless it said the same already; a terminal task is not followed further. */
+  private deliverTo(stream: PushStream, answer: DetailedTask): void {
+    const signature = signatureOf(answer);
+    if (stream.sent.get(answer.taskId) !== signature) {
+      stream.sent.set(answer.taskId, signature);
+      stream.send({
+        jsonrpc: '2.0',
+        method: TASK_STATUS_NOTIFICATION_METHOD,
+        params: { ...answer, _meta: { [SUBSCRIPTION_ID_META_KEY]: stream.subscriptionId } },
+      });
+    }
+    // a terminal task never changes again (DESIGN.md, "The task's life on the server", 4)
+    if (isTerminalStatus(answer.status)) this.unfollow(stream, answer.taskId);
+  }
+
+  /** Reads every followed task again, a page at a time, and sends what changed (the net under lost hints). */
+  private startChecking(): void {
+    if (this.checkTimer || this.closed) return;
+    this.checkTimer = setInterval(() => void this.check(), this.checkIntervalMs);
+    this.checkTimer.unref();
+  }
+
+  private async check(): Promise<void> {
+    if (this.checking) return;
+    if (this.streams.size === 0) {
+      clearInterval(this.checkTimer);
+      this.checkTimer = undefined;
+      return;
+    }
+    this.checking = true;
+    try {
+      const taskIds = [...this.byTask.keys()];
+      for (let i = 0; i < taskIds.length && !this.closed; i += CHECK_PAGE) {
+        const page = taskIds.slice(i, i + CHECK_PAGE);
+        const rows = new Map((await this.tasks.readTasks(page)).map((row) => [row.taskId, row]));
+        for (const taskId of page) {
+          const row = rows.get(taskId);
+          if (!row) this.forget(taskId);
+          else if (this.byTask.has(taskId)) this.deliver(taskId, await this.tasks.answerOf(row, row.owner));
+        }
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+    } catch (error) {
+      this.report(error);
+    } finally {
+      this.checking = false;
+    }
+  }
+
+  private follow(stream: PushStream, taskId: string): void {
+    stream.taskIds.add(taskId);
+    let streams = this.byTask.get(taskId);
+    if (!streams) this.byTask.set(taskId, (streams = new Set()));
+    streams.add(stream);
+  }
+
+  private unfollow(stream: PushStream, taskId: string): void {
+    if (!stream.taskIds.delete(taskId)) return;
+    stream.sent.delete(taskId);
+    const usage = this.usage.get(stream.principal);
+    if (usage) usage.taskIds--;
+    const streams = this.byTask.get(taskId);
+    streams?.delete(stream);
+    if (streams?.size === 0) this.byTask.delete(taskId);
+  }
+
+  private forget(taskId: string): void {
+    for (const stream of [...(this.byTask.get(taskId) ?? [])]) this.unfollow(stream, taskId);
+  }
+
+  /** Forgets the stream: its ids, its place in its principal's counts. */
+  private drop(stream: PushStream): void {
+    if (!this.streams.delete(stream)) return;
+    for (const taskId of [...stream.taskIds]) this.unfollow(stream, taskId);
+    const usage = this.usage.get(stream.principal);
+    if (usage && --usage.streams === 0) this.usage.delete(stream.principal);
+  }
+}
+
+/**
+ * One SSE stream, pulled by the HTTP layer: frames wait in a queue of at most `bufferBytes` until the consumer reads
+ * them, so a consumer that stops reading costs a bounded amount of memory and then its stream.
+ */
+class PushStream {
+  readonly taskIds = new Set<string>();
+  /** What each task's last notification said (signatureOf), so a repeated read sends nothing. */
+  readonly sent = new Map<string, string>();
+  /** Tasks hinted while the stream was opening, read again once it is open. */
+  readonly dirty = new Set<string>();
+  opening = true;
+  /** Resolves when the consumer has read the end of the stream, or the stream was cut. */
+  readonly drained: Promise<void>;
+  private readonly queue: Uint8Array[] = [];
+  private queuedBytes = 0;
+  /**
+   * Bytes allowed over `bufferBytes` for the state sent while the stream opens (one notification per task, queued
+   * before the consumer can read any); it shrinks as the consumer reads, back to the plain bound.
+   */
+  private openingCredit = 0;
+  private ending = false;
+  private dead = false;
+  private wake: (() => void) | undefined;
+  private keepAliveTimer: NodeJS.Timeout | undefined;
+  private resolveDrained!: () => void;
+  private readonly readable: ReadableStream<Uint8Array>;
+
+  constructor(
+    private readonly push: TaskPush,
+    readonly principal: string,
+    readonly subscriptionId: string | number,
+    private readonly serverInfo: { name: string; version: string },
+    private readonly bufferBytes: number,
+    private readonly cutConnection: CutConnection | undefined,
+  ) {
+    this.drained = new Promise((resolve) => (this.resolveDrained = resolve));
+    this.readable = new ReadableStream<Uint8Array>(
+      {
+        pull: (controller) => this.pull(controller),
+        cancel: () => this.push.cancel(this),
+      },
+      // nothing is buffered by the stream itself: every byte waits in `queue`, where it is counted
+      { highWaterMark: 0 },
+    );
+  }
+
+  response(): Response {
+    return new Response(this.readable, { status: 200, headers: SSE_HEADERS });
+  }
+
+  opened(): void {
+    this.opening = false;
+    this.openingCredit = this.queuedBytes;
+  }
+
+  /** Queues one JSON-RPC message; a consumer that let the queue pass `bufferBytes` loses its stream. */
+  send(message: object): void {
+    this.write(`event: message\ndata: ${JSON.stringify(message)}\n\n`);
+  }
+
+  keepAlive(everyMs: number): void {
+    this.keepAliveTimer = setInterval(() => this.write(': keepalive\n\n'), everyMs);
+    this.keepAliveTimer.unref();
+  }
+
+  /** The server ends the subscription: the completion result (spec: "Graceful Closure"), then the end. */
+  end(): void {
+    if (this.ending || this.dead) return;
+    this.send({
+      jsonrpc: '2.0',
+      id: this.subscriptionId,
+      result: {
+        resultType: 'complete',
+        _meta: {
+          [SUBSCRIPTION_ID_META_KEY]: this.subscriptionId,
+          'io.modelcontextprotocol/serverInfo': this.serverInfo,
+        },
+      },
+    });
+    this.ending = true;
+    this.stopKeepAlive();
+    this.wake?.();
+  }
+
+  /** Ends the stream at once, without a result: the client sees a dropped transport (and may reconnect). */
+  cut(): void {
+    if (this.dead) return;
+    this.dead = true;
+    this.queue.length = 0;
+    this.queuedBytes = 0;
+    this.stopKeepAlive();
+    this.wake?.();
+    this.cutConnection?.();
+    this.resolveDrained();
+  }
+
+  private write(frame: string): void {
+    if (this.dead || this.ending) return;
+    const bytes = encoder.encode(frame);
+    // a message alone always fits: only a consumer that has not read what came before loses the stream
+    const limit = this.bufferBytes + this.openingCredit;
+    if (!this.opening && this.queuedBytes > 0 && this.queuedBytes + bytes.byteLength > limit) {
+      // spec (subscriptions, Cancellation): the server tears the stream down; a consumer this far behind would not
+      // read a graceful result either, and its transport dropping tells it to reconnect
+      this.push.cancel(this);
+      return;
+    }
+    this.queue.push(bytes);
+    this.queuedBytes += bytes.byteLength;
+    this.wake?.();
+  }
+
+  private async pull(controller: ReadableStreamDefaultController<Uint8Array>): Promise<void> {
+    while (this.queue.length === 0 && !this.ending && !this.dead) {
+      await new Promise<void>((resolve) => (this.wake = resolve));
+      this.wake = undefined;
+    }
+    if (this.dead) {
+      try {
+        controller.error(new Error('subscription stream cut'));
+      } catch {
+        // already cancelled by the consumer
+      }
+      return;
+    }
+    const chunk = this.queue.shift();
+    if (chunk) {
+      this.queuedBytes -= chunk.byteLength;
+      this.openingCredit = Math.max(0, this.openingCredit - chunk.byteLength);
+      controller.enqueue(chunk);
+      return;
+    }
+    controller.close();
+    this.resolveDrained();
+  }
+
+  private stopKeepAlive(): void {
+    if (this.keepAliveTimer) clearInterval(this.keepAliveTimer);
+    this.keepAliveTimer = undefined;
+  }
+}
+
+/** What makes two notifications of one task differ, leaving out pollIntervalMs (it moves with the task's age). */
+function signatureOf(answer: DetailedTask): string {
+  const inputs = answer.status === 'input_required' ? Object.keys(answer.inputRequests).join('\u0000') : '';
+  return `${answer.status}\u0001${answer.lastUpdatedAt}\u0001${answer.statusMessage ?? ''}\u0001${inputs}`;
+}
+
+/** The requested ids, each once, or why they are not a list of task ids. */
+function taskIdsOf(value: unknown): string[] | string {
+  if (!Array.isArray(value)) return 'Invalid params: notifications.taskIds must be an array of task ids';
+  for (const [i, taskId] of value.entries()) {
+    if (typeof taskId !== 'string' || taskId.length === 0 || taskId.length > MAX_TASK_ID_LENGTH) {
+      return `Invalid params: notifications.taskIds[${i}] must be a task id (a string of 1 to ${MAX_TASK_ID_LENGTH} characters)`;
+    }
+  }
+  return [...new Set(value as string[])];
+}
+
+function rpcError(id: string | number, code: number, message: string, data?: unknown, status = 200): Response {
+  return Response.json(
+    { jsonrpc: '2.0', id, error: { code, message, ...(data !== undefined && { data }) } },
+    { status },
+  );
+}
+
+function positive(name: string, value: number): number {
+  if (!(Number.isSafeInteger(value) && value > 0)) throw new RangeError(`${name} must be a positive integer`);
+  return value;
+}
