@@ -259,7 +259,7 @@ export class Following {
     const outcome = await this.observe(record, query.task);
     if (outcome.kind !== 'continue') return outcome;
     this.push.polled(taskId, sentAt);
-    return { kind: 'continue', pollIntervalMs: this.push.intervalFor(taskId) ?? outcome.pollIntervalMs };
+    return { kind: 'continue', pollIntervalMs: this.push.intervalFor(taskId, outcome.pollIntervalMs) };
   }
 
   /**
@@ -270,7 +270,7 @@ export class Following {
     recordId: string,
     taskId: string,
     params: Record<string, unknown>,
-    fresh: () => void,
+    fresh: () => boolean,
   ): Promise<void> {
     const { core } = this;
     const record = await this.followedRecord(recordId);
@@ -291,8 +291,8 @@ export class Following {
       if (outcome.kind === 'done') this.scheduler.remove(recordId);
       return;
     }
-    fresh();
-    const interval = this.push.intervalFor(taskId) ?? outcome.pollIntervalMs;
+    if (!fresh()) return;
+    const interval = this.push.intervalFor(taskId, outcome.pollIntervalMs);
     if (this.scheduler.has(recordId)) {
       this.scheduler.schedule(
         recordId,

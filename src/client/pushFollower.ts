@@ -33,8 +33,11 @@ export type PushState = { mode: 'push'; tasks: number; safetyPollMs: number } | 
 
 /** What the push follower asks of the following side (`following.ts`). */
 export interface PushHooks {
-  /** One pushed task state, through the same path as a poll's answer; `fresh` once it was applied and still open. */
-  observe(recordId: string, taskId: string, params: Record<string, unknown>, fresh: () => void): void;
+  /**
+   * One pushed task state, through the same path as a poll's answer. `fresh` is called once it was applied and the
+   * task is still open: true when the stream is trusted for it, so its next poll may wait for the safety interval.
+   */
+  observe(recordId: string, taskId: string, params: Record<string, unknown>, fresh: () => boolean): void;
   /** Poll the record at once (the gap after a dropped stream). */
   pollNow(recordId: string): void;
   /** Poll the record at its normal pace again (it lost the stream that covered it). */
@@ -67,6 +70,8 @@ export class PushFollower {
   private readonly trusted = new Set<string>();
   /** Tasks whose stream dropped: queried once as soon as the next stream is acknowledged. */
   private readonly gap = new Set<string>();
+  /** Tasks whose gap query is scheduled: the stream is trusted for them once it was answered, not before. */
+  private readonly gapQueried = new Set<string>();
   private current: Stream | undefined;
   private opening = false;
   private renewAgain = false;
@@ -98,8 +103,8 @@ export class PushFollower {
     if (this.unsupported) return { mode: 'polling', reason: this.unsupported };
     if (covered > 0) return { mode: 'push', tasks: covered, safetyPollMs: this.safetyPollMs };
     if (this.lastError) return { mode: 'polling', reason: `no stream: ${this.lastError}` };
-    if (this.followed.size === 0) return { mode: 'polling', reason: 'no open task' };
     if (this.declined !== undefined) return { mode: 'polling', reason: 'the server agreed to push none of the tasks' };
+    if (this.followed.size === 0) return { mode: 'polling', reason: 'no open task' };
     return { mode: 'polling', reason: 'opening a stream' };
   }
 
@@ -114,18 +119,24 @@ export class PushFollower {
     this.followed.delete(taskId);
     this.trusted.delete(taskId);
     this.gap.delete(taskId);
+    this.gapQueried.delete(taskId);
     this.changed();
   }
 
-  /** The interval to poll a task at after an answer: the safety interval while a trusted stream covers it. */
-  intervalFor(taskId: string): number | undefined {
-    return this.trusted.has(taskId) ? this.safetyPollMs : undefined;
+  /**
+   * The interval to poll a task at after an answer that suggested `pollIntervalMs`: while a trusted stream covers it,
+   * the safety interval (never more often than the server asked).
+   */
+  intervalFor(taskId: string, pollIntervalMs: number | undefined): number | undefined {
+    if (!this.trusted.has(taskId)) return pollIntervalMs;
+    return Math.max(this.safetyPollMs, pollIntervalMs ?? 0);
   }
 
   /** A `tasks/get` sent at `sentAt` (steady clock) was answered: it closes the gap when sent after the ack. */
   polled(taskId: string, sentAt: number): void {
     const stream = this.current;
     if (stream?.ackedAt !== undefined && stream.agreed?.has(taskId) && sentAt >= stream.ackedAt) {
+      this.gapQueried.delete(taskId);
       this.trusted.add(taskId);
     }
   }
@@ -137,6 +148,7 @@ export class PushFollower {
     const stream = this.current;
     this.current = undefined;
     this.trusted.clear();
+    this.gapQueried.clear();
     void stream?.wire?.close().catch(() => undefined);
   }
 
@@ -253,7 +265,9 @@ export class PushFollower {
       if (!stream.agreed.has(taskId)) continue;
       this.gap.delete(taskId);
       const recordId = this.followed.get(taskId);
-      if (recordId !== undefined) this.hooks.pollNow(recordId);
+      if (recordId === undefined) continue;
+      this.gapQueried.add(taskId);
+      this.hooks.pollNow(recordId);
     }
     void previous?.wire?.close().catch(() => undefined);
   }
@@ -265,7 +279,10 @@ export class PushFollower {
     const recordId = this.followed.get(taskId);
     if (recordId === undefined) return;
     this.hooks.observe(recordId, taskId, params, () => {
-      if (this.current === stream) this.trusted.add(taskId);
+      // after a drop, the one tasks/get closes the gap; a notification meanwhile is recorded but does not replace it
+      if (this.current !== stream || this.gapQueried.has(taskId)) return false;
+      this.trusted.add(taskId);
+      return true;
     });
   }
 
@@ -273,6 +290,7 @@ export class PushFollower {
   private ended(stream: Stream): void {
     if (this.current !== stream || this.stopped) return;
     this.current = undefined;
+    this.gapQueried.clear();
     for (const taskId of stream.agreed ?? []) {
       const recordId = this.followed.get(taskId);
       if (recordId === undefined) continue;
