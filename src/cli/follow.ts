@@ -5,7 +5,14 @@
  */
 import type { ElicitResult } from '@modelcontextprotocol/client';
 
-import type { RecordedError, TaskClientEvent, TaskHandle, TaskInputContext, TaskOutcome } from '../client/index.js';
+import type {
+  PushState,
+  RecordedError,
+  TaskClientEvent,
+  TaskHandle,
+  TaskInputContext,
+  TaskOutcome,
+} from '../client/index.js';
 import type { TaskRecord } from '../client/ledger/index.js';
 import { isFollowable } from '../client/ledger/index.js';
 import { onOutputClosed } from './closedOutput.js';
@@ -48,6 +55,8 @@ export class Follower implements InputHost {
   private ticker: NodeJS.Timeout | undefined;
   private frame = 0;
   private interrupted = false;
+  /** The last way of following shown (push, or polling and why), so each change is one line. */
+  private shownPush: string | undefined;
   private readonly onSigint = () => this.interrupt();
   private offOutputClosed: (() => void) | undefined;
 
@@ -148,6 +157,10 @@ export class Follower implements InputHost {
       );
       return;
     }
+    if (event.type === 'push') {
+      this.showPush(event.state);
+      return;
+    }
     if (event.type !== 'error') return;
     const entry = this.followed.get(event.recordId);
     if (entry) this.showError(entry, event.error);
@@ -230,6 +243,29 @@ export class Follower implements InputHost {
     const c = this.out.c;
     this.out.line(
       `  ${c.dim(`[${formatDuration(elapsedMs).padStart(6)}]`)}${this.prefix(entry)} ${paintState(status, c)}${message ? ` ${c.dim('·')} ${serverLine(message)}` : ''}`,
+    );
+  }
+
+  /** One short line when the way tasks are followed changes: push (README.md, "Push") or polling, and why. */
+  private showPush(state: PushState): void {
+    // the passing states (a stream being opened, nothing open) are not news
+    if (state.mode === 'polling' && (state.reason === 'opening a stream' || state.reason === 'no open task')) return;
+    const shown = state.mode === 'push' ? 'push' : `polling: ${state.reason}`;
+    if (shown === this.shownPush) return;
+    this.shownPush = shown;
+    this.out.event({
+      event: 'following',
+      by: state.mode,
+      ...(state.mode === 'push' ? { tasks: state.tasks, safetyPollMs: state.safetyPollMs } : { reason: state.reason }),
+      at: new Date().toISOString(),
+    });
+    const c = this.out.c;
+    this.out.line(
+      state.mode === 'push'
+        ? c.dim(
+            `  following by push (subscriptions/listen), polling every ${formatDuration(state.safetyPollMs)} as a safety net`,
+          )
+        : c.dim(`  following by polling (${serverLine(state.reason)})`),
     );
   }
 
