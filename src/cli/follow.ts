@@ -253,12 +253,18 @@ export class Follower implements InputHost {
     const shown = state.mode === 'push' ? 'push' : `polling: ${state.reason}`;
     if (shown === this.shownPush) return;
     this.shownPush = shown;
-    this.out.event({
-      event: 'following',
-      by: state.mode,
-      ...(state.mode === 'push' ? { tasks: state.tasks, safetyPollMs: state.safetyPollMs } : { reason: state.reason }),
-      at: new Date().toISOString(),
-    });
+    // one JSON event per followed task: every event of `call --json` names its task
+    for (const entry of this.followed.values()) {
+      this.out.event({
+        event: 'following',
+        taskId: entry.handle.taskId,
+        by: state.mode,
+        ...(state.mode === 'push'
+          ? { tasks: state.tasks, safetyPollMs: state.safetyPollMs }
+          : { reason: state.reason }),
+        at: new Date().toISOString(),
+      });
+    }
     const c = this.out.c;
     this.out.line(
       state.mode === 'push'
