@@ -58,6 +58,11 @@ async function startServer(): Promise<ServingTaskServer> {
     await new Promise<void>((resolve) => gates.push(resolve));
     return { content: [{ type: 'text', text: `gated ${String(args['n'])} done` }] };
   });
+  // the server asks for a poll every 50 ms
+  tasks.registerTool('eager', { task: { support: 'required', pollIntervalMs: 50 } }, async () => {
+    await new Promise<void>((resolve) => gates.push(resolve));
+    return { content: [{ type: 'text', text: 'eager done' }] };
+  });
   serving = await serveTaskServer(tasks, { port: 0, host: '127.0.0.1' });
   gates = [];
   return serving;
@@ -144,6 +149,26 @@ describe('push against a Closeout server', () => {
     // closed by push after the gap was closed: still exactly one tasks/get each
     expect(count(sent, 'tasks/get', first.taskId)).toBe(1);
     expect(count(sent, 'tasks/get', second.taskId)).toBe(1);
+    // the state the new stream sent and the gap poll's answer were the same: one observation, one history entry
+    for (const handle of [first, second]) {
+      const history = await client.history(handle.taskId);
+      expect(history.filter((entry) => entry.status === 'working')).toHaveLength(1);
+    }
+  });
+
+  it('keeps polling a pushed task, at the safety interval instead of the server’s pollIntervalMs', async () => {
+    const server = await startServer();
+    const { client, sent } = await connect(server.url, { push: { safetyPollMs: 600 } });
+    const handle = await task(client, 'eager');
+    await waitFor('the stream to carry the task', () => (client.pushState().mode === 'push' ? true : undefined));
+    const started = Date.now();
+    await waitFor('two safety polls', () => (count(sent, 'tasks/get', handle.taskId) >= 2 ? true : undefined));
+    const elapsed = Date.now() - started;
+    // at the server's 50 ms that many seconds would have been dozens of polls
+    expect(count(sent, 'tasks/get', handle.taskId)).toBeLessThanOrEqual(Math.ceil(elapsed / 600) + 2);
+    expect(elapsed).toBeGreaterThanOrEqual(600);
+    openGates();
+    expect(textOf(await handle.result())).toBe('eager done');
   });
 
   it('never subscribes with push turned off, and polls as before', async () => {
