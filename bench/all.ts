@@ -5,7 +5,14 @@
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
-const BENCHMARKS = ['serverOverhead', 'serverRecovery', 'clientFollow', 'clientResume', 'walGrowth'] as const;
+const BENCHMARKS = [
+  'serverOverhead',
+  'serverRecovery',
+  'clientFollow',
+  'clientResume',
+  'walGrowth',
+  'pushLateness',
+] as const;
 
 for (const name of BENCHMARKS) {
   const script = fileURLToPath(new URL(`${name}.js`, import.meta.url));

@@ -91,4 +91,14 @@ describe.concurrent('benchmark smoke runs', () => {
     expect(output).toMatch(/^server rate: \d+ tasks\/get per second/m);
     expect(output).toMatch(/^all \d+ re-queried within 2 s \+ N \/ server rate +\d+ ms +\d+ ms +(met|NOT MET)$/m);
   }, 90_000);
+
+  it('pushLateness closes every task out on both clients and prints lateness and requests for each', async () => {
+    const output = await smoke('pushLateness');
+    for (const label of ['push', 'polling']) {
+      const cells = row(output, label);
+      // closed, p50, p99, max, tasks/get per task, listens
+      for (const cell of cells.slice(1)) expect(cell, `${label} in:\n${output}`).toMatch(NUMBER);
+    }
+    expect(row(output, 'polling').at(-1)).toBe('0');
+  }, 90_000);
 });
