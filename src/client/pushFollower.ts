@@ -48,6 +48,8 @@ const DEFAULT_SAFETY_POLL_MS = 30_000;
 const DEFAULT_RENEW_DELAY_MS = 50;
 const RETRY_BASE_MS = 500;
 const RETRY_CAP_MS = 60_000;
+/** A stream that lived this long before it ended counts as healthy: the next one is opened without waiting. */
+const STEADY_STREAM_MS = 5_000;
 
 interface Stream {
   requested: ReadonlySet<string>;
@@ -220,7 +222,6 @@ export class PushFollower {
         this.declined = key;
         await stream.wire.close().catch(() => undefined);
       } else {
-        this.failures = 0;
         void stream.wire.ended.then(() => this.ended(stream));
         if (this.stopped) await stream.wire.close().catch(() => undefined);
       }
@@ -297,6 +298,9 @@ export class PushFollower {
       this.gap.add(taskId);
       if (this.trusted.delete(taskId)) this.hooks.pollAtPace(recordId);
     }
+    // a stream that lived a while is opened again at once; one that keeps ending right away is backed off
+    const lived = stream.ackedAt === undefined ? 0 : this.core.steady.now() - stream.ackedAt;
+    if (lived >= STEADY_STREAM_MS) this.failures = 0;
     this.failures += 1;
     this.lastError = 'the stream ended';
     this.report();
