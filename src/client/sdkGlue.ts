@@ -24,7 +24,7 @@
  *    passes on only the notification kinds it knows: `notifications/tasks` (SEP-2663, "Task Status Notifications")
  *    and the acknowledgement's `taskIds` do not reach the application (notes/sdk-v2.md; typescript-sdk issue 2569).
  *    `listenForTasks` keeps the SDK's stream life cycle and takes the task side off the wire below it. Pinned by
- *    test/client/taskPush.test.ts.
+ *    test/client/push.test.ts.
  *
  * The interception uses only the public `Transport` interface: `send` records which `tools/call` requests declared
  * the Tasks extension; `onmessage` turns a `resultType: "task"` answer to one of those into a JSON-RPC error that
