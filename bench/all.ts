@@ -12,6 +12,7 @@ const BENCHMARKS = [
   'clientResume',
   'walGrowth',
   'pushLateness',
+  'pushServerCost',
 ] as const;
 
 for (const name of BENCHMARKS) {

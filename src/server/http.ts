@@ -38,7 +38,8 @@ export function createTaskMcpHandler(tasks: TaskServer, options: TaskHandlerOpti
   const handler = createMcpHandler(
     (ctx) => {
       // the SDK builds a server only for a request that passed its checks (protocol version, headers, envelope)
-      const listen = ctx.requestInfo && taskListens.get(ctx.requestInfo);
+      // (modern era only: subscriptions/listen does not exist in the 2025 protocol the legacy leg serves)
+      const listen = ctx.era === 'modern' && ctx.requestInfo && taskListens.get(ctx.requestInfo);
       if (listen) listen.principal = principalOf({ authInfo: ctx.authInfo });
       const mcp = new McpServer(info);
       options.setup?.(mcp, ctx);

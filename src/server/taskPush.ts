@@ -291,7 +291,7 @@ export class TaskPush {
         for (const taskId of page) {
           const row = rows.get(taskId);
           if (!row) this.forget(taskId);
-          else if (this.byTask.has(taskId)) this.deliver(taskId, await this.tasks.answerOf(row, row.owner));
+          else if (this.byTask.has(taskId)) await this.answerAndDeliver(row);
         }
         await new Promise((resolve) => setImmediate(resolve));
       }
@@ -299,6 +299,16 @@ export class TaskPush {
       this.report(error);
     } finally {
       this.checking = false;
+    }
+  }
+
+  private async answerAndDeliver(row: StoredTask): Promise<void> {
+    try {
+      this.deliver(row.taskId, await this.tasks.answerOf(row, row.owner));
+    } catch (error) {
+      // expired and purged between the read and the answer: nothing more to say; anything else waits for the next check
+      if ((error as { code?: unknown }).code === ErrorCode.InvalidParams) this.forget(row.taskId);
+      else this.report(error);
     }
   }
 

@@ -101,4 +101,12 @@ describe.concurrent('benchmark smoke runs', () => {
     }
     expect(row(output, 'polling').at(-1)).toBe('0');
   }, 90_000);
+
+  it('pushServerCost prints what followed tasks cost the server: open time, memory, idle and per-change CPU', async () => {
+    const output = await smoke('pushServerCost');
+    for (const label of ['open ms', 'heap per task B', 'idle cpu %', 'push cpu per change us', 'change wall ms']) {
+      // heap figures may come out negative after a GC: the sign is allowed, the number is required
+      expect(row(output, label).at(-1), `${label} in:\n${output}`).toMatch(/^-?\d+(\.\d+)?$/);
+    }
+  }, 90_000);
 });

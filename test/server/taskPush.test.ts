@@ -132,6 +132,40 @@ describe('subscriptions/listen with notifications.taskIds', () => {
     ]);
   });
 
+  it('leaves the SDK’s refusal of a malformed request as it is (the SDK checks it before push serves it)', async () => {
+    server = await start();
+    const mine = await create(server.url, 'asks');
+    const stream = await listen(server.url, [mine], { token: ALICE, headers: { 'mcp-method': 'tools/list' } });
+    await stream.closed();
+    expect(stream.httpStatus).toBe(400);
+    expect(stream.messages[0]?.error?.code).toBe(-32020);
+    expect(server.tasks.push.stats()).toEqual({ streams: 0, taskIds: 0 });
+  });
+
+  it('is not served to a 2025-era request, where subscriptions/listen does not exist', async () => {
+    server = await start();
+    const mine = await create(server.url, 'asks');
+    const response = await fetch(server.url, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        'mcp-protocol-version': '2025-11-25',
+        authorization: `Bearer ${ALICE}`,
+      },
+      body: JSON.stringify({
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'subscriptions/listen',
+        params: { notifications: { taskIds: [mine] } },
+      }),
+    });
+    const text = await response.text();
+    expect(text).not.toContain('notifications/subscriptions/acknowledged');
+    expect(text).toContain('"error"');
+    expect(server.tasks.push.stats()).toEqual({ streams: 0, taskIds: 0 });
+  });
+
   it('answers -32602 for task ids that are not strings', async () => {
     server = await start();
     const stream = await listen(server.url, ['ok', 42], { token: ALICE });

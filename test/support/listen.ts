@@ -32,7 +32,14 @@ let nextId = 1000;
 export async function listen(
   url: string,
   taskIds: unknown,
-  options: { token?: string; declareTasks?: boolean; id?: string | number; extra?: Record<string, unknown> } = {},
+  options: {
+    token?: string;
+    declareTasks?: boolean;
+    id?: string | number;
+    extra?: Record<string, unknown>;
+    /** Headers to override. */
+    headers?: Record<string, string>;
+  } = {},
 ): Promise<ListenStream> {
   const id = options.id ?? nextId++;
   const controller = new AbortController();
@@ -46,6 +53,7 @@ export async function listen(
       'mcp-protocol-version': PROTOCOL_VERSION,
       'mcp-method': 'subscriptions/listen',
       ...(options.token && { authorization: `Bearer ${options.token}` }),
+      ...options.headers,
     },
     body: JSON.stringify({
       jsonrpc: '2.0',

@@ -152,7 +152,8 @@ describe('PostgresTaskStore across instances', () => {
     const writer = await openStore();
     const runner = await openStore();
     const signals: TaskSignal[] = [];
-    runner.subscribe((signal) => signals.push(signal));
+    // status signals (for push) are pinned on their own below
+    runner.subscribe((signal) => void (signal.kind !== 'status' && signals.push(signal)));
     const { task } = await writer.create(newTask());
     await runner.requestInput({ taskId: task.taskId, fence: 1 }, 'k', { method: 'roots/list' }, T0 + 1);
 
@@ -168,13 +169,38 @@ describe('PostgresTaskStore across instances', () => {
     });
   });
 
+  it('signals every committed change of what tasks/get answers to every instance, and no refused write', async () => {
+    // invariant (push, issue 15): status message, input_required, terminal write and expiry each NOTIFY `status` in
+    // their own statement; a write refused by its fence or by "not yet terminal" signals nothing
+    const writer = await openStore();
+    const watcher = await openStore();
+    const signals: TaskSignal[] = [];
+    watcher.subscribe((signal) => void (signal.kind === 'status' && signals.push(signal)));
+    await watcher.listening();
+    const { task } = await writer.create(newTask());
+    const { task: expiring } = await writer.create(newTask({ ttlMs: 10 }));
+    const lease = { taskId: task.taskId, fence: 1 };
+    expect(await writer.setStatusMessage({ ...lease, fence: 2 }, 'stale fence', T0 + 1)).toBe(false);
+    expect(await writer.setStatusMessage(lease, 'half way', T0 + 1)).toBe(true);
+    expect((await writer.requestInput(lease, 'k', { method: 'roots/list' }, T0 + 2)).held).toBe(true);
+    expect(await writer.finish(lease, { status: 'completed', result: { content: [] } }, T0 + 3)).toBe(true);
+    expect(await writer.finish(lease, { status: 'cancelled' }, T0 + 4)).toBe(false);
+    expect(await writer.expireOverdue(T0 + 100)).toEqual([expiring.taskId]);
+    const expected = [task.taskId, task.taskId, task.taskId, expiring.taskId].map((taskId) => ({
+      taskId,
+      kind: 'status',
+    }));
+    await vi.waitFor(() => expect(signals).toEqual(expected), { timeout: 5000, interval: 10 });
+  });
+
   it('listens again after the database drops the LISTEN connection', async () => {
     // invariant: a dropped LISTEN connection reconnects on its own, and signals flow again
     const errors: Error[] = [];
     const runner = await openStore({ onError: (error) => errors.push(error) });
     const writer = await openStore();
     const signals: TaskSignal[] = [];
-    runner.subscribe((signal) => signals.push(signal));
+    // status signals (for push) are pinned on their own below
+    runner.subscribe((signal) => void (signal.kind !== 'status' && signals.push(signal)));
 
     const terminated = await admin.query(
       `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
@@ -199,7 +225,7 @@ describe('PostgresTaskStore across instances', () => {
     // invariant: never a half-written row: a failure after the first statement of a write leaves the task as it was
     const store = await openStore();
     const signals: TaskSignal[] = [];
-    store.subscribe((signal) => signals.push(signal));
+    store.subscribe((signal) => void (signal.kind !== 'status' && signals.push(signal)));
     const { task } = await store.create(newTask());
     await store.requestInput({ taskId: task.taskId, fence: 1 }, 'k', { method: 'roots/list' }, T0 + 1);
     const before = await store.get(task.taskId);
