@@ -250,11 +250,14 @@ export class Follower implements InputHost {
   private showPush(state: PushState): void {
     // the passing states (a stream being opened, nothing open) are not news
     if (state.mode === 'polling' && (state.reason === 'opening a stream' || state.reason === 'no open task')) return;
+    // told only while a task is still followed here: nothing is printed after a task's close-out line
+    const open = [...this.followed.values()].filter((entry) => entry.handle.localState === 'tracking');
+    if (open.length === 0) return;
     const shown = state.mode === 'push' ? 'push' : `polling: ${state.reason}`;
     if (shown === this.shownPush) return;
     this.shownPush = shown;
     // one JSON event per followed task: every event of `call --json` names its task
-    for (const entry of this.followed.values()) {
+    for (const entry of open) {
       this.out.event({
         event: 'following',
         taskId: entry.handle.taskId,
