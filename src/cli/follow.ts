@@ -57,6 +57,8 @@ export class Follower implements InputHost {
   private interrupted = false;
   /** The last way of following shown (push, or polling and why), so each change is one line. */
   private shownPush: string | undefined;
+  /** The latest way of following, told while no task was followed here yet. */
+  private pendingPush: PushState | undefined;
   private readonly onSigint = () => this.interrupt();
   private offOutputClosed: (() => void) | undefined;
 
@@ -130,6 +132,7 @@ export class Follower implements InputHost {
       this.showChange(entry, record);
     }
     handle.onChange((next) => this.showChange(entry, next));
+    if (this.pendingPush) this.showPush(this.pendingPush);
     this.closing.push(
       handle.outcome().then(
         (outcome) => this.closeOut(entry, outcome),
@@ -252,6 +255,8 @@ export class Follower implements InputHost {
     if (state.mode === 'polling' && (state.reason === 'opening a stream' || state.reason === 'no open task')) return;
     // told only while a task is still followed here: nothing is printed after a task's close-out line
     const open = [...this.followed.values()].filter((entry) => entry.handle.localState === 'tracking');
+    // the stream may be up before the call's handle reaches this follower: shown when it does
+    this.pendingPush = open.length === 0 ? state : undefined;
     if (open.length === 0) return;
     const shown = state.mode === 'push' ? 'push' : `polling: ${state.reason}`;
     if (shown === this.shownPush) return;
