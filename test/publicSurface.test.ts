@@ -46,6 +46,8 @@ const PUBLIC: Record<'client' | 'server' | 'protocol', { values: string[]; types
       'NewSubmission',
       'ObservedTask',
       'PollPolicy',
+      'PushOptions',
+      'PushState',
       'RecordedError',
       'ResubmitOptions',
       'ResumeReport',
