@@ -15,6 +15,7 @@ const BENCHMARKS = [
   'runningTasks',
   'storeGrowth',
   'purgeRate',
+  'pushLateness',
   'pushServerCost',
 ] as const;
 

@@ -48,6 +48,8 @@ const PUBLIC: Record<'client' | 'server' | 'protocol', { values: string[]; types
       'ObservedTask',
       'PollPolicy',
       'PostgresLedgerOptions',
+      'PushOptions',
+      'PushState',
       'RecordedError',
       'ResubmitOptions',
       'ResumeReport',

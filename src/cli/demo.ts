@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 import type { CallToolResult } from '@modelcontextprotocol/client';
 import type { Command } from 'commander';
 
-import type { TaskClient, TaskHandle } from '../client/index.js';
+import type { TaskClient, TaskClientEvent, TaskHandle } from '../client/index.js';
 import { isTaskHandle } from '../client/index.js';
 import { registerDemoTools } from '../demo/demoTools.js';
 import type { JsonObject } from '../protocol/index.js';
@@ -68,9 +68,14 @@ async function runDemo(flags: DemoFlags): Promise<void> {
     ledgerPath,
     namedServer: url,
     inputHandlers: (endpoint) => ({ elicitation: elicitationHandler(current, endpoint) }),
-    onEvent: (event) => current.onClientEvent(event),
+    onEvent: (event) => {
+      if (event.type === 'push') lastPush = event;
+      current.onClientEvent(event);
+    },
   });
   let current = new Follower(out, (id) => session.ledger.get(id), { interactive, preset });
+  /** How tasks are followed now (push or polling): told to each step's Follower, which may come after the news. */
+  let lastPush: TaskClientEvent | undefined;
   const problems: string[] = [];
   const expect = (what: string, ok: boolean) => {
     if (!ok) problems.push(what);
@@ -85,6 +90,7 @@ async function runDemo(flags: DemoFlags): Promise<void> {
     current = new Follower(out, (id) => session.ledger.get(id), { interactive, preset });
     current.arm();
     current.follow(handle, url, 'submitted');
+    if (lastPush) current.onClientEvent(lastPush);
     if (during) await during(handle);
     const [closeOut] = await current.done();
     stopIfGone();

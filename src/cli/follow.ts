@@ -5,7 +5,14 @@
  */
 import type { ElicitResult } from '@modelcontextprotocol/client';
 
-import type { RecordedError, TaskClientEvent, TaskHandle, TaskInputContext, TaskOutcome } from '../client/index.js';
+import type {
+  PushState,
+  RecordedError,
+  TaskClientEvent,
+  TaskHandle,
+  TaskInputContext,
+  TaskOutcome,
+} from '../client/index.js';
 import type { TaskRecord } from '../client/ledger/index.js';
 import { isFollowable } from '../client/ledger/index.js';
 import { onOutputClosed } from './closedOutput.js';
@@ -48,6 +55,10 @@ export class Follower implements InputHost {
   private ticker: NodeJS.Timeout | undefined;
   private frame = 0;
   private interrupted = false;
+  /** The last way of following shown (push, or polling and why), so each change is one line. */
+  private shownPush: string | undefined;
+  /** The latest way of following, told while no task was followed here yet. */
+  private pendingPush: PushState | undefined;
   private readonly onSigint = () => this.interrupt();
   private offOutputClosed: (() => void) | undefined;
 
@@ -121,6 +132,7 @@ export class Follower implements InputHost {
       this.showChange(entry, record);
     }
     handle.onChange((next) => this.showChange(entry, next));
+    if (this.pendingPush) this.showPush(this.pendingPush);
     this.closing.push(
       handle.outcome().then(
         (outcome) => this.closeOut(entry, outcome),
@@ -146,6 +158,10 @@ export class Follower implements InputHost {
           `closeout: the server created task ${serverLine(event.taskId)}; ${serverLine(event.error.message)}: retrying until it is recorded`,
         ),
       );
+      return;
+    }
+    if (event.type === 'push') {
+      this.showPush(event.state);
       return;
     }
     if (event.type !== 'error') return;
@@ -230,6 +246,40 @@ export class Follower implements InputHost {
     const c = this.out.c;
     this.out.line(
       `  ${c.dim(`[${formatDuration(elapsedMs).padStart(6)}]`)}${this.prefix(entry)} ${paintState(status, c)}${message ? ` ${c.dim('·')} ${serverLine(message)}` : ''}`,
+    );
+  }
+
+  /** One short line when the way tasks are followed changes: push (README.md, "Push") or polling, and why. */
+  private showPush(state: PushState): void {
+    // the passing states (a stream being opened, nothing open) are not news
+    if (state.mode === 'polling' && (state.reason === 'opening a stream' || state.reason === 'no open task')) return;
+    // told only while a task is still followed here: nothing is printed after a task's close-out line
+    const open = [...this.followed.values()].filter((entry) => entry.handle.localState === 'tracking');
+    // the stream may be up before the call's handle reaches this follower: shown when it does
+    this.pendingPush = open.length === 0 ? state : undefined;
+    if (open.length === 0) return;
+    const shown = state.mode === 'push' ? 'push' : `polling: ${state.reason}`;
+    if (shown === this.shownPush) return;
+    this.shownPush = shown;
+    // one JSON event per followed task: every event of `call --json` names its task
+    for (const entry of open) {
+      this.out.event({
+        event: 'following',
+        taskId: entry.handle.taskId,
+        by: state.mode,
+        ...(state.mode === 'push'
+          ? { tasks: state.tasks, safetyPollMs: state.safetyPollMs }
+          : { reason: state.reason }),
+        at: new Date().toISOString(),
+      });
+    }
+    const c = this.out.c;
+    this.out.line(
+      state.mode === 'push'
+        ? c.dim(
+            `  following by push (subscriptions/listen), polling every ${formatDuration(state.safetyPollMs)} as a safety net`,
+          )
+        : c.dim(`  following by polling (${serverLine(state.reason)})`),
     );
   }
 

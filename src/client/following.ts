@@ -13,14 +13,16 @@ import { describe } from './clientCore.js';
 import { TaskClientError } from './errors.js';
 import type { InputRouter } from './inputRouter.js';
 import { observationChanges } from './ledger/closing.js';
-import type { RecordedError, TaskRecord } from './ledger/ledger.js';
+import type { ObservedTask, RecordedError, TaskRecord } from './ledger/ledger.js';
 import { isFollowable } from './ledger/ledger.js';
+import { PushFollower } from './pushFollower.js';
 import type { PollOutcome } from './scheduler.js';
 import { nextPollDelay, PollScheduler } from './scheduler.js';
 import { sdkServerOutputMessage } from './serverOutput.js';
 import type { ResumeReport } from './taskClient.js';
 import { outcomeOf, TaskHandle } from './taskHandle.js';
 import type { TaskRequests } from './taskRequests.js';
+import { checkTask } from './taskRequests.js';
 
 /** How many times a connection that closed under the client is made again before the loss is surfaced. */
 const RECONNECT_ATTEMPTS = 5;
@@ -29,6 +31,8 @@ const TAKE_OVER_PAGE = 500;
 
 export class Following {
   readonly scheduler: PollScheduler;
+  /** The `subscriptions/listen` stream that carries the open tasks when the server pushes (pushFollower.ts). */
+  readonly push: PushFollower;
   private leaseTimer: unknown;
   private takeOverTimer: unknown;
   private takingOver: Promise<void> | undefined;
@@ -54,6 +58,31 @@ export class Following {
         void core.recordError(recordId, { kind: 'storage', message: describe(error), at: core.clock.now() });
       },
     });
+    this.push = new PushFollower(
+      core,
+      requests,
+      {
+        observe: (recordId, taskId, params, fresh) => {
+          void core
+            .serialized(recordId, () => this.pushed(recordId, taskId, params, fresh))
+            .catch((error: unknown) => {
+              void core.recordError(recordId, { kind: 'storage', message: describe(error), at: core.clock.now() });
+            });
+        },
+        pollNow: (recordId) => {
+          if (this.scheduler.has(recordId)) this.scheduler.schedule(recordId, core.steady.now());
+        },
+        pollAtPace: (recordId) => {
+          if (!this.scheduler.has(recordId)) return;
+          const interval = core.handles.get(recordId)?.lastRecord.pollIntervalMs;
+          this.scheduler.schedule(
+            recordId,
+            core.steady.now() + nextPollDelay(interval, this.scheduler.policy, core.random),
+          );
+        },
+      },
+      core.options.push,
+    );
   }
 
   /** Start renewing this process's leases, taking over records others let go (when asked to), and watching. */
@@ -233,6 +262,7 @@ export class Following {
     const handle = new TaskHandle(record as TaskRecord & { taskId: string }, this.driver());
     this.core.handles.set(record.recordId, handle);
     this.scheduler.schedule(record.recordId, at);
+    this.push.follow(record.recordId, handle.taskId);
     return handle;
   }
 
@@ -257,28 +287,89 @@ export class Following {
     return seen.ageMs + Math.max(0, now - seen.since);
   }
 
-  /** One scheduled poll of one record. Never throws for anything the server does. */
-  private async poll(recordId: string): Promise<PollOutcome> {
+  /**
+   * The record as committed, when this process follows it; else it is released and undefined. While this process
+   * holds the lease only its own observations change a record's task fields, so the handle's snapshot is the record as
+   * committed; one indexed read checks the lease. Without a snapshot, or without the lease, the ledger says.
+   */
+  private async followedRecord(recordId: string): Promise<(TaskRecord & { taskId: string }) | undefined> {
     const { core } = this;
-    // While this process holds the lease only its own polls change a record's task fields, so the handle's snapshot
-    // is the record as committed; one indexed read checks the lease. Without a snapshot, or without the lease, the
-    // ledger says what happened.
     const snapshot = core.handles.get(recordId)?.lastRecord;
     const record =
       snapshot && (await core.ledger.isTrackedBy(recordId, core.owner)) ? snapshot : await core.ledger.get(recordId);
     if (!record || record.localState !== 'tracking' || record.leaseOwner !== core.owner || !record.taskId) {
       this.release(recordId, record);
-      return { kind: 'done' };
+      return undefined;
     }
+    return record as TaskRecord & { taskId: string };
+  }
+
+  /** One scheduled poll of one record. Never throws for anything the server does. */
+  private async poll(recordId: string): Promise<PollOutcome> {
+    const { core } = this;
+    const record = await this.followedRecord(recordId);
+    if (!record) return { kind: 'done' };
     const taskId = record.taskId;
+    const sentAt = core.steady.now();
     const query = await this.requests.getTask(taskId, { taskId, status: record.status });
     if (query.kind === 'unanswered') return this.onPollError(record, query.error);
-    const now = core.clock.now();
     if (query.kind === 'bad-output') {
       // a bad answer is recorded and ignored; the task keeps its last good state and is asked again later
-      return this.retryAfter(record, { kind: 'server-output', message: query.error.message, at: now });
+      return this.retryAfter(record, { kind: 'server-output', message: query.error.message, at: core.clock.now() });
     }
-    const task = query.task;
+    const outcome = await this.observe(record, query.task);
+    if (outcome.kind !== 'continue') return outcome;
+    this.push.polled(taskId, sentAt);
+    return { kind: 'continue', pollIntervalMs: this.push.intervalFor(taskId, outcome.pollIntervalMs) };
+  }
+
+  /**
+   * One `notifications/tasks` of a stream this client opened: validated and recorded exactly as a poll's answer
+   * (DESIGN.md rule 7, one observation path), so a notification and a poll of the same state are one observation.
+   */
+  private async pushed(
+    recordId: string,
+    taskId: string,
+    params: Record<string, unknown>,
+    fresh: () => boolean,
+  ): Promise<void> {
+    const { core } = this;
+    const record = await this.followedRecord(recordId);
+    if (!record || record.taskId !== taskId) return;
+    const { _meta: _streamMeta, ...task } = params;
+    const checked = checkTask(task, taskId, { taskId, status: record.status });
+    if (checked.kind === 'bad-output') {
+      // recorded and ignored, as a bad poll answer is; the next poll asks again
+      await core.recordError(recordId, {
+        kind: 'server-output',
+        message: `notifications/tasks: ${checked.error.message}`,
+        at: core.clock.now(),
+      });
+      return;
+    }
+    const outcome = await this.observe(record, checked.task);
+    if (outcome.kind !== 'continue') {
+      if (outcome.kind === 'done') this.scheduler.remove(recordId);
+      return;
+    }
+    if (!fresh()) return;
+    const interval = this.push.intervalFor(taskId, outcome.pollIntervalMs);
+    if (this.scheduler.has(recordId)) {
+      this.scheduler.schedule(
+        recordId,
+        core.steady.now() + nextPollDelay(interval, this.scheduler.policy, core.random),
+      );
+    }
+  }
+
+  /**
+   * What the server said of a followed task (a poll's answer or a pushed notification, validated): committed when it
+   * changes the record, told to the handle, input routed, closed out at a terminal status or at the TTL backstop.
+   */
+  private async observe(record: TaskRecord & { taskId: string }, task: ObservedTask): Promise<PollOutcome> {
+    const { core } = this;
+    const { recordId, taskId } = record;
+    const now = core.clock.now();
     // an answer that changes nothing commits nothing: only the poll time is noted (deferred, see noteSchedule)
     const changed = observationChanges(record, task);
     if (changed && !(await core.ledger.recordObservation(recordId, core.owner, task, now))) {
@@ -332,6 +423,7 @@ export class Following {
         core.handles.delete(record.recordId);
         core.seen.delete(record.recordId);
         this.inputs.abandon(record.recordId);
+        this.push.unfollow(record.recordId, handle?.taskId);
         handle?.abandon(new TaskClientError('wrong-credential', message, { record }));
         return { kind: 'done' };
       }
@@ -386,6 +478,7 @@ export class Following {
     const handle = core.handles.get(recordId);
     core.handles.delete(recordId);
     if (!handle) return;
+    this.push.unfollow(recordId, handle.taskId);
     if (record) handle.observe(record);
     if (!record || outcomeOf(record) === undefined) {
       // still open, but no longer ours: another process took the lease
@@ -544,6 +637,7 @@ export class Following {
     this.wakeRecovery?.();
     await this.recovering;
     if (this.leaseTimer !== undefined) core.clock.clearTimeout(this.leaseTimer);
+    this.push.stop();
     if (this.takeOverTimer !== undefined) core.clock.clearTimeout(this.takeOverTimer);
     // a tick under way finishes first, so what it claimed is handed back below with the rest
     await this.takingOver;
@@ -624,6 +718,7 @@ export class Following {
       this.scheduler.remove(recordId);
       this.inputs.abandon(recordId);
       core.handles.delete(recordId);
+      this.push.unfollow(recordId, handle.taskId);
       handle.abandon(new TaskClientError('disconnected', `${reason} (task ${handle.taskId} is still open)`));
       await core.ledger.release(recordId, core.owner).catch(() => undefined);
     }

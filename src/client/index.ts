@@ -30,6 +30,7 @@ export type { PostgresLedgerOptions } from './ledger/postgresLedger.js';
 export { PostgresLedger } from './ledger/postgresLedger.js';
 export type { SqliteLedgerOptions } from './ledger/sqliteLedger.js';
 export { LEDGER_SCHEMA_VERSION, SqliteLedger } from './ledger/sqliteLedger.js';
+export type { PushOptions, PushState } from './pushFollower.js';
 export type { PollPolicy, SchedulerClock } from './scheduler.js';
 export { DEFAULT_POLL_POLICY } from './scheduler.js';
 export {

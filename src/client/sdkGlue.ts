@@ -19,6 +19,13 @@
  *    SdkError ERA_NEGOTIATION_FAILED "... the connection closed during the server/discover probe ..."
  *    (`exitedOnVersionProbe`); connectStdioTaskClient then spawns it once more in the 2025 way. Pinned by the same file.
  *
+ * 7. `Client.listen()` (2026-07-28 `subscriptions/listen`) sends its request through the transport's `send` with an id
+ *    of its own, settles on the acknowledgement, on the listen's JSON-RPC answer and on the end of its stream, but
+ *    passes on only the notification kinds it knows: `notifications/tasks` (SEP-2663, "Task Status Notifications")
+ *    and the acknowledgement's `taskIds` do not reach the application (notes/sdk-v2.md; typescript-sdk issue 2569).
+ *    `listenForTasks` keeps the SDK's stream life cycle and takes the task side off the wire below it. Pinned by
+ *    test/client/push.test.ts.
+ *
  * The interception uses only the public `Transport` interface: `send` records which `tools/call` requests declared
  * the Tasks extension; `onmessage` turns a `resultType: "task"` answer to one of those into a JSON-RPC error that
  * carries the CreateTaskResult untouched, tagged with a per-transport nonce so no server error can pose as one.
@@ -27,7 +34,7 @@
  */
 import { randomUUID } from 'node:crypto';
 
-import type { JSONRPCMessage, Transport } from '@modelcontextprotocol/client';
+import type { Client, JSONRPCMessage, Transport } from '@modelcontextprotocol/client';
 import {
   isJSONRPCRequest,
   isJSONRPCResultResponse,
@@ -58,6 +65,30 @@ type MessageHandler = NonNullable<Transport['onmessage']>;
 
 const carriers = new WeakMap<Transport, TaskResultCarrier>();
 
+/** The stream a client opens for server notifications (MCP 2026-07-28, basic/patterns/subscriptions). */
+export const SUBSCRIPTIONS_LISTEN_METHOD = 'subscriptions/listen';
+/** Every message of a `subscriptions/listen` stream carries its subscription id under this `_meta` key. */
+export const SUBSCRIPTION_ID_META_KEY = 'io.modelcontextprotocol/subscriptionId';
+/** The task status notification pushed on a `subscriptions/listen` stream (SEP-2663 "Task Status Notifications"). */
+export const TASK_STATUS_NOTIFICATION_METHOD = 'notifications/tasks';
+const ACKNOWLEDGED_METHOD = 'notifications/subscriptions/acknowledged';
+
+/** What a task stream is told, from below the SDK. */
+export interface TaskStreamListener {
+  /** The acknowledgement's `notifications.taskIds` as the server sent it; undefined when the field is absent. */
+  acknowledged(taskIds: unknown): void;
+  /** The `params` of one `notifications/tasks` of this stream (a DetailedTask, plus `_meta`). */
+  task(params: Record<string, unknown>): void;
+}
+
+/** The task side of the transport: listen requests about to leave, and the live ones by subscription id. */
+interface TaskListens {
+  /** Set by listenForTasks just before `Client.listen()` sends, taken by `send` (the SDK sends synchronously). */
+  next: { meta: Record<string, unknown>; listener: TaskStreamListener; sent?: string | number } | undefined;
+  live: Map<string | number, TaskStreamListener>;
+}
+const listens = new WeakMap<Transport, TaskListens>();
+
 /**
  * Instrument `transport` (before or after `client.connect`) so a `tools/call` that declared the Tasks extension can
  * answer with a task handle. Idempotent per transport instance.
@@ -72,16 +103,50 @@ export function attachTaskResultCarrier(transport: Transport): TaskResultCarrier
   // ids of requests sent with the 2026-07-28 envelope and not answered yet
   const modern = new Set<string | number>();
 
+  const tasksListens: TaskListens = { next: undefined, live: new Map() };
+  listens.set(transport, tasksListens);
+
   const send = transport.send.bind(transport);
   transport.send = (message, options) => {
     if (isJSONRPCRequest(message)) {
       if (message.method === 'tools/call' && declaresTasks(message.params)) declaring.add(message.id);
       if (hasModernEnvelope(message.params)) modern.add(message.id);
+      const next = tasksListens.next;
+      if (message.method === SUBSCRIPTIONS_LISTEN_METHOD && next && next.sent === undefined) {
+        // SEP-2663: task notifications are asked for with the extension declared, on this request only (S1)
+        next.sent = message.id;
+        tasksListens.live.set(message.id, next.listener);
+        const params = (message.params ?? {}) as { _meta?: Record<string, unknown> };
+        message = { ...message, params: { ...params, _meta: { ...params._meta, ...next.meta } } };
+      }
     }
     return send(message, options);
   };
 
-  const carry = (received: JSONRPCMessage): JSONRPCMessage => {
+  /** A task stream's own notifications are taken here; undefined: consumed. */
+  const demux = (received: JSONRPCMessage): JSONRPCMessage | undefined => {
+    if (!('method' in received) || 'id' in received) return received;
+    if (received.method !== ACKNOWLEDGED_METHOD && received.method !== TASK_STATUS_NOTIFICATION_METHOD) {
+      return received;
+    }
+    const params = (received.params ?? {}) as Record<string, unknown>;
+    const subscriptionId = (params['_meta'] as Record<string, unknown> | undefined)?.[SUBSCRIPTION_ID_META_KEY];
+    const listener =
+      typeof subscriptionId === 'string' || typeof subscriptionId === 'number'
+        ? tasksListens.live.get(subscriptionId)
+        : undefined;
+    if (received.method === ACKNOWLEDGED_METHOD) {
+      // the SDK settles its listen on it too, after this
+      listener?.acknowledged((params['notifications'] as Record<string, unknown> | undefined)?.['taskIds']);
+      return received;
+    }
+    // spec: a notification of a subscription this client does not hold is not its business: dropped
+    listener?.task(params);
+    return undefined;
+  };
+
+  const carry = (received: JSONRPCMessage): JSONRPCMessage | undefined => {
+    if (demux(received) === undefined) return undefined;
     if (!('id' in received) || received.id === undefined || received.id === null) return received;
     const message = modern.delete(received.id) ? completeByDefault(received) : received;
     if (!declaring.delete(received.id)) return message;
@@ -104,7 +169,10 @@ export function attachTaskResultCarrier(transport: Transport): TaskResultCarrier
   const wrap = (handler: Transport['onmessage']): Transport['onmessage'] => {
     if (handler === undefined) return undefined;
     const original = originals.get(handler) ?? handler;
-    const wrapped: MessageHandler = (message, extra) => original(carry(message) as typeof message, extra);
+    const wrapped: MessageHandler = (message, extra) => {
+      const carried = carry(message);
+      if (carried !== undefined) original(carried as typeof message, extra);
+    };
     originals.set(wrapped, original);
     return wrapped;
   };
@@ -129,6 +197,58 @@ export function attachTaskResultCarrier(transport: Transport): TaskResultCarrier
   };
   carriers.set(transport, carrier);
   return carrier;
+}
+
+/** An open task stream: how it ended, and the way to close it. */
+export interface TaskStream {
+  /** Resolves when the stream ends: `local` (closed here), `graceful` (the server's completion result), `remote`. */
+  readonly ended: Promise<'local' | 'graceful' | 'remote'>;
+  close(): Promise<void>;
+}
+
+/**
+ * Open one `subscriptions/listen` stream asking `notifications/tasks` for `taskIds` (SEP-2663, "Task Status
+ * Notifications"), through the SDK's `Client.listen()` (point 7). `meta` is merged into the request's `_meta` (the
+ * per-request capabilities that declare the extension). `listener` hears the acknowledgement and every task
+ * notification as they arrive (before this resolves: the server may send the tasks' states right after its
+ * acknowledgement). Rejects as `Client.listen()` does: a JSON-RPC error, a 2025-era connection, no acknowledgement
+ * within `timeoutMs`.
+ */
+export async function listenForTasks(
+  client: Client,
+  taskIds: readonly string[],
+  meta: Record<string, unknown>,
+  listener: TaskStreamListener,
+  timeoutMs: number,
+): Promise<TaskStream> {
+  const transport = client.transport;
+  if (!transport) throw new SdkError(SdkErrorCode.NotConnected, 'Not connected');
+  attachTaskResultCarrier(transport);
+  const state = listens.get(transport)!;
+  const next: NonNullable<TaskListens['next']> = { meta, listener };
+  state.next = next;
+  let opening: ReturnType<Client['listen']>;
+  try {
+    // the SDK's filter type knows only the base protocol's kinds; `taskIds` is the extension's (SEP-2663)
+    opening = client.listen({ taskIds: [...taskIds] } as Parameters<Client['listen']>[0], { timeout: timeoutMs });
+  } finally {
+    state.next = undefined;
+  }
+  const forget = () => {
+    if (next.sent !== undefined) state.live.delete(next.sent);
+  };
+  let subscription: Awaited<ReturnType<Client['listen']>>;
+  try {
+    subscription = await opening;
+  } catch (error) {
+    forget();
+    throw error;
+  }
+  const ended = subscription.closed.then((cause) => {
+    forget();
+    return cause;
+  });
+  return { ended, close: () => subscription.close() };
 }
 
 /**

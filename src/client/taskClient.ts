@@ -24,6 +24,7 @@ import { Following } from './following.js';
 import type { TaskInputHandlers } from './inputRouter.js';
 import { InputRouter } from './inputRouter.js';
 import type { HistoryEntry, Ledger, LedgerFilter, RecordedError, TaskRecord } from './ledger/ledger.js';
+import type { PushOptions, PushState } from './pushFollower.js';
 import type { PollPolicy, SchedulerClock } from './scheduler.js';
 import { Submission } from './submission.js';
 import { TaskHandle } from './taskHandle.js';
@@ -82,6 +83,11 @@ export interface TaskClientOptions {
    * as `disconnected` and their leases are handed back for a later `resumeAll()`.
    */
   reconnect?: (() => Promise<void>) | undefined;
+  /**
+   * Push (SEP-2663, "Task Status Notifications"): open tasks are followed on one `subscriptions/listen` stream when
+   * the server agrees, polled as a safety net (README.md, "Push"). On by default.
+   */
+  push?: PushOptions | undefined;
   /** Told about every change the client records; never awaited, errors ignored. */
   onEvent?: ((event: TaskClientEvent) => void) | undefined;
   /** Where traces and metrics go (README.md, "Observability"). Default: the OpenTelemetry API's global providers. */
@@ -92,6 +98,8 @@ export type TaskClientEvent =
   | { type: 'status'; record: TaskRecord }
   | { type: 'closed'; record: TaskRecord }
   | { type: 'error'; recordId: string; error: RecordedError }
+  /** How open tasks are followed changed: by push (with safety polls), or by polling and why. */
+  | { type: 'push'; state: PushState }
   /** The server created task `taskId` and the ledger cannot record it yet: retried for `storagePatienceMs`. */
   | { type: 'unrecorded'; recordId: string; taskId: string; error: RecordedError };
 
@@ -192,6 +200,11 @@ export class TaskClient {
   attach(ref: string): Promise<TaskHandle> {
     this.core.assertOpen();
     return this.operation(this.following.attachRecord(ref));
+  }
+
+  /** How this client follows its open tasks now: by push (with safety polls), or by polling and why. */
+  pushState(): PushState {
+    return this.following.push.state();
   }
 
   /** The ledger record for a taskId, record id or idempotency key. */

@@ -24,6 +24,26 @@ import type { KnownTaskState } from './serverOutput.js';
 import { parseGetTaskResult, progressionViolation, ServerOutputError } from './serverOutput.js';
 import { classifyTransportError } from './transportFailure.js';
 
+/**
+ * A task state as the server sent it (a tasks/get answer, or the params of a `notifications/tasks`, which carry the
+ * same DetailedTask: SEP-2663 "Task Status Notifications"), validated as `getTask` validates it.
+ */
+export function checkTask(
+  raw: unknown,
+  taskId: string,
+  known?: KnownTaskState,
+): Exclude<TaskQuery, { kind: 'unanswered' }> {
+  try {
+    const task = parseGetTaskResult(raw, taskId);
+    const violation = known && progressionViolation(known, task);
+    if (violation) throw new ServerOutputError(violation);
+    return { kind: 'task', task };
+  } catch (error) {
+    if (!(error instanceof ServerOutputError)) throw error;
+    return { kind: 'bad-output', error };
+  }
+}
+
 /** What one tasks/get came to. */
 export type TaskQuery =
   /** A valid answer (and, when the known state was given, a step the status machine allows from it). */
@@ -54,15 +74,7 @@ export class TaskRequests {
     } catch (error) {
       return { kind: 'unanswered', error };
     }
-    try {
-      const task = parseGetTaskResult(raw, taskId);
-      const violation = known && progressionViolation(known, task);
-      if (violation) throw new ServerOutputError(violation);
-      return { kind: 'task', task };
-    } catch (error) {
-      if (!(error instanceof ServerOutputError)) throw error;
-      return { kind: 'bad-output', error };
-    }
+    return checkTask(raw, taskId, known);
   }
 
   /** tasks/update and tasks/cancel: the SDK sets `Mcp-Name: <taskId>` for them (pinned in sdkGlue.test.ts). */

@@ -147,6 +147,16 @@ describe.concurrent('benchmark smoke runs', () => {
     );
   }, 90_000);
 
+  it('pushLateness closes every task out on both clients and prints lateness and requests for each', async () => {
+    const output = await smoke('pushLateness');
+    for (const label of ['push', 'polling']) {
+      const cells = row(output, label);
+      // closed, p50, p99, max, tasks/get per task, listens
+      for (const cell of cells.slice(1)) expect(cell, `${label} in:\n${output}`).toMatch(NUMBER);
+    }
+    expect(row(output, 'polling').at(-1)).toBe('0');
+  }, 90_000);
+
   it('pushServerCost prints what followed tasks cost the server: open time, memory, idle and per-change CPU', async () => {
     const output = await smoke('pushServerCost');
     for (const label of ['open ms', 'heap per task B', 'idle cpu %', 'push cpu per change us', 'change wall ms']) {
