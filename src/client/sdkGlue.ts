@@ -45,6 +45,11 @@ import {
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 
 import {
+  SUBSCRIPTION_ID_META_KEY,
+  SUBSCRIPTIONS_LISTEN_METHOD,
+  TASK_STATUS_NOTIFICATION_METHOD,
+} from '../protocol/constants.js';
+import {
   CLIENT_CAPABILITIES_META_KEY,
   PROTOCOL_VERSION_META_KEY,
   TASK_RESULT_TYPE,
@@ -65,12 +70,6 @@ type MessageHandler = NonNullable<Transport['onmessage']>;
 
 const carriers = new WeakMap<Transport, TaskResultCarrier>();
 
-/** The stream a client opens for server notifications (MCP 2026-07-28, basic/patterns/subscriptions). */
-export const SUBSCRIPTIONS_LISTEN_METHOD = 'subscriptions/listen';
-/** Every message of a `subscriptions/listen` stream carries its subscription id under this `_meta` key. */
-export const SUBSCRIPTION_ID_META_KEY = 'io.modelcontextprotocol/subscriptionId';
-/** The task status notification pushed on a `subscriptions/listen` stream (SEP-2663 "Task Status Notifications"). */
-export const TASK_STATUS_NOTIFICATION_METHOD = 'notifications/tasks';
 const ACKNOWLEDGED_METHOD = 'notifications/subscriptions/acknowledged';
 
 /** What a task stream is told, from below the SDK. */
