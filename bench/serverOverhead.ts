@@ -10,7 +10,7 @@
  *   e.b    (b) on a SQLite store whose WAL checkpoints run inside the serving thread's commits (SQLite's default),
  *          not in the store's background worker: what the worker buys;
  *   f.b    (b) on a SQLite store with `synchronous: 'normal'` (commits not synced to disk one by one): what the
- *          default's power-loss durability (every commit fsynced, DESIGN.md rule 4) costs.
+ *          default's power-loss durability (every commit fsynced, docs/DESIGN.md rule 4) costs.
  *   g.b    (b) with the OpenTelemetry SDK recording every span and metric (README.md, "Observability"); (b) itself
  *          runs with no SDK registered, telemetry off; g.c  likewise for (c).
  * Every scenario runs once per round, in an order rotated each round; the table shows medians over rounds, and each

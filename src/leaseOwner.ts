@@ -1,6 +1,6 @@
 /**
  * Lease holder ids shared by both halves (server task leases, client ledger leases), and the one fast proof that a
- * holder is dead. DESIGN.md, rules learned in the field, 1: liveness is proven, never guessed. A holder is alive
+ * holder is dead. docs/DESIGN.md, rules learned in the field, 1: liveness is proven, never guessed. A holder is alive
  * while it renews its lease; the fast path below may say "dead" sooner, and only when the kernel proves it.
  *
  * An id reads `host:pid:nonce:linux/BOOT/PIDNS/TIMENS/START`: the kernel boot (`/proc/sys/kernel/random/boot_id`),

@@ -5,8 +5,8 @@
 
 /**
  * When a commit is acknowledged (SQLite's `synchronous` in WAL mode). `full` (the default): every commit is fsynced
- * before it returns, so what was acknowledged survives a power cut or an OS crash (DESIGN.md, rule 4). `normal`: the
- * WAL is fsynced only at checkpoints; a commit survives the process being killed, but the last ones before a power
+ * before it returns, so what was acknowledged survives a power cut or an OS crash (docs/DESIGN.md, rule 4). `normal`:
+ * the WAL is fsynced only at checkpoints; a commit survives the process being killed, but the last ones before a power
  * cut or an OS crash may be lost. An explicit choice, for deployments that trade that for throughput.
  */
 export type SqliteSynchronous = 'full' | 'normal';

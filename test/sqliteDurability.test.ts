@@ -1,4 +1,4 @@
-// Invariant (DESIGN.md rule 4): by default an acknowledged commit of either SQLite file is on stable storage. Task
+// Invariant (docs/DESIGN.md rule 4): by default an acknowledged commit of either SQLite file is on stable storage. Task
 // creation and terminal results in the task store, the intent and the handle commit in the ledger: each is followed by
 // an fsync of the WAL before the call returns. `synchronous: 'normal'` is the explicit faster choice: the WAL is then
 // synced only at checkpoints. A power cut cannot be provoked here; what is checked is the system calls the process

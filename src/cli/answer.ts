@@ -1,7 +1,7 @@
 /**
- * `closeout answer TASK_ID`: answer the input requests a task is waiting for (S9), then exit; the task keeps
- * running, detached, for `closeout resume` (or whoever follows it) to close out. Each answer is stored in the ledger
- * before `tasks/update` carries it, so it is never asked twice.
+ * `closeout answer TASK_ID`: answer the input requests a task is waiting for (docs/REQUIREMENTS.md S9), then exit; the
+ * task keeps running, detached, for `closeout resume` (or whoever follows it) to close out. Each answer is stored in
+ * the ledger before `tasks/update` carries it, so it is never asked twice.
  */
 import type { Command } from 'commander';
 

@@ -1,7 +1,7 @@
 /**
- * `closeout call URL TOOL`: submit a tool call declaring the Tasks extension (S1); a plain result is printed at once
- * (S3), a task is written to the ledger before anything else (S4) and followed until it closes out, then its result
- * is printed. `--detach` stops once the handle is in the ledger.
+ * `closeout call URL TOOL`: submit a tool call declaring the Tasks extension (docs/REQUIREMENTS.md S1); a plain result
+ * is printed at once (S3), a task is written to the ledger before anything else (S4) and followed until it closes out,
+ * then its result is printed. `--detach` stops once the handle is in the ledger.
  */
 import type { CallToolResult } from '@modelcontextprotocol/client';
 import { ProtocolError } from '@modelcontextprotocol/client';

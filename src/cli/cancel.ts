@@ -1,7 +1,7 @@
 /**
- * `closeout cancel TASK_ID`: send `tasks/cancel` and record the intent (S11). Cancellation is cooperative: the server
- * acknowledges the intent, the work stops when it notices, and the task may still complete. The command says so and
- * shows the state it observes for a moment after.
+ * `closeout cancel TASK_ID`: send `tasks/cancel` and record the intent (docs/REQUIREMENTS.md S11). Cancellation is
+ * cooperative: the server acknowledges the intent, the work stops when it notices, and the task may still complete. The
+ * command says so and shows the state it observes for a moment after.
  */
 import type { Command } from 'commander';
 import { InvalidArgumentError } from 'commander';

@@ -1,5 +1,5 @@
 /**
- * `closeout doctor URL`: checks a live Tasks server the way the founding article says to look at one (S18), one line
+ * `closeout doctor URL`: checks a live Tasks server the way docs/REQUIREMENTS.md says to look at one (S18), one line
  * per check with pass / warn / fail and why, on the raw wire so nothing an SDK smooths over goes unseen.
  */
 import type { Command } from 'commander';

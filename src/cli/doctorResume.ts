@@ -1,7 +1,7 @@
 /**
- * The ledger round trip of `closeout doctor` (S18: "can the client recover the same task after a restart"): the
- * doctor's task is recorded in a new ledger exactly as the client records a handle (intent, taskId committed, then
- * let go), and a fresh `closeout` process takes it up from that ledger and asks the server about it.
+ * The ledger round trip of `closeout doctor` (docs/REQUIREMENTS.md S18: "can the client recover the same task after a
+ * restart"): the doctor's task is recorded in a new ledger exactly as the client records a handle (intent, taskId
+ * committed, then let go), and a fresh `closeout` process takes it up from that ledger and asks the server about it.
  */
 import { spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';

@@ -1,8 +1,8 @@
 /**
- * Answering a task's elicitation (seed S9): at a terminal, the form is asked field by field with its schema's types,
- * defaults and enums, and the person chooses accept, decline or cancel; without a terminal, the answer comes from
- * `--accept JSON` / `--decline` / `--dismiss`, or the task is left for `closeout answer`. What the server wrote is
- * shown as its words, attributed to it; a URL is shown, never opened; nothing is ever executed.
+ * Answering a task's elicitation (docs/REQUIREMENTS.md S9): at a terminal, the form is asked field by field with its
+ * schema's types, defaults and enums, and the person chooses accept, decline or cancel; without a terminal, the answer
+ * comes from `--accept JSON` / `--decline` / `--dismiss`, or the task is left for `closeout answer`. What the server
+ * wrote is shown as its words, attributed to it; a URL is shown, never opened; nothing is ever executed.
  */
 import type * as Inquirer from '@inquirer/prompts';
 import type { ElicitRequest, ElicitResult } from '@modelcontextprotocol/client';

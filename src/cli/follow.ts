@@ -1,7 +1,7 @@
 /**
- * Following tasks until they close out (seed S5, S7, S10), for `call`, `resume` and `demo`: on a TTY a live line per
- * task (status, status message, elapsed time, next poll), plain lines otherwise, one JSON object per event with
- * `--json`. Ctrl-C detaches (the task goes on and `closeout resume` finds it); it never cancels.
+ * Following tasks until they close out (docs/REQUIREMENTS.md S5, S7, S10), for `call`, `resume` and `demo`: on a TTY a
+ * live line per task (status, status message, elapsed time, next poll), plain lines otherwise, one JSON object per
+ * event with `--json`. Ctrl-C detaches (the task goes on and `closeout resume` finds it); it never cancels.
  */
 import type { ElicitResult } from '@modelcontextprotocol/client';
 
@@ -146,7 +146,7 @@ export class Follower implements InputHost {
   /** Told about the TaskClient's events (poll failures are shown; the client retries them with backoff). */
   onClientEvent(event: TaskClientEvent): void {
     if (event.type === 'unrecorded') {
-      // the task exists on the server: its id is on the terminal before the ledger can hold it (DESIGN.md rule 10)
+      // the task exists on the server: its id is on the terminal before the ledger can hold it (docs/DESIGN.md rule 10)
       this.out.event({
         event: 'unrecorded',
         taskId: event.taskId,

@@ -1,6 +1,6 @@
 /**
  * `closeout ls`: the ledger's open tasks (every record with `--all`): taskId, tool, status, age, last poll and
- * correlation id (S6), as the ledger knows them; nothing is sent to any server.
+ * correlation id (docs/REQUIREMENTS.md S6), as the ledger knows them; nothing is sent to any server.
  */
 import type { Command } from 'commander';
 

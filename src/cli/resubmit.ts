@@ -1,7 +1,7 @@
 /**
- * `closeout resubmit TASK_ID`: submit a closed call again, explicitly (S13: never automatic), and follow what comes
- * back as `call` does. The way out of `unknown-outcome`: by default the old idempotency key is sent again, so a
- * Closeout server answers with the task the lost call created instead of running the tool a second time.
+ * `closeout resubmit TASK_ID`: submit a closed call again, explicitly (docs/REQUIREMENTS.md S13: never automatic), and
+ * follow what comes back as `call` does. The way out of `unknown-outcome`: by default the old idempotency key is sent
+ * again, so a Closeout server answers with the task the lost call created instead of running the tool a second time.
  */
 import { ProtocolError } from '@modelcontextprotocol/client';
 import type { Command } from 'commander';

@@ -1,8 +1,8 @@
 /**
  * `closeout resume [TASK_ID]`: take up every open task in the ledger (or one) after a detach, a Ctrl-C or a crash
- * (S12): each is queried once first (S7), then followed until it closes out, with input asked where needed. One
- * line per task as it closes out. An `expired` record named by TASK_ID is checked again, and followed when the server
- * still knows its task.
+ * (docs/REQUIREMENTS.md S12): each is queried once first (S7), then followed until it closes out, with input asked
+ * where needed. One line per task as it closes out. An `expired` record named by TASK_ID is checked again, and followed
+ * when the server still knows its task.
  */
 import type { Command } from 'commander';
 

@@ -15,7 +15,7 @@ export const TOKEN_ENV = 'CLOSEOUT_TOKEN';
 /**
  * The server (URL or origin) `CLOSEOUT_TOKEN` is for, when the command does not name it: the token goes there and
  * nowhere else. Without it the token goes only to the server named on the command line (`call URL`) and to servers
- * whose ledger records were created under that same token (DESIGN.md, rule 5).
+ * whose ledger records were created under that same token (docs/DESIGN.md, rule 5).
  */
 export const TOKEN_SERVER_ENV = 'CLOSEOUT_TOKEN_SERVER';
 

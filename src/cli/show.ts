@@ -1,6 +1,7 @@
 /**
- * `closeout show TASK_ID`: one ledger record (S6, S15): what was called, where it stands, its status history as a
- * timeline, its input requests and answers, and its result or error. `--refresh` asks the server first.
+ * `closeout show TASK_ID`: one ledger record (docs/REQUIREMENTS.md S6, S15): what was called, where it stands, its
+ * status history as a timeline, its input requests and answers, and its result or error. `--refresh` asks the server
+ * first.
  */
 import type { CallToolResult } from '@modelcontextprotocol/client';
 import type { Command } from 'commander';

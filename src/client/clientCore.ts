@@ -1,5 +1,5 @@
 /**
- * What the parts of a TaskClient share (DESIGN.md, "The task's life on the client"): its options and clocks, the
+ * What the parts of a TaskClient share (docs/DESIGN.md, "The task's life on the client"): its options and clocks, the
  * live handles, the per-record chain that keeps one record's requests from overlapping, the ledger look-ups and the
  * events. Submission (`submission.ts`), following (`following.ts`) and the front (`taskClient.ts`) all stand on it.
  */

@@ -6,7 +6,7 @@ import type { JsonRpcError } from '../protocol/index.js';
 import type { TaskRecord } from './ledger/ledger.js';
 
 export type TaskClientErrorCode =
-  /** tools/call was sent and no usable answer came back: surfaced, never re-sent silently (S13). */
+  /** tools/call was sent and no usable answer came back: surfaced, never re-sent silently (docs/REQUIREMENTS.md S13). */
   | 'unknown-outcome'
   /** tools/call asked (MRTR) for input this client could not give: no handler, or the handler failed. Nothing ran. */
   | 'input-unavailable'

@@ -1,8 +1,9 @@
 /**
- * Following open tasks (DESIGN.md, "The task's life on the client"): one PollScheduler polls every followed record at
- * the server's `pollIntervalMs`, records what the server says, routes `inputRequests`, and closes the record out at
- * the first terminal status (S7, S10), at the TTL backstop (S13) or on -32602. It also takes records up (resume,
- * attach, a known idempotency key), keeps their leases, cancels, rechecks, and recovers a connection that closed.
+ * Following open tasks (docs/DESIGN.md, "The task's life on the client"): one PollScheduler polls every followed record
+ * at the server's `pollIntervalMs`, records what the server says, routes `inputRequests`, and closes the record out at
+ * the first terminal status (docs/REQUIREMENTS.md S7, S10), at the TTL backstop (S13) or on -32602. It also takes
+ * records up (resume, attach, a known idempotency key), keeps their leases, cancels, rechecks, and recovers a
+ * connection that closed.
  */
 import { ProtocolError } from '@modelcontextprotocol/client';
 
@@ -96,7 +97,7 @@ export class Following {
    * Take up records nobody follows any more (issue 17): submissions whose holder stopped renewing become
    * `unknown-outcome` (surfaced, never re-sent), and open records with a free or lapsed lease are claimed (SKIP LOCKED
    * in a PostgreSQL ledger, so workers taking over at once split them) and followed here, queried first. A page at a
-   * time: the cost of a tick is what it takes over, not what the ledger holds (DESIGN.md rule 8).
+   * time: the cost of a tick is what it takes over, not what the ledger holds (docs/DESIGN.md rule 8).
    */
   async takeOver(): Promise<TaskHandle[]> {
     const { core } = this;
@@ -237,7 +238,7 @@ export class Following {
   }
 
   /**
-   * The client's one liveness rule (DESIGN.md, rules learned in the field, 1), for every path that takes a record
+   * The client's one liveness rule (docs/DESIGN.md, rules learned in the field, 1), for every path that takes a record
    * over (`resumeAll`, `attach`, `callTool` with a known key): a lease whose holder is proven dead is freed at once
    * (`isDeadLocalOwner`); any other holder keeps it until it stops renewing it. True when a holder of `records` was
    * dead.
@@ -252,9 +253,9 @@ export class Following {
   }
 
   /**
-   * Follow a record this process just claimed: a handle, and its first poll at `at` (steady clock). One record has one live handle
-   * (issue 13 item 7): when concurrent attach(), resumeAll() or callTool() calls claimed it too (a claim of a lease
-   * already ours succeeds), they all get the handle the first one made, which is the one every poll updates.
+   * Follow a record this process just claimed: a handle, and its first poll at `at` (steady clock). One record has one
+   * live handle (issue 13 item 7): when concurrent attach(), resumeAll() or callTool() calls claimed it too (a claim of
+   * a lease already ours succeeds), they all get the handle the first one made, which is the one every poll updates.
    */
   startFollowing(record: TaskRecord, at: number): TaskHandle {
     const live = this.core.handles.get(record.recordId);
@@ -325,7 +326,7 @@ export class Following {
 
   /**
    * One `notifications/tasks` of a stream this client opened: validated and recorded exactly as a poll's answer
-   * (DESIGN.md rule 7, one observation path), so a notification and a poll of the same state are one observation.
+   * (docs/DESIGN.md rule 7, one observation path), so a notification and a poll of the same state are one observation.
    */
   private async pushed(
     recordId: string,
@@ -391,7 +392,7 @@ export class Following {
     if (task.status === 'input_required' && task.inputRequests) {
       await this.inputs.route(observed, taskId, task.inputRequests);
     }
-    // the TTL backstop (S13) on this client's own clock, never createdAt against it (DESIGN.md, rule 2)
+    // the TTL backstop (S13) on this client's own clock, never createdAt against it (docs/DESIGN.md, rule 2)
     if (task.ttlMs !== null && ageMs >= task.ttlMs) {
       await this.expire(
         recordId,
@@ -407,7 +408,7 @@ export class Following {
     const now = core.clock.now();
     if (error instanceof ProtocolError && error.code === ErrorCode.InvalidParams) {
       if (await core.underOtherCredential(record)) {
-        // another principal's task looks unknown to us: that says nothing about the task (DESIGN.md, rule 5); the
+        // another principal's task looks unknown to us: that says nothing about the task (docs/DESIGN.md, rule 5); the
         // record stays open, free for a process that holds the credential it was created under
         const message = `tasks/get answered ${error.code} under another credential than the one that created the task: not taken as expiry`;
         await core.ledger.recordPoll(record.recordId, core.owner, now, {
@@ -673,7 +674,7 @@ export class Following {
 
   /**
    * Record the loss on every followed task, then connect again (bounded attempts, backed off) and query each task
-   * once (DESIGN.md rule 7: after a reconnect one tasks/get per task closes the gap); when that is not possible,
+   * once (docs/DESIGN.md rule 7: after a reconnect one tasks/get per task closes the gap); when that is not possible,
    * settle the handles as `disconnected` and hand their leases back, so nothing polls a closed connection.
    */
   private async recoverConnection(): Promise<void> {

@@ -1,7 +1,7 @@
 /**
- * Routing a task's `inputRequests` to the application (DESIGN.md, client step 3; seed S9, S17). Each key reaches a
- * handler once: the answer is stored in the ledger before any `tasks/update` carries it, and a stored answer is what
- * gets re-sent (after a crash, or while the server still lists the key) instead of asking again.
+ * Routing a task's `inputRequests` to the application (docs/DESIGN.md, client step 3; docs/REQUIREMENTS.md S9, S17).
+ * Each key reaches a handler once: the answer is stored in the ledger before any `tasks/update` carries it, and a
+ * stored answer is what gets re-sent (after a crash, or while the server still lists the key) instead of asking again.
  */
 import type {
   ClientCapabilities,
@@ -63,7 +63,7 @@ export interface InputRouterOptions {
   recordError: (recordId: string, error: RecordedError) => Promise<void>;
   /** A stored answer whose key the server still lists is sent again after this long (eventual consistency). */
   resendAfterMs: number;
-  /** How long an answer is retried into a busy or failing ledger before it is given up (DESIGN.md rule 10). */
+  /** How long an answer is retried into a busy or failing ledger before it is given up (docs/DESIGN.md rule 10). */
   storagePatienceMs: number;
   /** Wait this long (the TaskClient's clock). */
   sleep: (ms: number) => Promise<void>;
@@ -224,7 +224,7 @@ export class InputRouter {
         });
         return;
       }
-      // spec: the answer is stored before tasks/update carries it (DESIGN.md, client step 3); the key stays with
+      // spec: the answer is stored before tasks/update carries it (docs/DESIGN.md, client step 3); the key stays with
       // this process (in `asking`) until it is, so a busy ledger never makes a person answer twice
       let stored: InputAnswer | undefined;
       try {
@@ -254,9 +254,9 @@ export class InputRouter {
   }
 
   /**
-   * Store an answer that was given (DESIGN.md rule 10: a person's answer is precious): a ledger another process holds
-   * locked, or a disk full for a moment, is retried with backoff for `storagePatienceMs`, the answer kept in memory
-   * meanwhile; any other failure, or the end of the patience, is thrown.
+   * Store an answer that was given (docs/DESIGN.md rule 10: a person's answer is precious): a ledger another process
+   * holds locked, or a disk full for a moment, is retried with backoff for `storagePatienceMs`, the answer kept in
+   * memory meanwhile; any other failure, or the end of the patience, is thrown.
    */
   private async store(
     recordId: string,

@@ -1,6 +1,6 @@
 /**
- * What the client derives from its ledger's secret (DESIGN.md, rule 5): a fingerprint of the credential a record was
- * created under, so an answer under another credential is told apart without storing the credential; and the
+ * What the client derives from its ledger's secret (docs/DESIGN.md, rule 5): a fingerprint of the credential a record
+ * was created under, so an answer under another credential is told apart without storing the credential; and the
  * idempotency key sent on the wire, so a business id used as a key (`release-42`) cannot be guessed, or replayed to
  * get someone's task, by anyone who does not hold the ledger.
  */

@@ -1,10 +1,11 @@
 /**
  * Following open tasks by push (SEP-2663, "Task Status Notifications"; the stream is MCP 2026-07-28,
  * basic/patterns/subscriptions): one `subscriptions/listen` stream per endpoint carries every task this process
- * follows, renewed when that set changes. Push is an accelerator, polling the safety net (DESIGN.md, rules learned in
- * the field, 7): a notification is handed to the same observation path as a poll's answer (`following.ts`), and a task
- * is polled at its normal pace whenever no trusted stream covers it: the server did not agree to its id, the stream
- * dropped, or the server does not push at all. While a stream covers it, it is still polled every `safetyPollMs`.
+ * follows, renewed when that set changes. Push is an accelerator, polling the safety net (docs/DESIGN.md, rules learned
+ * in the field, 7): a notification is handed to the same observation path as a poll's answer (`following.ts`), and a
+ * task is polled at its normal pace whenever no trusted stream covers it: the server did not agree to its id, the
+ * stream dropped, or the server does not push at all. While a stream covers it, it is still polled every
+ * `safetyPollMs`.
  *
  * A stream is trusted for a task once something observed after the acknowledgement says how the task stands: a
  * notification of that stream, or a `tasks/get` sent after it. A task whose stream dropped is queried once as soon as

@@ -1,9 +1,9 @@
 /**
- * One scheduler for every open task (DESIGN.md, client step 2): a min-heap of due times and a single timer, not a
+ * One scheduler for every open task (docs/DESIGN.md, client step 2): a min-heap of due times and a single timer, not a
  * timer per task, with a bound on polls in flight. It decides only *when* a task is polled; what a poll does is the
  * caller's `poll` function, which reports how it went.
  *
- * Policy (seed S5, S7, S16):
+ * Policy (docs/REQUIREMENTS.md S5, S7, S16):
  * - after an answer, the next poll is at the server's `pollIntervalMs` (which may change on every answer), clamped
  *   to [floorMs, capMs], plus up to `jitterRatio` of it on top (never earlier than the server asked, never above
  *   the cap);
@@ -33,7 +33,7 @@ export const SYSTEM_CLOCK: SchedulerClock = {
 /**
  * The system clock for scheduling and for how long a task has been seen open: the wall time when this process started
  * plus the monotonic time since, so a step of the wall clock (NTP, a VM restored) neither stalls nor rushes a poll and
- * never ages a task (DESIGN.md, rule 2). Ledger times and leases keep the wall clock (SYSTEM_CLOCK).
+ * never ages a task (docs/DESIGN.md, rule 2). Ledger times and leases keep the wall clock (SYSTEM_CLOCK).
  */
 export const STEADY_CLOCK: SchedulerClock = {
   now: () => performance.timeOrigin + performance.now(),

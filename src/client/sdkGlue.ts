@@ -112,7 +112,8 @@ export function attachTaskResultCarrier(transport: Transport): TaskResultCarrier
       if (hasModernEnvelope(message.params)) modern.add(message.id);
       const next = tasksListens.next;
       if (message.method === SUBSCRIPTIONS_LISTEN_METHOD && next && next.sent === undefined) {
-        // SEP-2663: task notifications are asked for with the extension declared, on this request only (S1)
+        // SEP-2663: task notifications are asked for with the extension declared, on this request only
+        // (docs/REQUIREMENTS.md S1)
         next.sent = message.id;
         tasksListens.live.set(message.id, next.listener);
         const params = (message.params ?? {}) as { _meta?: Record<string, unknown> };

@@ -50,8 +50,9 @@ export class ServerOutputError extends Error {
 
 /**
  * The previous state a new answer is checked against. Timestamps are not part of it: `lastUpdatedAt` comes from the
- * server's clock (or from several instances' clocks), and no order is taken from two hosts' wall clocks (DESIGN.md,
- * rule 2). Answers to one record's polls arrive one after another, so the latest answer is the server's latest word.
+ * server's clock (or from several instances' clocks), and no order is taken from two hosts' wall clocks
+ * (docs/DESIGN.md, rule 2). Answers to one record's polls arrive one after another, so the latest answer is the
+ * server's latest word.
  */
 export interface KnownTaskState {
   taskId: string;
@@ -100,7 +101,7 @@ export function parseGetTaskResult(raw: unknown, expectedTaskId: string): Observ
 /**
  * Whether `next` may follow `known` (SEP-2663 "Task Status": a terminal task never changes state). Returns the
  * violation, or undefined when the answer is acceptable. An identical terminal answer is acceptable, and a terminal
- * answer is always acceptable after a non-terminal one, whatever its timestamps say (DESIGN.md, rule 2).
+ * answer is always acceptable after a non-terminal one, whatever its timestamps say (docs/DESIGN.md, rule 2).
  */
 export function progressionViolation(known: KnownTaskState, next: ObservedTask): string | undefined {
   if (next.taskId !== known.taskId) return `taskId changed from ${known.taskId} to ${next.taskId}`;

@@ -1,8 +1,8 @@
 /**
- * Submission and idempotency (DESIGN.md, "The task's life on the client"): the intent is in the ledger before
- * `tools/call` leaves; a task handle's taskId is committed before anything else is done with it (S4); a submission
- * whose answer never arrived is `unknown-outcome`, never re-sent on its own (S13); a call with an idempotency key the
- * ledger already holds gets that call's outcome, never a second send (S16).
+ * Submission and idempotency (docs/DESIGN.md, "The task's life on the client"): the intent is in the ledger before
+ * `tools/call` leaves; a task handle's taskId is committed before anything else is done with it (docs/REQUIREMENTS.md
+ * S4); a submission whose answer never arrived is `unknown-outcome`, never re-sent on its own (S13); a call with an
+ * idempotency key the ledger already holds gets that call's outcome, never a second send (S16).
  */
 import { randomUUID } from 'node:crypto';
 
@@ -293,7 +293,7 @@ export class Submission {
   }
 
   /**
-   * Commit a taskId that arrived (DESIGN.md rule 10): a ledger another process holds locked (or a full disk) is
+   * Commit a taskId that arrived (docs/DESIGN.md rule 10): a ledger another process holds locked (or a full disk) is
    * retried with backoff for `storagePatienceMs`, and an `unrecorded` event names the taskId meanwhile, so it is
    * never only in this process's memory. After that, the error says which task the server created.
    */
@@ -388,7 +388,7 @@ export class Submission {
             { record: now },
           );
         }
-        // its late answer arrived meanwhile (DESIGN.md rule 10)
+        // its late answer arrived meanwhile (docs/DESIGN.md rule 10)
         return this.fromExisting(now, name, digest);
       }
       case 'tracking':

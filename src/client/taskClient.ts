@@ -1,6 +1,6 @@
 /**
- * TaskClient: call tools on any Tasks server and close out every result (DESIGN.md, "The task's life on the
- * client"; seed S1..S17). It sits on an SDK `Client` (Streamable HTTP or stdio) and a Ledger:
+ * TaskClient: call tools on any Tasks server and close out every result (docs/DESIGN.md, "The task's life on the
+ * client"; docs/REQUIREMENTS.md S1..S17). It sits on an SDK `Client` (Streamable HTTP or stdio) and a Ledger:
  *
  * - submit: the intent is in the ledger before `tools/call` leaves; a task handle's taskId is committed before
  *   anything else is done with it; a submission whose answer never arrived is `unknown-outcome`, never re-sent;
@@ -59,7 +59,7 @@ export interface TaskClientOptions {
   inputResendAfterMs?: number | undefined;
   /**
    * How long something that arrived (a taskId, an input answer) is retried into a busy or failing ledger before the
-   * client gives up on recording it (DESIGN.md rule 10). Default 10 min.
+   * client gives up on recording it (docs/DESIGN.md rule 10). Default 10 min.
    */
   storagePatienceMs?: number | undefined;
   /**

@@ -1,6 +1,6 @@
 /**
- * A TaskHandle: the application's view of one task the TaskClient follows (seed S3, S4). Its state is a cache of
- * the ledger record, refreshed whenever a poll changed it; the ledger stays the truth.
+ * A TaskHandle: the application's view of one task the TaskClient follows (docs/REQUIREMENTS.md S3, S4). Its state is a
+ * cache of the ledger record, refreshed whenever a poll changed it; the ledger stays the truth.
  */
 import type { CallToolResult } from '@modelcontextprotocol/client';
 
@@ -8,7 +8,7 @@ import type { JsonRpcError, TaskStatus } from '../protocol/index.js';
 import { TaskClientError } from './errors.js';
 import type { LocalState, TaskRecord } from './ledger/ledger.js';
 
-/** How a task was closed out (DESIGN.md, client step 4). */
+/** How a task was closed out (docs/DESIGN.md, client step 4). */
 export type TaskOutcome =
   | { kind: 'completed'; result: CallToolResult; record: TaskRecord }
   | { kind: 'failed'; error: JsonRpcError; record: TaskRecord }

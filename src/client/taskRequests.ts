@@ -1,7 +1,7 @@
 /**
  * The task requests a TaskClient sends (spec: sep-2663-tasks-extension.mdx, tasks/get, tasks/update, tasks/cancel)
- * and the checks on what comes back: every request declares the extension on itself only (S1), and every tasks/get
- * answer goes through one query that validates it before anything is recorded.
+ * and the checks on what comes back: every request declares the extension on itself only (docs/REQUIREMENTS.md S1), and
+ * every tasks/get answer goes through one query that validates it before anything is recorded.
  */
 import type { ClientCapabilities } from '@modelcontextprotocol/client';
 import { ProtocolError } from '@modelcontextprotocol/client';

@@ -1,6 +1,7 @@
 /**
  * Telling a transport failure (no JSON-RPC answer arrived: connection refused, reset, timeout, HTTP 5xx, 429) from
- * an answer. A transport failure is backed off and recorded; it never turns a task into a failure (S16).
+ * an answer. A transport failure is backed off and recorded; it never turns a task into a failure (docs/REQUIREMENTS.md
+ * S16).
  *
  * The SDK's Streamable HTTP transport drops response headers on HTTP errors, so `Retry-After` would be lost:
  * `retryAfterFetch` wraps the `fetch` a transport uses and turns 429 and 503 answers into `HttpStatusError`,

@@ -1,5 +1,5 @@
 /**
- * Which input requests a task may raise (DESIGN.md rule 6): the kinds the creating request declared in its client
+ * Which input requests a task may raise (docs/DESIGN.md rule 6): the kinds the creating request declared in its client
  * capabilities. Core MRTR: "Servers MUST NOT send an inputRequests that the client has not declared support for in
  * its capabilities"; client/elicitation: "Servers MUST NOT send elicitation requests with modes that are not supported
  * by the client", and a bare `elicitation: {}` declares form mode only.

@@ -3,9 +3,9 @@
  * MCP 2026-07-28, basic/patterns/subscriptions). The SDK's listen router carries only its fixed event kinds
  * (docs/../sdk-v2 notes), so the stream is served here, as web-standard SSE, and http.ts routes the requests to it.
  *
- * Push is an accelerator, polling the safety net (DESIGN.md, "Rules learned in the field", 7): a change is only a hint
- * to read the task again; what goes out is always a fresh read, built by the function `tasks/get` answers with. The
- * hints come from this instance's writes and, on PostgreSQL, from every instance's NOTIFY; a periodic read of the
+ * Push is an accelerator, polling the safety net (docs/DESIGN.md, "Rules learned in the field", 7): a change is only a
+ * hint to read the task again; what goes out is always a fresh read, built by the function `tasks/get` answers with.
+ * The hints come from this instance's writes and, on PostgreSQL, from every instance's NOTIFY; a periodic read of the
  * subscribed ids catches a hint that was lost. Nothing about a subscription outlives its stream.
  */
 import {
@@ -264,7 +264,7 @@ export class TaskPush {
         params: { ...answer, _meta: { [SUBSCRIPTION_ID_META_KEY]: stream.subscriptionId } },
       });
     }
-    // a terminal task never changes again (DESIGN.md, "The task's life on the server", 4)
+    // a terminal task never changes again (docs/DESIGN.md, "The task's life on the server", 4)
     if (isTerminalStatus(answer.status)) this.unfollow(stream, answer.taskId);
   }
 

@@ -1,5 +1,5 @@
 /**
- * The task runtime (DESIGN.md, "The task's life on the server"): creates tasks, runs their handlers under a lease,
+ * The task runtime (docs/DESIGN.md, "The task's life on the server"): creates tasks, runs their handlers under a lease,
  * answers reads from the store, takes over orphans after a crash, expires and purges. The store is the only home of
  * task state; this class holds only what a live handler needs (its abort controller and input waiters).
  */
@@ -89,7 +89,7 @@ export interface RegisteredTaskTool {
 interface RunningTask {
   lease: LeaseRef;
   toolName: string;
-  /** The input kinds the creating request declared (DESIGN.md rule 6); undefined for tasks that predate them. */
+  /** The input kinds the creating request declared (docs/DESIGN.md rule 6); undefined for tasks that predate them. */
   inputCapabilities: InputCapabilities | undefined;
   controller: AbortController;
   /** Input keys the handler waits on, with how to resume it. */
@@ -514,7 +514,7 @@ export class TaskServer {
       ending: false,
       start: undefined,
     };
-    // one live run per task in this instance: a re-claim stops the run that held the old fence (DESIGN.md, "Rules
+    // one live run per task in this instance: a re-claim stops the run that held the old fence (docs/DESIGN.md, "Rules
     // learned in the field", 9)
     const previous = this.running.get(task.taskId);
     if (previous) this.loseLease(previous);
@@ -581,7 +581,8 @@ export class TaskServer {
   /**
    * Writes the run's terminal outcome (none: a lost lease or a shutdown leaves the task to its next holder). While the
    * store is unreachable the write is retried and the lease kept renewed: a result that exists is never dropped for a
-   * database blip (DESIGN.md, "Rules learned in the field", 3). It stops when the lease is lost or the server closes.
+   * database blip (docs/DESIGN.md, "Rules learned in the field", 3). It stops when the lease is lost or the server
+   * closes.
    */
   private async end(run: RunningTask, outcome: TerminalOutcome | undefined): Promise<void> {
     run.ending = true;
@@ -673,7 +674,7 @@ export class TaskServer {
 
   /**
    * Runs a handler-side store call, trying again while the store is unreachable, for as long as the run is live: a
-   * database blip must not fail the task (DESIGN.md, "Rules learned in the field", 3).
+   * database blip must not fail the task (docs/DESIGN.md, "Rules learned in the field", 3).
    */
   private async whileUnreachable<T>(run: RunningTask, call: () => Promise<T>): Promise<T> {
     for (let delay = RETRY_MIN_MS; ; delay = Math.min(delay * 2, RETRY_MAX_MS)) {
@@ -745,7 +746,8 @@ export class TaskServer {
     }
   }
 
-  // ---- the lease loop: renewal, fallback signals, orphans; and housekeeping: expiry, purge ---------------------------
+  // ---- the lease loop: renewal, fallback signals, orphans; and housekeeping: expiry, purge
+  // ---------------------------
 
   /** Runs a lease tick now, or right after the one in flight: a renewal is never skipped, and requests coalesce. */
   private requestSweep(): void {
@@ -765,8 +767,8 @@ export class TaskServer {
 
   /**
    * One tick of the lease loop. Every lease this instance holds is renewed in one statement, whatever their number
-   * (DESIGN.md, "Rules learned in the field", 8); a run whose lease was not renewed lost it (the fence moved, or the
-   * task ended elsewhere) and is aborted at once (rule 9). A renewal that failed because the store could not be
+   * (docs/DESIGN.md, "Rules learned in the field", 8); a run whose lease was not renewed lost it (the fence moved, or
+   * the task ended elsewhere) and is aborted at once (rule 9). A renewal that failed because the store could not be
    * reached says nothing about the leases: the handlers keep running and the next tick renews them (rule 3).
    * Orphans are claimed only right after a renewal, so this instance never mistakes its own leases for orphans.
    */
@@ -841,7 +843,7 @@ export class TaskServer {
           this.creating.set(task.taskId, { fence: task.fence, leaseExpiresAt: task.leaseExpiresAt });
         } else if (ownRun && !ownRun.controller.signal.aborted) {
           // this instance's own run, whose lease ran out unrenewed (a slow or unreachable store): nobody else took it,
-          // so the run goes on under the new fence, neither re-run nor failed (DESIGN.md, "Rules learned in the
+          // so the run goes on under the new fence, neither re-run nor failed (docs/DESIGN.md, "Rules learned in the
           // field", 3 and 9)
           ownRun.lease.fence = task.fence;
           this.begin(ownRun);
@@ -877,7 +879,7 @@ export class TaskServer {
   /**
    * Expiry and purge, in small steps with the event loop free between them, on a timer of their own so they never
    * delay a renewal. Purge goes on while there is work, for at most a third of a lease per tick: thousands of rows a
-   * second, more than one instance creates (DESIGN.md, "Rules learned in the field", 8).
+   * second, more than one instance creates (docs/DESIGN.md, "Rules learned in the field", 8).
    */
   private async housekeep(): Promise<void> {
     try {
@@ -984,7 +986,7 @@ function asJsonRpcError(error: unknown): JsonRpcError | undefined {
 }
 
 /**
- * An idempotency key is bound to the tool and the arguments it created its task with (DESIGN.md, rule 5): a reuse
+ * An idempotency key is bound to the tool and the arguments it created its task with (docs/DESIGN.md, rule 5): a reuse
  * with others is refused, so a business id reused by another caller never hands over the first call's task.
  */
 function assertSameCall(task: StoredTask, toolName: string, args: JsonObject, key: string | undefined): void {

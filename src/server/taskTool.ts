@@ -7,7 +7,7 @@ import type * as z from 'zod/v4';
 import type { InputRequest, InputResponse, JsonObject } from '../protocol/index.js';
 
 /**
- * Whether a tool answers with a task (DESIGN.md point 1):
+ * Whether a tool answers with a task (docs/DESIGN.md point 1):
  * - `never`: always a plain result;
  * - `optional`: a task when the request declared the extension, else the tool runs inline;
  * - `required`: a task, and -32021 for a request that did not declare the extension.
@@ -47,7 +47,7 @@ export interface TaskToolConfig<Schema extends z.ZodType<JsonObject> | undefined
 
 export type ToolArgs<Schema> = Schema extends z.ZodType<infer T> ? T : JsonObject;
 
-/** What a handler gets while it runs (DESIGN.md point 3). */
+/** What a handler gets while it runs (docs/DESIGN.md point 3). */
 export interface TaskContext {
   /** The task's id; undefined when the tool runs inline (no task was created). */
   taskId: string | undefined;

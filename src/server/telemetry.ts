@@ -54,7 +54,7 @@ export interface TelemetryOptions {
   meterProvider?: MeterProvider;
 }
 
-/** What happened to a task whose lease this instance took over (DESIGN.md, "The task's life on the server", 7). */
+/** What happened to a task whose lease this instance took over (docs/DESIGN.md, "The task's life on the server", 7). */
 export type TakeoverOutcome = 'rerun' | 'interrupted' | 'cancelled' | 'continued';
 
 /** A handler run as this instance holds it, as the open-tasks gauge reads it. */

@@ -1,8 +1,8 @@
-// Invariants (seed S1..S17 against a Tasks server that is not ours, over real HTTP): the extension is declared on
-// task requests only; a plain result is returned as is; a handle's taskId is in the ledger before the caller sees
-// it; every task is closed out (completed, failed, cancelled, expired by -32602 or by TTL) with no poll after the
-// end; input keys reach a handler once; transport failures are recorded and backed off, never a task failure; bad
-// server output is recorded on its own record and hurts no other task; resume and resubmission are explicit.
+// Invariants (docs/REQUIREMENTS.md S1..S17 against a Tasks server that is not ours, over real HTTP): the extension is
+// declared on task requests only; a plain result is returned as is; a handle's taskId is in the ledger before the
+// caller sees it; every task is closed out (completed, failed, cancelled, expired by -32602 or by TTL) with no poll
+// after the end; input keys reach a handler once; transport failures are recorded and backed off, never a task failure;
+// bad server output is recorded on its own record and hurts no other task; resume and resubmission are explicit.
 
 import type { CallToolResult } from '@modelcontextprotocol/client';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
@@ -343,7 +343,7 @@ describe('TaskClient against a misbehaving server', () => {
   });
 
   it('takes an answer whose lastUpdatedAt is earlier than the last one (a server clock stepped back)', async () => {
-    // invariant (DESIGN.md rule 2): no order is taken from the server's timestamps; the terminal answer closes out
+    // invariant (docs/DESIGN.md rule 2): no order is taken from the server's timestamps; the terminal answer closes out
     const client = await harness.connect();
     const handle = await task(client, 'backwards');
     expect(textOf(await handle.result())).toBe('backwards done');
@@ -365,7 +365,8 @@ describe('TaskClient against a misbehaving server', () => {
 
 describe('TaskClient recovery', () => {
   it('sums the time each process saw a task open, so a restart never resets the TTL backstop', async () => {
-    // invariant (DESIGN.md rule 2): the age the backstop uses is the client's own, kept in the ledger across processes
+    // invariant (docs/DESIGN.md rule 2): the age the backstop uses is the client's own, kept in the ledger across
+    // processes
     const first = await harness.connect();
     const handle = await task(first, 'cancellable');
     const seen = async (client: TaskClient, atLeast: number) => {

@@ -1,5 +1,5 @@
-// An answer that arrived is a fact (DESIGN.md rule 10): a CreateTaskResult that reaches a client is recorded on its
-// ledger record, whoever holds the record's lease by then and however long another process holds the ledger's write
+// An answer that arrived is a fact (docs/DESIGN.md rule 10): a CreateTaskResult that reaches a client is recorded on
+// its ledger record, whoever holds the record's lease by then and however long another process holds the ledger's write
 // lock, so the task stays reachable and is never run a second time to find it again.
 // - A client process stopped (SIGSTOP) with the answer to its tools/call on the way in, for longer than its lease,
 //   while another process's resumeAll() settles the submission as unknown-outcome; woken (SIGCONT), it records the

@@ -106,7 +106,7 @@ describe('the official ext-tasks client against closeout serve', () => {
   });
 
   it('never asks a client that declares no elicitation: the task fails with -32021 and nothing is asked', async () => {
-    // DESIGN.md rule 6 (MRTR: servers MUST NOT send input requests the client has not declared)
+    // docs/DESIGN.md rule 6 (MRTR: servers MUST NOT send input requests the client has not declared)
     const asked: string[] = [];
     const tasks = await session((request) => asked.push(request.kind), {});
     const execution = await tasks.callTool('approve_deploy', { env: 'staging', deployMs: 0 });

@@ -1,8 +1,8 @@
-// Invariant (DESIGN.md rule 2): nothing is ordered or expired by comparing two hosts' wall clocks. A `closeout serve`
-// and a `closeout call` whose clocks disagree by more than the task's TTL, or a server whose clock steps back while a
-// task runs (an NTP correction, a VM snapshot restored), still close the task out with the result the server holds:
-// a terminal answer wins whatever its timestamps, and the client expires a handle only on the server's word or on its
-// own monotonic clock. Real processes, clocks moved with libfaketime.
+// Invariant (docs/DESIGN.md rule 2): nothing is ordered or expired by comparing two hosts' wall clocks. A `closeout
+// serve` and a `closeout call` whose clocks disagree by more than the task's TTL, or a server whose clock steps back
+// while a task runs (an NTP correction, a VM snapshot restored), still close the task out with the result the server
+// holds: a terminal answer wins whatever its timestamps, and the client expires a handle only on the server's word or
+// on its own monotonic clock. Real processes, clocks moved with libfaketime.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

@@ -1,6 +1,6 @@
-// Invariants (DESIGN.md rule 5, "A credential is part of a record's identity"), as real `closeout` processes against
-// real `closeout serve` processes: CLOSEOUT_TOKEN goes only to the server it was given for; a -32602 under another
-// credential than the one a record was created under is not expiry; an `expired` record is checked again by
+// Invariants (docs/DESIGN.md rule 5, "A credential is part of a record's identity"), as real `closeout` processes
+// against real `closeout serve` processes: CLOSEOUT_TOKEN goes only to the server it was given for; a -32602 under
+// another credential than the one a record was created under is not expiry; an `expired` record is checked again by
 // `show --refresh` and `resume TASK_ID` and comes back when the server still knows the task; an idempotency key used as
 // a business id by two callers (two ledgers, one principal) never hands one caller the other's task, and the key on
 // the wire cannot be guessed from the business id.

@@ -3,7 +3,7 @@
 // pool let its own leases run out during a burst of creates, then took its own tasks over (non-resumable ones failed
 // "interrupted", resumable ones started again), and with two instances tasks moved between live instances and ran in
 // both. Renewing is one statement on a connection of its own, so its cost does not grow with what the instance holds
-// (DESIGN.md, "Rules learned in the field", 8 and 9).
+// (docs/DESIGN.md, "Rules learned in the field", 8 and 9).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { abortableSleep } from '../../src/demo/abortableSleep.js';

@@ -1,4 +1,4 @@
-// A lease holder is taken for dead at once only when that is proven (DESIGN.md, rules learned in the field, 1): a
+// A lease holder is taken for dead at once only when that is proven (docs/DESIGN.md, rules learned in the field, 1): a
 // holder SIGKILLed and reaped, or killed and left a zombie, or whose pid now belongs to another process, is dead; a
 // live holder in another PID namespace of the same host name is never taken for dead, nor is an owner written in the
 // old `host:pid:nonce` form. Real processes: the built lease owner (dist/), `unshare --pid --fork --mount-proc`.

@@ -27,7 +27,7 @@ async function serve(): Promise<ServeProcess> {
 }
 
 async function create(url: string, name: string, args: Record<string, unknown>): Promise<string> {
-  // approve_deploy asks for form input, which the request declares (DESIGN.md rule 6)
+  // approve_deploy asks for form input, which the request declares (docs/DESIGN.md rule 6)
   const r = await rpc(url, 'tools/call', { name, arguments: args }, { capabilities: { elicitation: {} } });
   expect(r.result?.['resultType']).toBe('task');
   return r.result!['taskId'] as string;

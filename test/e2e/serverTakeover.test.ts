@@ -1,7 +1,7 @@
 // A `closeout serve` starting on a SQLite store that another instance holds tasks in takes them over at start only
-// when their holder is proven dead (DESIGN.md, rules learned in the field, 1): a live instance of the same host name
-// in another PID namespace keeps its tasks (none re-run, none failed as interrupted), while an instance SIGKILLed and
-// left a zombie by a parent that does not reap it, or whose pid the kernel handed to another process, is taken over
+// when their holder is proven dead (docs/DESIGN.md, rules learned in the field, 1): a live instance of the same host
+// name in another PID namespace keeps its tasks (none re-run, none failed as interrupted), while an instance SIGKILLed
+// and left a zombie by a parent that does not reap it, or whose pid the kernel handed to another process, is taken over
 // at once, long before its lease would run out.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';

@@ -1,4 +1,4 @@
-// Invariant (DESIGN.md rule 6; core MRTR: servers MUST NOT send input requests the client has not declared, nor
+// Invariant (docs/DESIGN.md rule 6; core MRTR: servers MUST NOT send input requests the client has not declared, nor
 // elicitation modes it does not support): a task's handler may raise input only of the kinds the request that created
 // the task declared. An undeclared kind throws InputNotDeclaredError inside the handler, which the tool may catch and
 // fall back from; uncaught, the task ends `failed` with -32021. The declaration is kept with the task in the store, so

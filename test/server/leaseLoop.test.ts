@@ -1,8 +1,8 @@
-// One live run per task per instance (DESIGN.md, "Rules learned in the field", 9; issue 20.2). An instance whose own
-// lease ran out unrenewed (a renewal or a create slower than the lease) must not take its own task over as an orphan:
-// the old lease loop claimed it again, started a second handler beside the first (or failed a non-resumable task as
-// "interrupted" while it ran), and the first run's end then deleted the second run's entry. A run whose task another
-// instance took (the fence moved) is aborted at the next renewal.
+// One live run per task per instance (docs/DESIGN.md, "Rules learned in the field", 9; issue 20.2). An instance whose
+// own lease ran out unrenewed (a renewal or a create slower than the lease) must not take its own task over as an
+// orphan: the old lease loop claimed it again, started a second handler beside the first (or failed a non-resumable
+// task as "interrupted" while it ran), and the first run's end then deleted the second run's entry. A run whose task
+// another instance took (the fence moved) is aborted at the next renewal.
 import { afterEach, describe, expect, it } from 'vitest';
 
 import { SqliteTaskStore } from '../../src/server/store/sqliteTaskStore.js';

@@ -84,7 +84,7 @@ afterAll(async () => {
   await server.close();
 });
 
-// the tools that ask for input ask for form elicitation, which the requests declare (DESIGN.md rule 6)
+// the tools that ask for input ask for form elicitation, which the requests declare (docs/DESIGN.md rule 6)
 const call = (name: string, args: Record<string, unknown>, token = ALICE, meta = {}) =>
   rpc(server.url, 'tools/call', { name, arguments: args }, { token, meta, capabilities: { elicitation: {} } });
 const rowCount = () => (db.prepare('SELECT COUNT(*) AS n FROM tasks').get() as { n: number }).n;

@@ -106,7 +106,7 @@ const settled = (taskId: string, token = ALICE) =>
     return status === 'completed' || status === 'failed' || status === 'cancelled' ? r.result! : undefined;
   });
 async function createTask(name: string, args: Record<string, unknown> = {}, token = ALICE): Promise<string> {
-  // every task here may ask for form input: the request declares it (DESIGN.md rule 6)
+  // every task here may ask for form input: the request declares it (docs/DESIGN.md rule 6)
   const created = await rpc(url, 'tools/call', { name, arguments: args }, { token, capabilities: { elicitation: {} } });
   expect(created.error).toBeUndefined();
   expect(created.result?.['resultType']).toBe('task');
@@ -371,8 +371,8 @@ describe('idempotent creation', () => {
   });
 
   it('refuses a key reused for another tool or other arguments, naming the conflict, and runs nothing', async () => {
-    // invariant (DESIGN.md rule 5): a key is bound to its tool and arguments; a business id reused by another caller of
-    // the same principal (`anonymous` without auth) never hands over the first call's task or result
+    // invariant (docs/DESIGN.md rule 5): a key is bound to its tool and arguments; a business id reused by another
+    // caller of the same principal (`anonymous` without auth) never hands over the first call's task or result
     const before = runs.get('counted') ?? 0;
     const meta = { 'io.closeout/idempotencyKey': 'release-42' };
     const first = await call('counted', { n: 7 }, ALICE, true, meta);

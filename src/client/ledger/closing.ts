@@ -1,5 +1,5 @@
 /**
- * The client's rules for closing a record out (DESIGN.md, "The task's life on the client", points 4 and 5): which
+ * The client's rules for closing a record out (docs/DESIGN.md, "The task's life on the client", points 4 and 5): which
  * server answer closes a record, the terminal reason it records, and what an abandoned submission is told. These are
  * the client's rules, not a storage's: every Ledger applies them from here, so two ledgers cannot drift.
  */
@@ -39,7 +39,7 @@ export interface AppliedTask {
   /** Only a `completed` task's result and a `failed` task's error are kept: anything else is not the outcome. */
   result: ObservedTask['result'];
   error: ObservedTask['error'];
-  /** Set exactly when the record closes out (S15: a closed record always says why). */
+  /** Set exactly when the record closes out (docs/REQUIREMENTS.md S15: a closed record always says why). */
   terminalReason: string | undefined;
 }
 
@@ -67,7 +67,7 @@ export function abandonedReason(reason: string, sentAt: number | null | undefine
     : `${reason}: tools/call was sent and no answer was recorded`;
 }
 
-/** The history note of a committed taskId; a late one (after the record was settled) says so (DESIGN.md rule 10). */
+/** The history note of a committed taskId; a late one (after the record was settled) says so (docs/DESIGN.md rule 10). */
 export function commitNote(previous: { localState: LocalState; terminalReason: string | null | undefined }): string {
   return previous.localState === 'unknown-outcome'
     ? `task created; the tools/call answer arrived after the record was settled (${previous.terminalReason})`

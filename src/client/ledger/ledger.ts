@@ -1,7 +1,7 @@
 /**
- * The Ledger: the client's durable record of every submission (DESIGN.md, "The task's life on the client"; seed
- * S4, S6, S15). Nothing the client knows about a task lives only in memory: a process that dies and restarts reads
- * everything it needs back from here.
+ * The Ledger: the client's durable record of every submission (docs/DESIGN.md, "The task's life on the client";
+ * docs/REQUIREMENTS.md S4, S6, S15). Nothing the client knows about a task lives only in memory: a process that dies
+ * and restarts reads everything it needs back from here.
  *
  * Local times are epoch milliseconds of the client's clock; server times (`createdAt`, `lastUpdatedAt`) are kept as
  * the ISO strings the server sent. Every method resolves only after its write is committed, except `noteSchedule`
@@ -15,7 +15,7 @@ import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus 
  * - `tracking`: a taskId is committed and the task is not terminal; some process follows it.
  * - `terminal`: closed out: an immediate result, a terminal task status, or a `tools/call` that failed outright.
  * - `expired`: the handle is no longer usable (-32602 from `tasks/get`, or the TTL passed by this client's own clock)
- *   (S13); it may be checked again, and is tracked again when the server still knows the task.
+ *   (docs/REQUIREMENTS.md S13); it may be checked again, and is tracked again when the server still knows the task.
  * - `unknown-outcome`: `tools/call` was sent and no answer was recorded; never re-sent silently.
  * - `detached`: the application let go of the handle; the task is still open and any process may pick it up.
  */
@@ -77,13 +77,13 @@ export interface TaskRecord {
   idempotencyKey: string | undefined;
   /**
    * The key sent as `_meta["io.closeout/idempotencyKey"]`: derived from `idempotencyKey` with the ledger's secret, so
-   * nobody without the ledger can guess it from a business id (DESIGN.md, rule 5). Undefined on records written
+   * nobody without the ledger can guess it from a business id (docs/DESIGN.md, rule 5). Undefined on records written
    * before ledger schema 2, which sent `idempotencyKey` as it is.
    */
   wireIdempotencyKey: string | undefined;
   /**
    * A keyed fingerprint of the credential the record was created under (never the credential): an answer under
-   * another one says nothing about the task (DESIGN.md, rule 5). Undefined on records older than ledger schema 2.
+   * another one says nothing about the task (docs/DESIGN.md, rule 5). Undefined on records older than ledger schema 2.
    */
   credential: string | undefined;
   taskId: string | undefined;
@@ -118,7 +118,7 @@ export interface TaskRecord {
   updatedAt: number;
   /**
    * How long this client has itself seen the task open, by its own monotonic clock, summed over the processes that
-   * followed it (time when none did is not counted): the TTL backstop's measure (DESIGN.md, rule 2).
+   * followed it (time when none did is not counted): the TTL backstop's measure (docs/DESIGN.md, rule 2).
    */
   observedAgeMs: number | undefined;
   /** Every input key seen for the task, in the order first seen. */
@@ -233,9 +233,9 @@ export interface Ledger {
   markSent(recordId: string, owner: string, at: number): Promise<boolean>;
   /**
    * The first thing done with a handle: commit its taskId and seed state (S4). An answer that arrived is a fact
-   * (DESIGN.md rule 10): it is recorded on a record still `submitting` or already settled `unknown-outcome`, whoever
-   * held the lease, and `owner` holds the lease from then on (until `leaseExpiresAt`, when given). `true` when the
-   * record holds the taskId now; `false` when the record is gone, holds another task, or another record of the
+   * (docs/DESIGN.md rule 10): it is recorded on a record still `submitting` or already settled `unknown-outcome`,
+   * whoever held the lease, and `owner` holds the lease from then on (until `leaseExpiresAt`, when given). `true` when
+   * the record holds the taskId now; `false` when the record is gone, holds another task, or another record of the
    * endpoint holds this task already (a resubmission with the same idempotency key: `findByTaskId` names it).
    */
   commitTask(
@@ -288,8 +288,8 @@ export interface Ledger {
   /** Remember an input key before its handler is called (so a crash mid-handler is known). */
   recordInputAsked(recordId: string, owner: string, key: string, request: InputRequest, at: number): Promise<boolean>;
   /**
-   * Store an answer, whoever holds the lease (DESIGN.md rule 10: the holder sends stored answers); the first stored
-   * answer for a key wins and is returned; undefined when the record is gone.
+   * Store an answer, whoever holds the lease (docs/DESIGN.md rule 10: the holder sends stored answers); the first
+   * stored answer for a key wins and is returned; undefined when the record is gone.
    */
   recordInputAnswer(
     recordId: string,

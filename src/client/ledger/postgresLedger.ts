@@ -5,14 +5,14 @@
  *
  * Exactly once across the fleet rests on the database, never on a process's memory:
  * - one current record per server and idempotency key: a unique index decides two workers' race, the loser reads the
- *   winner's record and sends nothing (S16);
+ *   winner's record and sends nothing (docs/REQUIREMENTS.md S16);
  * - a record is driven only by its lease holder, and every driving write checks the holder in the same statement (or
  *   under the row lock), so a worker whose lease was taken over has every late write refused: the lease owner id,
  *   unique per process start, is the fence;
  * - `claimAll` takes records `FOR UPDATE SKIP LOCKED`: workers resuming together split the open records, each record
  *   to one of them, which then queries it once;
  * - an input key is asked only under the lease, and answers are stored under the record's row lock: the first wins.
- * Liveness is the lease alone: a holder is alive while it renews (DESIGN.md, rules learned in the field, 1).
+ * Liveness is the lease alone: a holder is alive while it renews (docs/DESIGN.md, rules learned in the field, 1).
  *
  * JSON values are TEXT written by `JSON.stringify`, as in the server's PostgreSQL store: exact round trips, including
  * strings PostgreSQL's json types refuse. Server endpoints are matched by `endpointIdentity` (issue 13 item 6).
@@ -52,7 +52,7 @@ const MIGRATIONS: readonly string[] = [
      correlation_id       TEXT,
      idempotency_key      TEXT,
      wire_idempotency_key TEXT,
-     credential           TEXT, -- a keyed fingerprint, never the credential (DESIGN.md rule 5)
+     credential           TEXT, -- a keyed fingerprint, never the credential (docs/DESIGN.md rule 5)
      task_id              TEXT,
      local_state          TEXT NOT NULL CHECK (local_state IN
                             ('submitting','tracking','terminal','expired','unknown-outcome','detached')),
@@ -89,7 +89,7 @@ const MIGRATIONS: readonly string[] = [
    -- resume and the settling of abandoned submissions only ever look at open records
    CREATE INDEX closeout_ledger_open ON closeout_ledger_submissions (endpoint_identity, local_state)
      WHERE local_state IN ('submitting','tracking','detached');
-   -- renewing or freeing a worker's leases is one statement over its own rows (DESIGN.md rule 8)
+   -- renewing or freeing a worker's leases is one statement over its own rows (docs/DESIGN.md rule 8)
    CREATE INDEX closeout_ledger_lease_owner ON closeout_ledger_submissions (lease_owner)
      WHERE lease_owner IS NOT NULL;
    CREATE INDEX closeout_ledger_submitted ON closeout_ledger_submissions (submitted_at);
@@ -191,7 +191,7 @@ const SQL = {
   // driving writes: each names the lease holder, so a worker that lost the lease writes nothing (the fence)
   markSent: `UPDATE closeout_ledger_submissions SET sent_at = $3, updated_at = $3
              WHERE record_id = $1 AND lease_owner = $2 AND local_state = 'submitting'`,
-  // the first thing done with a handle (S4). An answer that arrived is a fact (DESIGN.md rule 10): it is recorded
+  // the first thing done with a handle (S4). An answer that arrived is a fact (docs/DESIGN.md rule 10): it is recorded
   // whoever held the lease, also on a record settled unknown-outcome meanwhile, and its recorder follows the task
   commitTask: `UPDATE closeout_ledger_submissions SET task_id = $3, local_state = $4, status = $5, status_message = $6,
                  created_at = $7, last_updated_at = $8, ttl_ms = $9, poll_interval_ms = $10, result = $11,
@@ -780,7 +780,7 @@ export class PostgresLedger implements Ledger {
   ): Promise<InputAnswer | undefined> {
     const json = JSON.stringify(response);
     return this.transaction('recordInputAnswer', async (client): Promise<InputAnswer | undefined> => {
-      // a person's answer is kept whoever holds the lease now (DESIGN.md rule 10); the row lock orders two answers
+      // a person's answer is kept whoever holds the lease now (docs/DESIGN.md rule 10); the row lock orders two answers
       if ((await client.query(SQL.lockAny, [recordId])).rowCount !== 1) return undefined;
       await client.query(SQL.insertInput, [recordId, key, JSON.stringify(request), null, json, at]);
       await client.query(SQL.storeAnswer, [recordId, key, json, at]);

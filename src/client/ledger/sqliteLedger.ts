@@ -106,7 +106,7 @@ const MIGRATIONS: readonly Migration[] = [
      sent_at     INTEGER,
      PRIMARY KEY (record_id, key) -- keys are unique over a task's life (SEP-2663 "Task Update Requests")
    );`,
-  // 2: clocks, credentials and keys (DESIGN.md, rules 2 and 5)
+  // 2: clocks, credentials and keys (docs/DESIGN.md, rules 2 and 5)
   `-- how long this client has itself seen the task open, by its own monotonic clock, summed over its processes
    ALTER TABLE submissions ADD COLUMN observed_age_ms INTEGER;
    -- a keyed fingerprint of the credential the record was created under (never the credential itself)
@@ -286,9 +286,10 @@ export class SqliteLedger implements Ledger {
         `UPDATE submissions SET sent_at = @at, updated_at = @at
          WHERE record_id = @recordId AND lease_owner = @owner AND local_state = 'submitting'`,
       ),
-      // the first thing done with a handle (S4): the taskId and the seed state, in the same row as the intent. An
-      // answer that arrived is a fact (DESIGN.md rule 10): it is recorded whoever held the lease, also on a record
-      // another process settled unknown-outcome meanwhile, and the process that holds the answer follows the task
+      // the first thing done with a handle (docs/REQUIREMENTS.md S4): the taskId and the seed state, in the same row as
+      // the intent. An answer that arrived is a fact (docs/DESIGN.md rule 10): it is recorded whoever held the lease,
+      // also on a record another process settled unknown-outcome meanwhile, and the process that holds the answer
+      // follows the task
       commitTask: db.prepare(
         `UPDATE submissions SET task_id = @taskId, local_state = @localState, status = @status,
            status_message = @statusMessage, created_at = @createdAt, last_updated_at = @lastUpdatedAt,
@@ -676,7 +677,7 @@ export class SqliteLedger implements Ledger {
   ): Promise<InputAnswer | undefined> {
     const json = JSON.stringify(response);
     return this.write((): InputAnswer | undefined => {
-      // a person's answer is kept whoever holds the lease now (DESIGN.md rule 10): the holder sends stored answers
+      // a person's answer is kept whoever holds the lease now (docs/DESIGN.md rule 10): the holder sends stored answers
       if (!this.stmt.get.get(recordId)) return undefined;
       this.stmt.insertInput.run({
         recordId,

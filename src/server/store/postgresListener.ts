@@ -1,7 +1,7 @@
 /**
  * LISTEN on one PostgreSQL channel over a connection of its own, outside any pool, reconnecting on its own with a
- * doubling delay after a drop (DESIGN.md, "The task's life on the server", 8: LISTEN/NOTIFY for speed, the lease loop
- * as the fallback). A notification sent while the connection is down is lost: whoever listens needs a fallback.
+ * doubling delay after a drop (docs/DESIGN.md, "The task's life on the server", 8: LISTEN/NOTIFY for speed, the lease
+ * loop as the fallback). A notification sent while the connection is down is lost: whoever listens needs a fallback.
  */
 import pg from 'pg';
 

@@ -1,6 +1,6 @@
 /**
- * The TaskStore for many instances on one PostgreSQL database (DESIGN.md, "The task's life on the server", points 7
- * and 8). Every statement of the store is in this file, in `SQL` below; each write is one statement or one
+ * The TaskStore for many instances on one PostgreSQL database (docs/DESIGN.md, "The task's life on the server", points
+ * 7 and 8). Every statement of the store is in this file, in `SQL` below; each write is one statement or one
  * transaction, committed before its promise resolves. Claims take rows with `FOR UPDATE SKIP LOCKED`, handler writes
  * carry the fence, and cancel and input signals travel by LISTEN/NOTIFY in the same transaction as the write.
  *
@@ -99,9 +99,9 @@ export const MIGRATIONS: readonly string[] = [
    CREATE TABLE closeout_purged_tasks (task_id TEXT PRIMARY KEY, purged_at BIGINT NOT NULL);`,
   // a tombstone remembers its owner: only the owner may learn that the id existed
   `ALTER TABLE closeout_purged_tasks ADD COLUMN owner TEXT;`,
-  // the input kinds the creating request declared (JSON text; NULL for tasks created before): DESIGN.md rule 6
+  // the input kinds the creating request declared (JSON text; NULL for tasks created before): docs/DESIGN.md rule 6
   `ALTER TABLE closeout_tasks ADD COLUMN input_capabilities TEXT;`,
-  // every column a sweep filters on is indexed (DESIGN.md, "Rules learned in the field", 8): tombstones by age,
+  // every column a sweep filters on is indexed (docs/DESIGN.md, "Rules learned in the field", 8): tombstones by age,
   // finished tasks without a TTL by the time they finished
   `CREATE INDEX closeout_purged_tasks_purged_at ON closeout_purged_tasks (purged_at);
    CREATE INDEX closeout_tasks_closed_unlimited ON closeout_tasks (last_updated_at)
@@ -369,7 +369,7 @@ export class PostgresTaskStore implements TaskStore {
   private readonly pool: pg.Pool;
   /**
    * One connection of the store's own for the lease loop (renew, claim): a renewal never queues behind request traffic
-   * for a pooled connection (DESIGN.md, "Rules learned in the field", 8).
+   * for a pooled connection (docs/DESIGN.md, "Rules learned in the field", 8).
    */
   private readonly leasePool: pg.Pool;
   private readonly ownsPool: boolean;

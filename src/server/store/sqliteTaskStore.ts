@@ -78,9 +78,9 @@ const MIGRATIONS: readonly string[] = [
   `CREATE INDEX tasks_open_owner ON tasks (owner) WHERE status IN ('working','input_required');`,
   // a tombstone remembers its owner: only the owner may learn that the id existed
   `ALTER TABLE purged_tasks ADD COLUMN owner TEXT;`,
-  // the input kinds the creating request declared (JSON text; NULL for tasks created before): DESIGN.md rule 6
+  // the input kinds the creating request declared (JSON text; NULL for tasks created before): docs/DESIGN.md rule 6
   `ALTER TABLE tasks ADD COLUMN input_capabilities TEXT;`,
-  // every column a sweep filters on is indexed (DESIGN.md, "Rules learned in the field", 8): tombstones by age, a
+  // every column a sweep filters on is indexed (docs/DESIGN.md, "Rules learned in the field", 8): tombstones by age, a
   // dead owner's leases, finished tasks without a TTL by the time they finished
   `CREATE INDEX purged_tasks_purged_at ON purged_tasks (purged_at);
    CREATE INDEX tasks_open_lease_owner ON tasks (lease_owner) WHERE status IN ('working','input_required');

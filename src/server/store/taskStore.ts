@@ -1,5 +1,5 @@
 /**
- * The TaskStore: the only home of task state on the server (DESIGN.md, "The task's life on the server").
+ * The TaskStore: the only home of task state on the server (docs/DESIGN.md, "The task's life on the server").
  * Every instance reads and writes the same rows; nothing about a task lives only in memory.
  *
  * Times are epoch milliseconds. Every method resolves only after its write is committed.
@@ -47,8 +47,8 @@ export interface StoredTask {
   /** Every input request of the task's life, in the order they were raised. */
   inputs: StoredInput[];
   /**
-   * The input kinds the creating request declared in its client capabilities (DESIGN.md rule 6): the handler may ask
-   * only for these. Undefined for a task created before the store kept them.
+   * The input kinds the creating request declared in its client capabilities (docs/DESIGN.md rule 6): the handler may
+   * ask only for these. Undefined for a task created before the store kept them.
    */
   inputCapabilities: InputCapabilities | undefined;
   /**
@@ -94,8 +94,9 @@ export interface NewTask {
    */
   maxOpenTasksForOwner?: number | undefined;
   /**
-   * When set, the insert is refused with StoredTaskLimitError if the principal already has this many tasks stored, open or
-   * finished and not yet purged, checked in the same transaction as the insert (an idempotent replay is never refused).
+   * When set, the insert is refused with StoredTaskLimitError if the principal already has this many tasks stored, open
+   * or finished and not yet purged, checked in the same transaction as the insert (an idempotent replay is never
+   * refused).
    */
   maxStoredTasksForOwner?: number | undefined;
 }
@@ -281,9 +282,9 @@ export interface TaskStore {
   requestCancel(taskId: string, now: number): Promise<boolean>;
 
   /**
-   * Extends the leases the instance `holder` still holds (fence unchanged) and returns those; the others were lost. One statement
-   * whatever the number of leases (DESIGN.md, "Rules learned in the field", 8). A rejection says nothing about the
-   * leases: the store could not be reached.
+   * Extends the leases the instance `holder` still holds (fence unchanged) and returns those; the others were lost. One
+   * statement whatever the number of leases (docs/DESIGN.md, "Rules learned in the field", 8). A rejection says nothing
+   * about the leases: the store could not be reached.
    */
   renewLeases(holder: string, leases: LeaseRef[], until: number): Promise<RenewedLease[]>;
 
@@ -315,7 +316,8 @@ export interface TaskStore {
   /**
    * Deletes terminal tasks older than `createdAt + ttlMs + retentionMs` (and, with `unlimitedRetentionMs`, terminal
    * tasks without a TTL that finished that long ago) with their inputs and steps, leaving a tombstone, and drops
-   * tombstones older than a week; at most `limit` of each per call. Returns how many rows went, tasks and tombstones together.
+   * tombstones older than a week; at most `limit` of each per call. Returns how many rows went, tasks and tombstones
+   * together.
    */
   purge(now: number, retentionMs: number, options?: PurgeOptions): Promise<number>;
 

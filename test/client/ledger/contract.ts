@@ -194,7 +194,7 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
     });
 
     it('records a late tools/call answer on a settled record, and refuses a task another record holds', async () => {
-      // invariant: DESIGN.md rule 10: an answer that arrived is a fact, whoever holds the lease
+      // invariant: docs/DESIGN.md rule 10: an answer that arrived is a fact, whoever holds the lease
       await ledger.recordIntent(submission({ recordId: 'late' }));
       await ledger.markSent('late', 'p1', T0 + 1);
       await ledger.settleAbandonedSubmissions(ENDPOINT, T0 + 60_000, 'found on resume');

@@ -158,7 +158,7 @@ describe('PostgresLedger on its database', () => {
   });
 
   it('fails a write during a database outage with a transient error, and works again after it', async () => {
-    // invariant: a database blip is not a death (DESIGN.md rule 3): the caller is told the write may succeed later
+    // invariant: a database blip is not a death (docs/DESIGN.md rule 3): the caller is told the write may succeed later
     const ledger = await open(database.connectionString, { connectionTimeoutMs: 2000 });
     await ledger.recordIntent(submission('before'));
     const outage = postgres.outage(3000);

@@ -1,7 +1,7 @@
 /**
- * The one contract every TaskStore passes (DESIGN.md: "Every store implementation passes one shared contract suite").
- * Each store's test file calls `describeTaskStoreContract` with a factory for a fresh, empty store. Times are fixed
- * numbers passed in; nothing here sleeps.
+ * The one contract every TaskStore passes (docs/DESIGN.md: "Every store implementation passes one shared contract
+ * suite"). Each store's test file calls `describeTaskStoreContract` with a factory for a fresh, empty store. Times are
+ * fixed numbers passed in; nothing here sleeps.
  */
 import { randomUUID } from 'node:crypto';
 
@@ -123,7 +123,7 @@ export function describeTaskStoreContract(
       });
 
       it('keeps the input kinds the creating request declared, through get, idempotent replay and takeover', async () => {
-        // invariant (DESIGN.md rule 6): the declaration belongs to the task, so a new owner reads it from the row
+        // invariant (docs/DESIGN.md rule 6): the declaration belongs to the task, so a new owner reads it from the row
         const inputCapabilities = { elicitation: { form: {}, url: {} }, roots: { listChanged: true } };
         const task = await created({ inputCapabilities, idempotencyKey: 'caps-key' });
         expect(task.inputCapabilities).toEqual(inputCapabilities);
@@ -738,7 +738,7 @@ export function describeTaskStoreContract(
 
       it('renews thousands of leases in one call and says which tasks have a cancel requested', async () => {
         // invariant: renewal cost does not grow into per-task round trips; the cancel intent rides along as the lease
-        // loop's fallback for a lost signal (DESIGN.md, "Rules learned in the field", 8)
+        // loop's fallback for a lost signal (docs/DESIGN.md, "Rules learned in the field", 8)
         const tasks = await Promise.all(Array.from({ length: 2000 }, () => created({ leaseOwner: 'instance-a' })));
         await store.requestCancel(tasks[7]!.taskId, T0 + 1);
         const renewed = await store.renewLeases('instance-a', tasks.map(leaseOf), T0 + 5 * MINUTE);
@@ -948,8 +948,8 @@ export function describeTaskStoreContract(
       });
 
       it('purges in steps of at most `limit` tasks, and drops week-old tombstones in steps too', async () => {
-        // invariant: one purge call is a small step that never holds the store for long (DESIGN.md, "Rules learned in
-        // the field", 8)
+        // invariant: one purge call is a small step that never holds the store for long (docs/DESIGN.md, "Rules learned
+        // in the field", 8)
         const done = await Promise.all(Array.from({ length: 7 }, () => created({ ttlMs: MINUTE })));
         for (const task of done) await store.finish(leaseOf(task), { status: 'completed', result: {} }, T0 + 1);
         const at = T0 + 2 * MINUTE;
