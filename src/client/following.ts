@@ -17,7 +17,7 @@ import { observationChanges } from './ledger/closing.js';
 import type { ObservedTask, RecordedError, TaskRecord } from './ledger/ledger.js';
 import { isFollowable } from './ledger/ledger.js';
 import { PushFollower } from './pushFollower.js';
-import type { PollOutcome } from './scheduler.js';
+import type { PollVerdict } from './scheduler.js';
 import { nextPollDelay, PollScheduler } from './scheduler.js';
 import { sdkServerOutputMessage } from './serverOutput.js';
 import type { ResumeReport } from './taskClient.js';
@@ -306,7 +306,7 @@ export class Following {
   }
 
   /** One scheduled poll of one record. Never throws for anything the server does. */
-  private async poll(recordId: string): Promise<PollOutcome> {
+  private async poll(recordId: string): Promise<PollVerdict> {
     const { core } = this;
     const record = await this.followedRecord(recordId);
     if (!record) return { kind: 'done' };
@@ -367,7 +367,7 @@ export class Following {
    * What the server said of a followed task (a poll's answer or a pushed notification, validated): committed when it
    * changes the record, told to the handle, input routed, closed out at a terminal status or at the TTL backstop.
    */
-  private async observe(record: TaskRecord & { taskId: string }, task: ObservedTask): Promise<PollOutcome> {
+  private async observe(record: TaskRecord & { taskId: string }, task: ObservedTask): Promise<PollVerdict> {
     const { core } = this;
     const { recordId, taskId } = record;
     const now = core.clock.now();
@@ -403,7 +403,7 @@ export class Following {
     return { kind: 'continue', pollIntervalMs: task.pollIntervalMs };
   }
 
-  private async onPollError(record: TaskRecord, error: unknown): Promise<PollOutcome> {
+  private async onPollError(record: TaskRecord, error: unknown): Promise<PollVerdict> {
     const { core } = this;
     const now = core.clock.now();
     if (error instanceof ProtocolError && error.code === ErrorCode.InvalidParams) {
@@ -450,7 +450,7 @@ export class Following {
     return this.retryAfter(record, lastError);
   }
 
-  private async retryAfter(record: TaskRecord, lastError: RecordedError): Promise<PollOutcome> {
+  private async retryAfter(record: TaskRecord, lastError: RecordedError): Promise<PollVerdict> {
     if (!(await this.core.ledger.recordPoll(record.recordId, this.core.owner, lastError.at, lastError))) {
       this.release(record.recordId, record);
       return { kind: 'done' };
@@ -461,7 +461,7 @@ export class Following {
 
   private async expire(recordId: string, reason: string): Promise<void> {
     const { core } = this;
-    await core.ledger.close(recordId, core.owner, { localState: 'expired', reason }, core.clock.now());
+    await core.ledger.closeOut(recordId, core.owner, { localState: 'expired', reason }, core.clock.now());
     const record = await core.ledger.get(recordId);
     if (record) {
       core.handles.get(recordId)?.observe(record);

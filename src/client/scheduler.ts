@@ -75,7 +75,7 @@ export const DEFAULT_POLL_POLICY: PollPolicy = {
 };
 
 /** How one poll went. */
-export type PollOutcome =
+export type PollVerdict =
   /** The server answered; the task is still open. */
   | { kind: 'continue'; pollIntervalMs?: number | undefined }
   /** No usable answer (transport failure, bad server output): back off, never a task failure (S16). */
@@ -131,7 +131,7 @@ interface HeapNode {
 }
 
 export interface PollSchedulerOptions {
-  poll: (key: string) => Promise<PollOutcome>;
+  poll: (key: string) => Promise<PollVerdict>;
   policy?: Partial<PollPolicy> | undefined;
   clock?: SchedulerClock | undefined;
   random?: (() => number) | undefined;
@@ -292,7 +292,7 @@ export class PollScheduler {
     entry.inFlight = true;
     entry.lastPollStartedAt = this.clock.now();
     this.inFlightCount += 1;
-    let outcome: Promise<PollOutcome>;
+    let outcome: Promise<PollVerdict>;
     try {
       outcome = this.options.poll(entry.key);
     } catch (error) {
@@ -307,7 +307,7 @@ export class PollScheduler {
     );
   }
 
-  private finish(entry: Entry, outcome: PollOutcome): void {
+  private finish(entry: Entry, outcome: PollVerdict): void {
     this.inFlightCount -= 1;
     entry.inFlight = false;
     const requestedAt = entry.requestedAt;

@@ -218,7 +218,7 @@ export class Submission {
       if (error instanceof InputRoundsError) throw await this.failInputRounds(record, error);
       throw await this.failSubmission(record, error);
     }
-    await core.ledger.close(
+    await core.ledger.closeOut(
       record.recordId,
       core.owner,
       { localState: 'terminal', reason: 'immediate result', result: result as JsonObject },
@@ -278,7 +278,7 @@ export class Submission {
         ? `tools/call needs input this client could not give: ${error.message}`
         : `tools/call did not end its input rounds: ${error.message}`;
     const kind = error.reason === 'input-unavailable' ? 'input' : 'server-output';
-    await core.ledger.close(
+    await core.ledger.closeOut(
       record.recordId,
       core.owner,
       { localState: 'terminal', reason, lastError: { kind, message: error.message, at: now } },
@@ -336,7 +336,7 @@ export class Submission {
     if (error instanceof ProtocolError && badOutput === undefined) {
       // the server answered with a JSON-RPC error: no task exists; keep the error as the outcome
       const rpcError: JsonRpcError = { code: error.code, message: error.message, data: error.data };
-      await core.ledger.close(
+      await core.ledger.closeOut(
         record.recordId,
         core.owner,
         { localState: 'terminal', reason: `tools/call failed: ${error.code} ${error.message}`, error: rpcError },
@@ -353,7 +353,7 @@ export class Submission {
       badOutput !== undefined
         ? `tools/call answer could not be used: ${badOutput}`
         : `tools/call got no answer: ${lastError.message}`;
-    await core.ledger.close(record.recordId, core.owner, { localState: 'unknown-outcome', reason, lastError }, now);
+    await core.ledger.closeOut(record.recordId, core.owner, { localState: 'unknown-outcome', reason, lastError }, now);
     const closed = await core.emitClosed(record.recordId);
     return new TaskClientError(
       badOutput !== undefined ? 'bad-server-output' : 'unknown-outcome',

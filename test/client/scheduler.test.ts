@@ -4,7 +4,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 
-import type { PollOutcome, PollPolicy } from '../../src/client/scheduler.js';
+import type { PollVerdict, PollPolicy } from '../../src/client/scheduler.js';
 import { backoffDelay, DEFAULT_POLL_POLICY, nextPollDelay, PollScheduler } from '../../src/client/scheduler.js';
 import { FakeClock, settle } from './fakeClock.js';
 
@@ -22,7 +22,7 @@ const POLICY: PollPolicy = {
 
 /** A scheduler whose poll answers come from a script per key, recording when each poll started. */
 function harness(
-  script: (key: string, n: number) => PollOutcome,
+  script: (key: string, n: number) => PollVerdict,
   options: { random?: () => number; policy?: Partial<PollPolicy> } = {},
 ) {
   const clock = new FakeClock();
@@ -139,7 +139,7 @@ describe('PollScheduler', () => {
   });
 
   it('backs off exponentially on failures, then returns to the server interval', async () => {
-    const outcomes: PollOutcome[] = [
+    const outcomes: PollVerdict[] = [
       { kind: 'retry' },
       { kind: 'retry' },
       { kind: 'retry' },
@@ -155,7 +155,7 @@ describe('PollScheduler', () => {
   });
 
   it('honours Retry-After as a lower bound', async () => {
-    const outcomes: PollOutcome[] = [{ kind: 'retry', retryAfterMs: 7_000 }, { kind: 'continue' }];
+    const outcomes: PollVerdict[] = [{ kind: 'retry', retryAfterMs: 7_000 }, { kind: 'continue' }];
     const { clock, scheduler, gaps } = harness((_key, n) => outcomes[n] ?? { kind: 'done' });
     scheduler.schedule('t');
     await clock.advance(30_000);
@@ -176,7 +176,7 @@ describe('PollScheduler', () => {
       clock,
       random: () => 0,
       policy: POLICY,
-      poll: () => new Promise<PollOutcome>((resolve) => (release = () => resolve({ kind: 'continue' }))),
+      poll: () => new Promise<PollVerdict>((resolve) => (release = () => resolve({ kind: 'continue' }))),
     });
     let count = 0;
     const counting = new PollScheduler({
@@ -221,7 +221,7 @@ describe('PollScheduler', () => {
       random: () => 0,
       policy: { ...POLICY, maxConcurrentPolls: 3 },
       poll: () =>
-        new Promise<PollOutcome>((resolve) => {
+        new Promise<PollVerdict>((resolve) => {
           inFlight += 1;
           peak = Math.max(peak, inFlight);
           releases.push(() => {
@@ -270,14 +270,14 @@ describe('PollScheduler', () => {
   it('applies a reschedule asked during a poll, but never closer than the floor', async () => {
     const clock = new FakeClock();
     const at: number[] = [];
-    let resolvePoll!: (outcome: PollOutcome) => void;
+    let resolvePoll!: (outcome: PollVerdict) => void;
     const scheduler = new PollScheduler({
       clock,
       random: () => 0,
       policy: POLICY,
       poll: () => {
         at.push(clock.now());
-        return new Promise<PollOutcome>((resolve) => (resolvePoll = resolve));
+        return new Promise<PollVerdict>((resolve) => (resolvePoll = resolve));
       },
     });
     scheduler.schedule('t');

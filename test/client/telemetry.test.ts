@@ -66,6 +66,8 @@ describe('client telemetry', () => {
       ledger: join(dir, 'ledger.db'),
       pollPolicy: { floorMs: 5, capMs: 100, defaultIntervalMs: 20, jitterRatio: 0.1 },
       telemetry,
+      // this test pins the poll spans: following by push (the default) sends no tasks/get while the stream is up
+      push: { enabled: false },
       inputHandlers: { elicitation: () => ({ action: 'accept', content: { note: SECRET_ANSWER } }) },
     });
     const handle = await client.callTool('ask', { secret: SECRET_ARGUMENT });

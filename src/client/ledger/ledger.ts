@@ -259,8 +259,11 @@ export interface Ledger {
   noteSchedule(recordId: string, owner: string, note: ScheduleNote): void;
   /** Record an error without a poll (input handlers, server output of cancel/update, storage). Any process. */
   recordError(recordId: string, lastError: RecordedError): Promise<void>;
-  /** Leave the open states (an `expired` record may come back with `reopen`). */
-  close(recordId: string, owner: string, closing: Closing, at: number): Promise<boolean>;
+  /**
+   * Close a record out: it leaves the open states (an `expired` record may come back with `reopen`). Not to be
+   * confused with `dispose()`, which closes the storage.
+   */
+  closeOut(recordId: string, owner: string, closing: Closing, at: number): Promise<boolean>;
   /**
    * An `expired` record whose task the server still knows (it was checked again): tracked again, with `owner`
    * holding the lease. False when the record is not expired.

@@ -635,7 +635,7 @@ export class PostgresLedger implements Ledger {
     );
   }
 
-  async close(recordId: string, owner: string, closing: Closing, at: number): Promise<boolean> {
+  async closeOut(recordId: string, owner: string, closing: Closing, at: number): Promise<boolean> {
     return this.transaction('close', async (client): Promise<boolean> => {
       const before = (await client.query<SubmissionRow>(SQL.lock, [recordId])).rows[0];
       if (!before) return false;

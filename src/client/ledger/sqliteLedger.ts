@@ -559,7 +559,7 @@ export class SqliteLedger implements Ledger {
     this.write(() => this.stmt.recordError.run(JSON.stringify(lastError), lastError.at, recordId));
   }
 
-  async close(recordId: string, owner: string, closing: Closing, at: number): Promise<boolean> {
+  async closeOut(recordId: string, owner: string, closing: Closing, at: number): Promise<boolean> {
     return this.write((): boolean => {
       const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
       if (!before) return false;

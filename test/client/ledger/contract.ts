@@ -253,7 +253,7 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       expect(await ledger.recordPoll('fence', 'p1', T0 + 40_002, undefined)).toBe(false);
       expect(await ledger.recordObservation('fence', 'p1', task({ status: 'cancelled' }), T0 + 40_002)).toBe(false);
       expect(await ledger.recordInputAsked('fence', 'p1', 'name', request, T0 + 40_002)).toBe(false);
-      expect(await ledger.close('fence', 'p1', { localState: 'expired', reason: 'late' }, T0 + 40_002)).toBe(false);
+      expect(await ledger.closeOut('fence', 'p1', { localState: 'expired', reason: 'late' }, T0 + 40_002)).toBe(false);
       expect(await ledger.detach('fence', 'p1', T0 + 40_002)).toBe(false);
       expect(await ledger.isTrackedBy('fence', 'p1')).toBe(false);
       expect(await ledger.renewLeases('p1', T0 + 200_000)).toBe(0);
@@ -389,7 +389,7 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
 
     it('records an explicit resubmission that supersedes the old record and may reuse its key', async () => {
       await ledger.recordIntent(submission({ recordId: 'old', idempotencyKey: 'k' }));
-      await ledger.close('old', 'p1', { localState: 'unknown-outcome', reason: 'no answer' }, T0 + 1);
+      await ledger.closeOut('old', 'p1', { localState: 'unknown-outcome', reason: 'no answer' }, T0 + 1);
       const next = await ledger.recordResubmission(
         'old',
         submission({ recordId: 'new', idempotencyKey: 'k', resubmittedFrom: 'old' }),
@@ -423,7 +423,7 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       await ledger.recordCancelRequest('e', T0 + 1);
       await ledger.recordCancelRequest('e', T0 + 2); // the first request is the one kept
       await ledger.recordError('e', { kind: 'input', message: 'no handler', at: T0 + 3 });
-      expect(await ledger.close('e', 'p1', { localState: 'expired', reason: 'ttl passed' }, T0 + 4)).toBe(true);
+      expect(await ledger.closeOut('e', 'p1', { localState: 'expired', reason: 'ttl passed' }, T0 + 4)).toBe(true);
       expect(await ledger.get('e')).toMatchObject({
         localState: 'expired',
         terminalReason: 'ttl passed',
@@ -467,7 +467,7 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       await ledger.renewLeases('p1', T0 + 10_000);
       await ledger.claim('live', 'p2', T0 + 90_000, T0 + 20_000);
       await ledger.release('free', 'p1');
-      await ledger.close('done', 'p1', { localState: 'expired', reason: 'gone' }, T0 + 1);
+      await ledger.closeOut('done', 'p1', { localState: 'expired', reason: 'gone' }, T0 + 1);
       const claimable = await ledger.list({ endpoint: ENDPOINT, claimableAt: T0 + 20_000 });
       expect(claimable.map((record) => record.recordId).sort()).toEqual(['free', 'lapsed']);
       expect(await ledger.list({ claimableAt: T0 + 5_000 })).toMatchObject([{ recordId: 'free' }]);
