@@ -111,14 +111,14 @@ async function direct(count: number, offset: number) {
     const now = Date.now();
     const { task } = await store.create({
       taskId,
-      owner: 'bench',
+      principal: 'bench',
       toolName: ECHO_TOOL,
       arguments: ECHO_ARGUMENTS,
       createdAt: now,
       ttlMs: 3_600_000,
       pollIntervalMs: 1000,
       resumable: false,
-      leaseOwner: 'bench',
+      leaseHolder: 'bench',
       leaseExpiresAt: now + 60_000,
     });
     await store.finish({ taskId, fence: task.fence }, { status: 'completed', result: { content: [] } }, now);

@@ -130,14 +130,14 @@ describe.each(['store-v1-0b0553c.db', 'store-v2-6581262.db', 'store-v3-7194a8a.d
 
         const now = Date.now();
         const base = {
-          owner: 'alice',
+          principal: 'alice',
           toolName: 'batch_job',
           arguments: { items: 1 },
           createdAt: now,
           ttlMs: 60_000,
           pollIntervalMs: 1_000,
           resumable: true,
-          leaseOwner: 'new-instance',
+          leaseHolder: 'new-instance',
           leaseExpiresAt: now + 10_000,
         };
         expect((await store.create({ ...base, taskId: 'task-new' })).created).toBe(true);

@@ -43,14 +43,14 @@ describe('SqliteTaskStore write-ahead log', () => {
         const taskId = `task-${tasks++}`;
         const { task } = await store.create({
           taskId,
-          owner: 'alice',
+          principal: 'alice',
           toolName: 'echo',
           arguments: arguments_,
           createdAt: Date.now(),
           ttlMs: 3_600_000,
           pollIntervalMs: 1000,
           resumable: false,
-          leaseOwner: 'instance-a',
+          leaseHolder: 'instance-a',
           leaseExpiresAt: Date.now() + 60_000,
         });
         await store.finish({ taskId, fence: task.fence }, { status: 'completed', result }, Date.now());

@@ -150,7 +150,7 @@ export class TaskPush {
       return rpcError(request.id, ErrorCode.InternalError, message);
     }
     // another principal's task and an unknown id alike: silently not agreed (spec, Security: auth binding)
-    const owned = new Map(rows.filter((row) => row.owner === principal).map((row) => [row.taskId, row]));
+    const owned = new Map(rows.filter((row) => row.principal === principal).map((row) => [row.taskId, row]));
     const agreed = requested.filter((taskId) => owned.has(taskId));
     for (const taskId of requested) if (!owned.has(taskId)) this.unfollow(stream, taskId);
 
@@ -304,7 +304,7 @@ export class TaskPush {
 
   private async answerAndDeliver(row: StoredTask): Promise<void> {
     try {
-      this.deliver(row.taskId, await this.tasks.answerOf(row, row.owner));
+      this.deliver(row.taskId, await this.tasks.answerOf(row, row.principal));
     } catch (error) {
       // expired and purged between the read and the answer: nothing more to say; anything else waits for the next check
       if ((error as { code?: unknown }).code === ErrorCode.InvalidParams) this.forget(row.taskId);

@@ -214,7 +214,7 @@ export class TaskServer {
     if (this.started) return;
     this.started = true;
     this.unsubscribe = this.store.subscribe?.((signal) => void this.onSignal(signal));
-    const deadHolders = (await this.store.leaseOwners()).filter((holder) => isDeadLocalOwner(holder));
+    const deadHolders = (await this.store.leaseHolders()).filter((holder) => isDeadLocalOwner(holder));
     await this.sweep(deadHolders);
     await this.housekeep();
     this.sweepTimer = setInterval(() => {
@@ -286,7 +286,7 @@ export class TaskServer {
       stored = await this.storeCall(() =>
         this.store.create({
           taskId,
-          owner: principal,
+          principal: principal,
           toolName: tool.name,
           arguments: args,
           createdAt: now,
@@ -296,13 +296,13 @@ export class TaskServer {
           idempotencyKey,
           inputCapabilities,
           traceContext,
-          leaseOwner: this.instanceId,
+          leaseHolder: this.instanceId,
           leaseExpiresAt: now + this.leaseMs,
           ...(this.limits.maxOpenTasksPerPrincipal !== Infinity && {
-            maxOpenTasksForOwner: this.limits.maxOpenTasksPerPrincipal,
+            maxOpenTasksForPrincipal: this.limits.maxOpenTasksPerPrincipal,
           }),
           ...(this.limits.maxStoredTasksPerPrincipal !== Infinity && {
-            maxStoredTasksForOwner: this.limits.maxStoredTasksPerPrincipal,
+            maxStoredTasksForPrincipal: this.limits.maxStoredTasksPerPrincipal,
           }),
         }),
       );
@@ -436,7 +436,7 @@ export class TaskServer {
 
   private async ownedTask(taskId: string, principal: string): Promise<StoredTask> {
     const task = await this.storeCall(() => this.store.get(taskId));
-    if (task && task.owner === principal) return task;
+    if (task && task.principal === principal) return task;
     // another principal's task is answered exactly as an unknown id (spec, Security: auth binding)
     if (!task && (await this.storeCall(() => this.store.wasPurged(taskId, principal)))) {
       throw new ProtocolError(ProtocolErrorCode.InvalidParams, TASK_EXPIRED);
@@ -539,7 +539,7 @@ export class TaskServer {
       taskId: task.taskId,
       signal: controller.signal,
       attempt: task.attempt,
-      principal: task.owner,
+      principal: task.principal,
       step: (name, fn) => steps.step(name, fn),
       checkpoint: steps.checkpoint,
       // a status message is advice: a store that cannot take it now must not fail the task (the next one will land)

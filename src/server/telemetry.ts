@@ -76,7 +76,7 @@ const STORE_OPERATIONS = new Set<string>([
   'renewLeases',
   'answeredInputs',
   'claimOrphans',
-  'leaseOwners',
+  'leaseHolders',
   'expireOverdue',
   'purge',
 ]);

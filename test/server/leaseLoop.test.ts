@@ -156,7 +156,7 @@ describe('the lease loop keeps one live run per task', () => {
     await waitFor('instance a to abort its run', () => (runs[0]!.aborted ? true : undefined), 5_000);
     expect(runs[0]!.aborted).toBe('lease-lost');
     await ticks(3);
-    expect(await store.get(taskId)).toMatchObject({ status: 'working', leaseOwner: 'instance-b', fence: 2 });
+    expect(await store.get(taskId)).toMatchObject({ status: 'working', leaseHolder: 'instance-b', fence: 2 });
     expect(a.runningCount()).toBe(0);
   });
 

@@ -73,7 +73,7 @@ describe('a store write slower than the lease', () => {
     const created = await a.createTask(a.tool('job')!, {}, 'alice', undefined);
     await settle();
     expect(runs).toEqual([{ instance: 'instance-b', attempt: 2 }]);
-    expect((await store.get(created.taskId))?.leaseOwner).toBe('instance-b');
+    expect((await store.get(created.taskId))?.leaseHolder).toBe('instance-b');
   });
 
   it('renews a lease that ran out unclaimed before starting the handler, so nobody takes it over', async () => {

@@ -455,20 +455,20 @@ export class PostgresTaskStore implements TaskStore {
   }
 
   async create(task: NewTask): Promise<{ task: StoredTask; created: boolean }> {
-    const limit = task.maxOpenTasksForOwner;
-    const stored = task.maxStoredTasksForOwner;
+    const limit = task.maxOpenTasksForPrincipal;
+    const stored = task.maxStoredTasksForPrincipal;
     if (limit === undefined && stored === undefined) return this.guard('create', () => this.insert(this.pool, task));
     return this.transaction('create', async (client) => {
-      await client.query(SQL.principalLock, [task.owner]);
+      await client.query(SQL.principalLock, [task.principal]);
       // an idempotent replay returns its task, at the limits too
       const replay = await this.byIdempotencyKey(client, task);
       if (replay) return { task: replay, created: false };
       if (limit !== undefined) {
-        const { rows } = await client.query<{ n: string }>(SQL.openOfPrincipal, [task.owner]);
+        const { rows } = await client.query<{ n: string }>(SQL.openOfPrincipal, [task.principal]);
         if (Number(rows[0]?.n ?? 0) >= limit) throw new OpenTaskLimitError(limit);
       }
       if (stored !== undefined) {
-        const { rows } = await client.query<{ n: string }>(SQL.storedOfPrincipal, [task.owner, stored]);
+        const { rows } = await client.query<{ n: string }>(SQL.storedOfPrincipal, [task.principal, stored]);
         if (Number(rows[0]?.n ?? 0) >= stored) throw new StoredTaskLimitError(stored);
       }
       return this.insert(client, task);
@@ -479,7 +479,7 @@ export class PostgresTaskStore implements TaskStore {
   private async insert(db: pg.Pool | pg.PoolClient, task: NewTask): Promise<{ task: StoredTask; created: boolean }> {
     const inserted = await db.query<TaskRow>(SQL.insert, [
       task.taskId,
-      task.owner,
+      task.principal,
       task.toolName,
       JSON.stringify(task.arguments),
       task.statusMessage ?? null,
@@ -489,7 +489,7 @@ export class PostgresTaskStore implements TaskStore {
       task.pollIntervalMs,
       task.resumable,
       task.idempotencyKey ?? null,
-      task.leaseOwner,
+      task.leaseHolder,
       task.leaseExpiresAt,
       task.inputCapabilities === undefined ? null : JSON.stringify(task.inputCapabilities),
       task.traceContext === undefined ? null : JSON.stringify(task.traceContext),
@@ -502,7 +502,7 @@ export class PostgresTaskStore implements TaskStore {
 
   private async byIdempotencyKey(db: pg.Pool | pg.PoolClient, task: NewTask): Promise<StoredTask | undefined> {
     if (task.idempotencyKey === undefined) return undefined;
-    const { rows } = await db.query<TaskRow>(SQL.byIdempotencyKey, [task.owner, task.idempotencyKey]);
+    const { rows } = await db.query<TaskRow>(SQL.byIdempotencyKey, [task.principal, task.idempotencyKey]);
     return rows[0] ? toTask(rows[0]) : undefined;
   }
 
@@ -679,8 +679,8 @@ export class PostgresTaskStore implements TaskStore {
     });
   }
 
-  async leaseOwners(): Promise<string[]> {
-    return this.guard('leaseOwners', async () => {
+  async leaseHolders(): Promise<string[]> {
+    return this.guard('leaseHolders', async () => {
       const { rows } = await this.pool.query<{ lease_owner: string }>(SQL.leaseHolders);
       return rows.map((r) => r.lease_owner);
     });
@@ -805,7 +805,7 @@ function toTask(row: TaskRow): StoredTask {
   }));
   return {
     taskId: row.task_id,
-    owner: row.owner,
+    principal: row.owner,
     toolName: row.tool_name,
     arguments: JSON.parse(row.arguments) as JsonObject,
     status: row.status,
@@ -819,7 +819,7 @@ function toTask(row: TaskRow): StoredTask {
     result: row.result === null ? undefined : (JSON.parse(row.result) as JsonObject),
     error: row.error === null ? undefined : (JSON.parse(row.error) as JsonRpcError),
     cancelRequested: row.cancel_requested,
-    leaseOwner: row.lease_owner ?? undefined,
+    leaseHolder: row.lease_owner ?? undefined,
     leaseExpiresAt: row.lease_expires_at === null ? undefined : Number(row.lease_expires_at),
     fence: row.fence,
     attempt: row.attempt,

@@ -311,24 +311,24 @@ export class SqliteTaskStore implements TaskStore {
   async create(task: NewTask): Promise<{ task: StoredTask; created: boolean }> {
     return this.db
       .transaction(() => {
-        if (task.maxOpenTasksForOwner !== undefined || task.maxStoredTasksForOwner !== undefined) {
+        if (task.maxOpenTasksForPrincipal !== undefined || task.maxStoredTasksForPrincipal !== undefined) {
           // an idempotent replay returns its task below, at the limits too
           const replay =
-            task.idempotencyKey !== undefined && this.stmt.byIdempotencyKey.get(task.owner, task.idempotencyKey);
-          if (!replay && task.maxOpenTasksForOwner !== undefined) {
-            const { n } = this.stmt.openOfPrincipal.get(task.owner) as { n: number };
-            if (n >= task.maxOpenTasksForOwner) throw new OpenTaskLimitError(task.maxOpenTasksForOwner);
+            task.idempotencyKey !== undefined && this.stmt.byIdempotencyKey.get(task.principal, task.idempotencyKey);
+          if (!replay && task.maxOpenTasksForPrincipal !== undefined) {
+            const { n } = this.stmt.openOfPrincipal.get(task.principal) as { n: number };
+            if (n >= task.maxOpenTasksForPrincipal) throw new OpenTaskLimitError(task.maxOpenTasksForPrincipal);
           }
-          if (!replay && task.maxStoredTasksForOwner !== undefined) {
-            const max = task.maxStoredTasksForOwner;
-            const { n } = this.stmt.storedOfPrincipal.get(task.owner, max) as { n: number };
+          if (!replay && task.maxStoredTasksForPrincipal !== undefined) {
+            const max = task.maxStoredTasksForPrincipal;
+            const { n } = this.stmt.storedOfPrincipal.get(task.principal, max) as { n: number };
             if (n >= max) throw new StoredTaskLimitError(max);
           }
         }
         const argumentsJson = JSON.stringify(task.arguments);
         const info = this.stmt.insert.run({
           taskId: task.taskId,
-          principal: task.owner,
+          principal: task.principal,
           toolName: task.toolName,
           arguments: argumentsJson,
           statusMessage: task.statusMessage ?? null,
@@ -338,7 +338,7 @@ export class SqliteTaskStore implements TaskStore {
           pollIntervalMs: task.pollIntervalMs,
           resumable: task.resumable ? 1 : 0,
           idempotencyKey: task.idempotencyKey ?? null,
-          holder: task.leaseOwner,
+          holder: task.leaseHolder,
           leaseExpiresAt: task.leaseExpiresAt,
           inputCapabilities: task.inputCapabilities === undefined ? null : JSON.stringify(task.inputCapabilities),
           traceContext: task.traceContext === undefined ? null : JSON.stringify(task.traceContext),
@@ -346,7 +346,7 @@ export class SqliteTaskStore implements TaskStore {
         // the row is exactly what was just inserted: built, not read back (two statements fewer on every create)
         if (info.changes === 1) return { task: insertedTask(task, argumentsJson), created: true };
         if (task.idempotencyKey !== undefined) {
-          const row = this.stmt.byIdempotencyKey.get(task.owner, task.idempotencyKey) as TaskRow | undefined;
+          const row = this.stmt.byIdempotencyKey.get(task.principal, task.idempotencyKey) as TaskRow | undefined;
           if (row) return { task: this.toTask(row), created: false };
         }
         throw new Error(`task id collision on ${task.taskId}`);
@@ -535,7 +535,7 @@ export class SqliteTaskStore implements TaskStore {
       .immediate();
   }
 
-  async leaseOwners(): Promise<string[]> {
+  async leaseHolders(): Promise<string[]> {
     return (this.stmt.leaseHolders.all() as { lease_owner: string }[]).map((r) => r.lease_owner);
   }
 
@@ -607,7 +607,7 @@ export class SqliteTaskStore implements TaskStore {
     }));
     return {
       taskId: row.task_id,
-      owner: row.owner,
+      principal: row.owner,
       toolName: row.tool_name,
       arguments: JSON.parse(row.arguments) as JsonObject,
       status: row.status,
@@ -621,7 +621,7 @@ export class SqliteTaskStore implements TaskStore {
       result: row.result === null ? undefined : (JSON.parse(row.result) as JsonObject),
       error: row.error === null ? undefined : (JSON.parse(row.error) as JsonRpcError),
       cancelRequested: row.cancel_requested === 1,
-      leaseOwner: row.lease_owner ?? undefined,
+      leaseHolder: row.lease_owner ?? undefined,
       leaseExpiresAt: row.lease_expires_at ?? undefined,
       fence: row.fence,
       attempt: row.attempt,
@@ -657,7 +657,7 @@ function toStep(row: StepRow): StoredStep {
 function insertedTask(task: NewTask, argumentsJson: string): StoredTask {
   return {
     taskId: task.taskId,
-    owner: task.owner,
+    principal: task.principal,
     toolName: task.toolName,
     arguments: JSON.parse(argumentsJson) as JsonObject,
     status: 'working',
@@ -671,7 +671,7 @@ function insertedTask(task: NewTask, argumentsJson: string): StoredTask {
     result: undefined,
     error: undefined,
     cancelRequested: false,
-    leaseOwner: task.leaseOwner,
+    leaseHolder: task.leaseHolder,
     leaseExpiresAt: task.leaseExpiresAt,
     // the column defaults of a new row
     fence: 1,

@@ -19,11 +19,8 @@ export interface StoredInput {
 
 export interface StoredTask {
   taskId: string;
-  /**
-   * The caller's principal (`PrincipalResolver`): only it may see or touch the task. Named `owner` in this public type
-   * and in the schema since the first release.
-   */
-  owner: string;
+  /** The caller's principal (`PrincipalResolver`): only it may see or touch the task (column `owner`). */
+  principal: string;
   toolName: string;
   arguments: JsonObject;
   status: TaskStatus;
@@ -38,7 +35,7 @@ export interface StoredTask {
   error: JsonRpcError | undefined;
   cancelRequested: boolean;
   /** The lease holder: the instance (`TaskServerOptions.instanceId`) that runs the handler, and until when. */
-  leaseOwner: string | undefined;
+  leaseHolder: string | undefined;
   leaseExpiresAt: number | undefined;
   /** Bumped on every claim: a write that carries an older fence is from a stale holder and is refused. */
   fence: number;
@@ -71,8 +68,8 @@ export interface InputCapabilities {
 
 export interface NewTask {
   taskId: string;
-  /** The caller's principal (see `StoredTask.owner`). */
-  owner: string;
+  /** The caller's principal (see `StoredTask.principal`). */
+  principal: string;
   toolName: string;
   arguments: JsonObject;
   createdAt: number;
@@ -86,25 +83,25 @@ export interface NewTask {
   /** The trace context of the creating `tools/call`, kept so that every run of the task joins its trace. */
   traceContext?: TraceCarrier | undefined;
   /** The lease holder: the creating instance holds the lease from the start. */
-  leaseOwner: string;
+  leaseHolder: string;
   leaseExpiresAt: number;
   /**
    * When set, the insert is refused with OpenTaskLimitError if the principal already has this many non-terminal tasks,
    * checked in the same transaction as the insert (an idempotent replay of an existing task is never refused).
    */
-  maxOpenTasksForOwner?: number | undefined;
+  maxOpenTasksForPrincipal?: number | undefined;
   /**
    * When set, the insert is refused with StoredTaskLimitError if the principal already has this many tasks stored, open
    * or finished and not yet purged, checked in the same transaction as the insert (an idempotent replay is never
    * refused).
    */
-  maxStoredTasksForOwner?: number | undefined;
+  maxStoredTasksForPrincipal?: number | undefined;
 }
 
 /** `create` refused a task because its principal already has `limit` non-terminal tasks. */
 export class OpenTaskLimitError extends Error {
   constructor(readonly limit: number) {
-    super(`the owner already has ${limit} non-terminal tasks`);
+    super(`the principal already has ${limit} non-terminal tasks`);
     this.name = 'OpenTaskLimitError';
   }
 }
@@ -112,7 +109,7 @@ export class OpenTaskLimitError extends Error {
 /** `create` refused a task because its principal already has `limit` tasks stored (open or finished, not yet purged). */
 export class StoredTaskLimitError extends Error {
   constructor(readonly limit: number) {
-    super(`the owner already has ${limit} tasks stored`);
+    super(`the principal already has ${limit} tasks stored`);
     this.name = 'StoredTaskLimitError';
   }
 }
@@ -214,8 +211,8 @@ export interface TaskStore {
   /**
    * Inserts a task, committed when this resolves (spec: MUST NOT return CreateTaskResult before the task is durably
    * created). With an `idempotencyKey`, the same principal and key return the existing task and `created: false`.
-   * Throws OpenTaskLimitError when `maxOpenTasksForOwner` is set and reached, StoredTaskLimitError when
-   * `maxStoredTasksForOwner` is.
+   * Throws OpenTaskLimitError when `maxOpenTasksForPrincipal` is set and reached, StoredTaskLimitError when
+   * `maxStoredTasksForPrincipal` is.
    */
   create(task: NewTask): Promise<{ task: StoredTask; created: boolean }>;
 
@@ -305,7 +302,7 @@ export interface TaskStore {
   ): Promise<StoredTask[]>;
 
   /** Distinct lease holders (instance ids) of non-terminal tasks (to spot dead local processes at start). */
-  leaseOwners(): Promise<string[]>;
+  leaseHolders(): Promise<string[]>;
 
   /**
    * Fails non-terminal tasks past `createdAt + ttlMs` as expired (unfenced), at most `limit` of them (default all),

@@ -26,14 +26,14 @@ const MINUTE = 60 * SECOND;
 function newTask(overrides: Partial<NewTask> = {}): NewTask {
   return {
     taskId: `task-${randomUUID()}`,
-    owner: 'alice',
+    principal: 'alice',
     toolName: 'slow_echo',
     arguments: { text: 'hello' },
     createdAt: T0,
     ttlMs: 10 * MINUTE,
     pollIntervalMs: 500,
     resumable: false,
-    leaseOwner: 'instance-a',
+    leaseHolder: 'instance-a',
     leaseExpiresAt: T0 + 30 * SECOND,
     ...overrides,
   };
@@ -97,7 +97,7 @@ export function describeTaskStoreContract(
           status: 'working',
           createdAt: T0,
           lastUpdatedAt: T0,
-          leaseOwner: 'instance-a',
+          leaseHolder: 'instance-a',
           leaseExpiresAt: T0 + 30 * SECOND,
           fence: 1,
           attempt: 1,
@@ -116,7 +116,7 @@ export function describeTaskStoreContract(
         const task = await created();
         expect(await read(task.taskId, second)).toEqual(task);
         // and the other way round, including a later change
-        const other = await second.create(newTask({ owner: 'bob' }));
+        const other = await second.create(newTask({ principal: 'bob' }));
         expect(await read(other.task.taskId)).toEqual(other.task);
         expect(await store.setStatusMessage(leaseOf(task), 'halfway', T0 + 1)).toBe(true);
         expect((await read(task.taskId, second)).statusMessage).toBe('halfway');
@@ -168,10 +168,10 @@ export function describeTaskStoreContract(
           resumable: true,
           idempotencyKey: 'key-1',
           statusMessage: 'queued',
-          owner: 'principal:alice@example.com',
+          principal: 'principal:alice@example.com',
           toolName: 'long_report',
           createdAt: T0 + 7,
-          leaseOwner: 'instance-z',
+          leaseHolder: 'instance-z',
           leaseExpiresAt: T0 + 99_999,
         });
         const { task: createdTask } = await store.create(input);
@@ -180,7 +180,7 @@ export function describeTaskStoreContract(
         expect(createdTask).toEqual(stored);
         expect(stored.arguments).toEqual(args);
         expect(stored).toMatchObject({
-          owner: 'principal:alice@example.com',
+          principal: 'principal:alice@example.com',
           toolName: 'long_report',
           ttlMs: null,
           pollIntervalMs: 2750,
@@ -189,7 +189,7 @@ export function describeTaskStoreContract(
           statusMessage: 'queued',
           createdAt: T0 + 7,
           lastUpdatedAt: T0 + 7,
-          leaseOwner: 'instance-z',
+          leaseHolder: 'instance-z',
           leaseExpiresAt: T0 + 99_999,
         });
       });
@@ -207,46 +207,46 @@ export function describeTaskStoreContract(
 
       it('keeps each task owner with its task', async () => {
         // invariant: the owner (the caller's principal) is stored per task, so reads can be restricted to it
-        const a = await created({ owner: 'alice' });
-        const b = await created({ owner: 'bob' });
-        expect((await read(a.taskId)).owner).toBe('alice');
-        expect((await read(b.taskId)).owner).toBe('bob');
+        const a = await created({ principal: 'alice' });
+        const b = await created({ principal: 'bob' });
+        expect((await read(a.taskId)).principal).toBe('alice');
+        expect((await read(b.taskId)).principal).toBe('bob');
       });
 
-      it('refuses a create over maxOpenTasksForOwner, counting that owner’s open tasks, never an idempotent replay', async () => {
+      it('refuses a create over maxOpenTasksForPrincipal, counting that principal’s open tasks, never an idempotent replay', async () => {
         // invariant: the per-principal open-task limit holds under concurrent creates, and a retry is never refused
-        const limit = { maxOpenTasksForOwner: 2 };
-        const first = await created({ owner: 'alice', idempotencyKey: 'k1', ...limit });
-        await created({ owner: 'alice', ...limit });
-        await created({ owner: 'bob', ...limit });
-        const over = newTask({ owner: 'alice', ...limit });
+        const limit = { maxOpenTasksForPrincipal: 2 };
+        const first = await created({ principal: 'alice', idempotencyKey: 'k1', ...limit });
+        await created({ principal: 'alice', ...limit });
+        await created({ principal: 'bob', ...limit });
+        const over = newTask({ principal: 'alice', ...limit });
         await expect(store.create(over)).rejects.toBeInstanceOf(OpenTaskLimitError);
         expect(await store.get(over.taskId)).toBeUndefined();
-        expect(await store.create(newTask({ owner: 'alice', idempotencyKey: 'k1', ...limit }))).toEqual({
+        expect(await store.create(newTask({ principal: 'alice', idempotencyKey: 'k1', ...limit }))).toEqual({
           task: first,
           created: false,
         });
         await store.finish(leaseOf(first), { status: 'completed', result: {} }, T0 + 1);
-        expect((await store.create(newTask({ owner: 'alice', ...limit }))).created).toBe(true);
+        expect((await store.create(newTask({ principal: 'alice', ...limit }))).created).toBe(true);
         const racing = await Promise.allSettled(
-          Array.from({ length: 6 }, () => store.create(newTask({ owner: 'carol', maxOpenTasksForOwner: 3 }))),
+          Array.from({ length: 6 }, () => store.create(newTask({ principal: 'carol', maxOpenTasksForPrincipal: 3 }))),
         );
         expect(racing.filter((r) => r.status === 'fulfilled')).toHaveLength(3);
         for (const r of racing) if (r.status === 'rejected') expect(r.reason).toBeInstanceOf(OpenTaskLimitError);
       });
 
-      it('refuses a create over maxStoredTasksForOwner, counting finished tasks too, never an idempotent replay', async () => {
+      it('refuses a create over maxStoredTasksForPrincipal, counting finished tasks too, never an idempotent replay', async () => {
         // invariant: what one owner keeps stored (open and retained finished tasks) is bounded (issue 11, item 9)
-        const limit = { maxStoredTasksForOwner: 2 };
-        const first = await created({ owner: 'dora', idempotencyKey: 'k-stored', ...limit });
+        const limit = { maxStoredTasksForPrincipal: 2 };
+        const first = await created({ principal: 'dora', idempotencyKey: 'k-stored', ...limit });
         await store.finish(leaseOf(first), { status: 'completed', result: {} }, T0 + 1);
-        await created({ owner: 'dora', ...limit });
-        await created({ owner: 'erin', ...limit });
-        const over = newTask({ owner: 'dora', ...limit });
+        await created({ principal: 'dora', ...limit });
+        await created({ principal: 'erin', ...limit });
+        const over = newTask({ principal: 'dora', ...limit });
         await expect(store.create(over)).rejects.toBeInstanceOf(StoredTaskLimitError);
         await expect(store.create(over)).rejects.toMatchObject({ limit: 2 });
         expect(await store.get(over.taskId)).toBeUndefined();
-        expect((await store.create(newTask({ owner: 'dora', idempotencyKey: 'k-stored', ...limit }))).created).toBe(
+        expect((await store.create(newTask({ principal: 'dora', idempotencyKey: 'k-stored', ...limit }))).created).toBe(
           false,
         );
       });
@@ -275,7 +275,7 @@ export function describeTaskStoreContract(
         // invariant: a taskId names one task; a collision is an error, never an overwrite
         const first = await created();
         await expect(
-          store.create(newTask({ taskId: first.taskId, owner: 'mallory', arguments: { evil: true } })),
+          store.create(newTask({ taskId: first.taskId, principal: 'mallory', arguments: { evil: true } })),
         ).rejects.toBeInstanceOf(Error);
         expect(await read(first.taskId)).toEqual(first);
       });
@@ -311,7 +311,7 @@ export function describeTaskStoreContract(
           lastUpdatedAt: T0 + 10,
         });
         expect(stored.error).toBeUndefined();
-        expect(stored.leaseOwner).toBeUndefined();
+        expect(stored.leaseHolder).toBeUndefined();
         expect(stored.leaseExpiresAt).toBeUndefined();
       });
 
@@ -370,7 +370,7 @@ export function describeTaskStoreContract(
     describe('fencing', () => {
       it('refuses every handler write that carries the fence from before a takeover', async () => {
         // invariant: after claimOrphans bumps the fence, the old owner can neither write nor renew
-        const task = await created({ leaseOwner: 'instance-a', leaseExpiresAt: T0 + 30 * SECOND });
+        const task = await created({ leaseHolder: 'instance-a', leaseExpiresAt: T0 + 30 * SECOND });
         const stale = leaseOf(task);
         const [claimed] = await store.claimOrphans('instance-b', T0 + 31 * SECOND, T0 + 61 * SECOND, 10);
         expect(claimed?.fence).toBe(stale.fence + 1);
@@ -431,7 +431,7 @@ export function describeTaskStoreContract(
 
       it('refuses step and checkpoint writes with a stale fence, and after the terminal write', async () => {
         // invariant: only the lease holder writes steps (a takeover's fence shuts the old holder out)
-        const task = await created({ leaseOwner: 'instance-a', leaseExpiresAt: T0 + 30 * SECOND });
+        const task = await created({ leaseHolder: 'instance-a', leaseExpiresAt: T0 + 30 * SECOND });
         const stale = leaseOf(task);
         await store.recordStep(stale, 'before', 1, T0 + 1);
         const [claimed] = await store.claimOrphans('instance-b', T0 + 31 * SECOND, T0 + 61 * SECOND, 10);
@@ -485,7 +485,7 @@ export function describeTaskStoreContract(
       });
 
       it('keeps steps through a takeover, for the next attempt to read', async (ctx) => {
-        const task = await created({ leaseOwner: 'instance-a', leaseExpiresAt: T0 + 30 * SECOND });
+        const task = await created({ leaseHolder: 'instance-a', leaseExpiresAt: T0 + 30 * SECOND });
         await store.recordStep(leaseOf(task), 'start-job', { jobId: 'j-9' }, T0 + 1);
         await store.saveCheckpoint(leaseOf(task), { next: 7 }, T0 + 2);
         await store.claimOrphans('instance-b', T0 + 31 * SECOND, T0 + 61 * SECOND, 10);
@@ -719,9 +719,9 @@ export function describeTaskStoreContract(
     describe('leases', () => {
       it('renews only the leases the owner still holds, fence unchanged', async () => {
         // invariant: renewLeases extends held leases and reports the lost ones by leaving them out
-        const held = await created({ leaseOwner: 'instance-a' });
-        const othersTask = await created({ leaseOwner: 'instance-b' });
-        const finished = await created({ leaseOwner: 'instance-a' });
+        const held = await created({ leaseHolder: 'instance-a' });
+        const othersTask = await created({ leaseHolder: 'instance-b' });
+        const finished = await created({ leaseHolder: 'instance-a' });
         await store.finish(leaseOf(finished), { status: 'completed', result: {} }, T0 + 1);
         const staleFence = { taskId: held.taskId, fence: held.fence + 5 };
 
@@ -739,7 +739,7 @@ export function describeTaskStoreContract(
       it('renews thousands of leases in one call and says which tasks have a cancel requested', async () => {
         // invariant: renewal cost does not grow into per-task round trips; the cancel intent rides along as the lease
         // loop's fallback for a lost signal (docs/DESIGN.md, "Rules learned in the field", 8)
-        const tasks = await Promise.all(Array.from({ length: 2000 }, () => created({ leaseOwner: 'instance-a' })));
+        const tasks = await Promise.all(Array.from({ length: 2000 }, () => created({ leaseHolder: 'instance-a' })));
         await store.requestCancel(tasks[7]!.taskId, T0 + 1);
         const renewed = await store.renewLeases('instance-a', tasks.map(leaseOf), T0 + 5 * MINUTE);
         expect(renewed).toHaveLength(2000);
@@ -768,20 +768,20 @@ export function describeTaskStoreContract(
 
       it('claims open tasks whose lease expired, bumping fence and attempt, and leaves live leases alone', async () => {
         // invariant: takeover moves the lease to the claimer and fences out the previous owner
-        const expired = await created({ leaseOwner: 'instance-a', leaseExpiresAt: T0 + 10 * SECOND });
+        const expired = await created({ leaseHolder: 'instance-a', leaseExpiresAt: T0 + 10 * SECOND });
         const waiting = await created({
-          leaseOwner: 'instance-a',
+          leaseHolder: 'instance-a',
           leaseExpiresAt: T0 + 10 * SECOND,
           createdAt: T0 + 1,
         });
         await store.requestInput(leaseOf(waiting), 'k', elicit('?'), T0 + 2);
-        const live = await created({ leaseOwner: 'instance-c', leaseExpiresAt: T0 + 5 * MINUTE });
+        const live = await created({ leaseHolder: 'instance-c', leaseExpiresAt: T0 + 5 * MINUTE });
 
         const claimed = await store.claimOrphans('instance-b', T0 + MINUTE, T0 + 2 * MINUTE, 10);
         expect(claimed.map((task) => task.taskId).sort()).toEqual([expired.taskId, waiting.taskId].sort());
         for (const task of claimed) {
           expect(task).toMatchObject({
-            leaseOwner: 'instance-b',
+            leaseHolder: 'instance-b',
             leaseExpiresAt: T0 + 2 * MINUTE,
             fence: 2,
             attempt: 2,
@@ -800,11 +800,11 @@ export function describeTaskStoreContract(
 
       it('claims the live leases of dead owners', async () => {
         // invariant: a lease owner known to be dead loses its leases without waiting for them to expire
-        const deadOnes = await created({ leaseOwner: 'instance-dead', leaseExpiresAt: T0 + 5 * MINUTE });
-        const alive = await created({ leaseOwner: 'instance-alive', leaseExpiresAt: T0 + 5 * MINUTE });
+        const deadOnes = await created({ leaseHolder: 'instance-dead', leaseExpiresAt: T0 + 5 * MINUTE });
+        const alive = await created({ leaseHolder: 'instance-alive', leaseExpiresAt: T0 + 5 * MINUTE });
         const claimed = await store.claimOrphans('instance-b', T0 + SECOND, T0 + MINUTE, 10, ['instance-dead']);
         expect(claimed.map((task) => task.taskId)).toEqual([deadOnes.taskId]);
-        expect(claimed[0]).toMatchObject({ leaseOwner: 'instance-b', fence: 2, attempt: 2 });
+        expect(claimed[0]).toMatchObject({ leaseHolder: 'instance-b', fence: 2, attempt: 2 });
         expect(await read(alive.taskId)).toEqual(alive);
       });
 
@@ -824,7 +824,7 @@ export function describeTaskStoreContract(
 
       it('never claims a terminal task', async () => {
         // invariant: a terminal task never changes again, even when its last owner is dead or its lease long gone
-        const task = await created({ leaseOwner: 'instance-dead', leaseExpiresAt: T0 + SECOND });
+        const task = await created({ leaseHolder: 'instance-dead', leaseExpiresAt: T0 + SECOND });
         await store.finish(leaseOf(task), { status: 'failed', error: { code: -32603, message: 'x' } }, T0 + 2);
         const after = await read(task.taskId);
         expect(await store.claimOrphans('instance-b', T0 + MINUTE, T0 + 2 * MINUTE, 10, ['instance-dead'])).toEqual([]);
@@ -832,22 +832,27 @@ export function describeTaskStoreContract(
       });
 
       it('lists the distinct lease owners of open tasks only', async () => {
-        // invariant: leaseOwners names every instance that still holds an open task, once each
-        expect(await store.leaseOwners()).toEqual([]);
-        await created({ leaseOwner: 'instance-a' });
-        await created({ leaseOwner: 'instance-a' });
-        await created({ leaseOwner: 'instance-b' });
-        const done = await created({ leaseOwner: 'instance-c' });
+        // invariant: leaseHolders names every instance that still holds an open task, once each
+        expect(await store.leaseHolders()).toEqual([]);
+        await created({ leaseHolder: 'instance-a' });
+        await created({ leaseHolder: 'instance-a' });
+        await created({ leaseHolder: 'instance-b' });
+        const done = await created({ leaseHolder: 'instance-c' });
         await store.finish(leaseOf(done), { status: 'completed', result: {} }, T0 + 1);
-        expect([...(await store.leaseOwners())].sort()).toEqual(['instance-a', 'instance-b']);
+        expect([...(await store.leaseHolders())].sort()).toEqual(['instance-a', 'instance-b']);
       });
     });
 
     describe('idempotent creation', () => {
       it('returns the existing task for the same owner and key, created: false, and stores nothing new', async () => {
         // invariant: one owner and one idempotency key make one task, however often the create is retried
-        const first = await created({ owner: 'alice', idempotencyKey: 'order-42', arguments: { n: 1 } });
-        const retry = newTask({ owner: 'alice', idempotencyKey: 'order-42', arguments: { n: 2 }, createdAt: T0 + 5 });
+        const first = await created({ principal: 'alice', idempotencyKey: 'order-42', arguments: { n: 1 } });
+        const retry = newTask({
+          principal: 'alice',
+          idempotencyKey: 'order-42',
+          arguments: { n: 2 },
+          createdAt: T0 + 5,
+        });
         const again = await store.create(retry);
         expect(again.created).toBe(false);
         expect(again.task).toEqual(first);
@@ -865,12 +870,12 @@ export function describeTaskStoreContract(
 
       it('gives another owner with the same key a task of its own, and one owner a task per key', async () => {
         // invariant: keys are scoped to the owner, so one caller can neither see nor block another's task
-        const alices = await created({ owner: 'alice', idempotencyKey: 'shared' });
-        const bobs = await store.create(newTask({ owner: 'bob', idempotencyKey: 'shared' }));
+        const alices = await created({ principal: 'alice', idempotencyKey: 'shared' });
+        const bobs = await store.create(newTask({ principal: 'bob', idempotencyKey: 'shared' }));
         expect(bobs.created).toBe(true);
         expect(bobs.task.taskId).not.toBe(alices.taskId);
-        expect(bobs.task.owner).toBe('bob');
-        const alicesOther = await store.create(newTask({ owner: 'alice', idempotencyKey: 'other' }));
+        expect(bobs.task.principal).toBe('bob');
+        const alicesOther = await store.create(newTask({ principal: 'alice', idempotencyKey: 'other' }));
         expect(alicesOther.created).toBe(true);
       });
 
@@ -904,7 +909,7 @@ export function describeTaskStoreContract(
           expect(stored.error?.code).toBe(-32603);
           expect(stored.error?.message).toMatch(/expired/i);
           expect(stored.lastUpdatedAt).toBe(T0 + MINUTE + 1);
-          expect(stored.leaseOwner).toBeUndefined();
+          expect(stored.leaseHolder).toBeUndefined();
         }
         expect(await read(long.taskId)).toEqual(long);
         expect(await read(unlimited.taskId)).toEqual(unlimited);

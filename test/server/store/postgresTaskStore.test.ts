@@ -38,14 +38,14 @@ const T0 = 1_700_000_000_000;
 function newTask(overrides: Partial<NewTask> = {}): NewTask {
   return {
     taskId: `task-${randomUUID()}`,
-    owner: 'alice',
+    principal: 'alice',
     toolName: 'slow_echo',
     arguments: { text: 'hello' },
     createdAt: T0,
     ttlMs: 600_000,
     pollIntervalMs: 500,
     resumable: true,
-    leaseOwner: 'instance-a',
+    leaseHolder: 'instance-a',
     leaseExpiresAt: T0 + 30_000,
     ...overrides,
   };
@@ -123,8 +123,8 @@ describe('PostgresTaskStore across instances', () => {
     for (let round = 0; round < rounds; round++) {
       const key = `order-${round}`;
       const [fromA, fromB] = await Promise.all([
-        a.create(newTask({ idempotencyKey: key, leaseOwner: 'instance-a' })),
-        b.create(newTask({ idempotencyKey: key, leaseOwner: 'instance-b' })),
+        a.create(newTask({ idempotencyKey: key, leaseHolder: 'instance-a' })),
+        b.create(newTask({ idempotencyKey: key, leaseHolder: 'instance-b' })),
       ]);
       expect([fromA.created, fromB.created].sort()).toEqual([false, true]);
       expect(fromA.task).toEqual(fromB.task);
@@ -139,7 +139,7 @@ describe('PostgresTaskStore across instances', () => {
     const b = await openStore({ listen: false });
     const racing = await Promise.allSettled(
       Array.from({ length: 10 }, (_, i) =>
-        (i % 2 === 0 ? a : b).create(newTask({ owner: 'carol', maxOpenTasksForOwner: 4 })),
+        (i % 2 === 0 ? a : b).create(newTask({ principal: 'carol', maxOpenTasksForPrincipal: 4 })),
       ),
     );
     expect(racing.filter((r) => r.status === 'fulfilled')).toHaveLength(4);

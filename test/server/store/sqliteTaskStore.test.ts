@@ -41,14 +41,14 @@ describe('SqliteTaskStore file', () => {
       store = new SqliteTaskStore(path);
       await store.create({
         taskId: 'task-mode',
-        owner: 'alice',
+        principal: 'alice',
         toolName: 'echo',
         arguments: {},
         createdAt: 1,
         ttlMs: null,
         pollIntervalMs: 1000,
         resumable: false,
-        leaseOwner: 'instance-a',
+        leaseHolder: 'instance-a',
         leaseExpiresAt: 2,
       });
     } finally {
@@ -65,14 +65,14 @@ describe('SqliteTaskStore file', () => {
     const first = new SqliteTaskStore(path);
     const { task } = await first.create({
       taskId: 'task-durable',
-      owner: 'alice',
+      principal: 'alice',
       toolName: 'echo',
       arguments: { a: 1 },
       createdAt: 1,
       ttlMs: 1000,
       pollIntervalMs: 1000,
       resumable: true,
-      leaseOwner: 'instance-a',
+      leaseHolder: 'instance-a',
       leaseExpiresAt: 2,
     });
     await first.close();
@@ -93,14 +93,14 @@ describe('SqliteTaskStore lease renewal at scale', () => {
       for (let i = 0; i < 12_000; i++) {
         const { task } = await store.create({
           taskId: `task-${i}`,
-          owner: 'alice',
+          principal: 'alice',
           toolName: 'slow_echo',
           arguments: {},
           createdAt: T0,
           ttlMs: 600_000,
           pollIntervalMs: 500,
           resumable: true,
-          leaseOwner: 'instance-a',
+          leaseHolder: 'instance-a',
           leaseExpiresAt: T0 + 30_000,
         });
         leases.push({ taskId: task.taskId, fence: task.fence });
