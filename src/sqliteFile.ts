@@ -41,7 +41,7 @@ export function openSqliteFile(path: string, options: SqliteFileOptions): Databa
   }
   const db = new Database(path, { timeout: options.busyTimeoutMs });
   try {
-    db.pragma('journal_mode = WAL');
+    switchToWal(db, options.busyTimeoutMs);
     db.pragma(`journal_size_limit = ${WAL_SIZE_LIMIT_BYTES}`);
     // spec: MUST NOT return CreateTaskResult until the task is durably created; FULL syncs each commit to disk
     db.pragma(`synchronous = ${synchronousLevel(options.synchronous)}`);
@@ -52,6 +52,26 @@ export function openSqliteFile(path: string, options: SqliteFileOptions): Databa
     throw error;
   }
   return db;
+}
+
+/**
+ * `journal_mode = WAL` on a new file needs the file's exclusive lock, and SQLite answers SQLITE_BUSY at once, without
+ * its busy handler, when two connections could otherwise wait for each other (processes opening one new file at the
+ * same moment): retry it, with short pauses, for as long as any other lock would be waited for.
+ */
+function switchToWal(db: Database.Database, busyTimeoutMs: number): void {
+  const deadline = Date.now() + busyTimeoutMs;
+  const pause = new Int32Array(new SharedArrayBuffer(4));
+  for (let attempt = 0; ; attempt += 1) {
+    try {
+      db.pragma('journal_mode = WAL');
+      return;
+    } catch (error) {
+      if ((error as { code?: unknown }).code !== 'SQLITE_BUSY' || Date.now() >= deadline) throw error;
+      // a synchronous pause (this runs inside a constructor): 1, 2, 4 ... up to 50 ms
+      Atomics.wait(pause, 0, 0, Math.min(50, 2 ** attempt));
+    }
+  }
 }
 
 function synchronousLevel(synchronous: SqliteSynchronous | undefined): 'FULL' | 'NORMAL' {
