@@ -4,7 +4,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 
-import type { PollPolicy,PollVerdict } from '../../src/client/scheduler.js';
+import type { PollPolicy, PollVerdict } from '../../src/client/scheduler.js';
 import { backoffDelay, DEFAULT_POLL_POLICY, nextPollDelay, PollScheduler } from '../../src/client/scheduler.js';
 import { FakeClock, settle } from './fakeClock.js';
 
