@@ -26,8 +26,8 @@ const STORE_SCRIPT = (synchronous: string, path: string) => `
   // no background checkpoints: a checkpoint syncs too, and would be counted
   const store = new SqliteTaskStore(${JSON.stringify(path)}, { backgroundCheckpoints: false, ${synchronous} });
   for (let i = 0; i < ${COMMITS / 2}; i++) {
-    const { task } = await store.create({ taskId: 't' + i, owner: 'alice', toolName: 'echo', arguments: {},
-      createdAt: Date.now(), ttlMs: 60000, pollIntervalMs: 1000, resumable: false, leaseOwner: 'i',
+    const { task } = await store.create({ taskId: 't' + i, principal: 'alice', toolName: 'echo', arguments: {},
+      createdAt: Date.now(), ttlMs: 60000, pollIntervalMs: 1000, resumable: false, leaseHolder: 'i',
       leaseExpiresAt: Date.now() + 60000 });
     await store.finish({ taskId: 't' + i, fence: task.fence }, { status: 'completed', result: { content: [] } }, Date.now());
   }
