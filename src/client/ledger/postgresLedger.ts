@@ -21,6 +21,7 @@ import { randomBytes } from 'node:crypto';
 
 import pg from 'pg';
 
+import { inTransaction } from '../../postgresTransaction.js';
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
 import { abandonedReason, applyObservedTask, commitNote, taskHeldElsewhereNote } from './closing.js';
 import { endpointIdentity } from './endpointIdentity.js';
@@ -881,25 +882,8 @@ export class PostgresLedger implements Ledger {
     });
   }
 
-  private async once<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-    const client = await this.pool.connect();
-    let broken = false;
-    // a connection cut mid-transaction must reject the statement in flight, never crash the process
-    const onError = () => (broken = true);
-    client.on('error', onError);
-    try {
-      await client.query('BEGIN');
-      const result = await fn(client);
-      await client.query('COMMIT');
-      return result;
-    } catch (error) {
-      // a connection that cannot even roll back is not given back to the pool
-      await client.query('ROLLBACK').catch(() => (broken = true));
-      throw error;
-    } finally {
-      client.off('error', onError);
-      client.release(broken);
-    }
+  private once<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    return inTransaction(this.pool, fn);
   }
 
   private async retryOnUniqueViolation<T>(fn: () => Promise<T>): Promise<T> {

@@ -9,6 +9,7 @@
  */
 import pg from 'pg';
 
+import { inTransaction } from '../../postgresTransaction.js';
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
 import type { TraceCarrier } from '../../protocol/traceContext.js';
 import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from '../../statusSql.js';
@@ -749,27 +750,7 @@ export class PostgresTaskStore implements TaskStore {
 
   /** Runs `fn` in one transaction on one connection: all of it commits, or none of it. */
   private async transaction<T>(op: string, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-    return this.guard(op, async () => {
-      const client = await this.pool.connect();
-      let broken = false;
-      // the pool stops listening to a client it hands out: a connection cut mid-transaction would then be an unhandled
-      // 'error' event that kills the process; the statement in flight rejects on its own
-      const onError = () => (broken = true);
-      client.on('error', onError);
-      try {
-        await client.query('BEGIN');
-        const result = await fn(client);
-        await client.query('COMMIT');
-        return result;
-      } catch (error) {
-        // a connection that cannot even roll back is not given back to the pool
-        await client.query('ROLLBACK').catch(() => (broken = true));
-        throw error;
-      } finally {
-        client.off('error', onError);
-        client.release(broken);
-      }
-    });
+    return this.guard(op, () => inTransaction(this.pool, fn));
   }
 
   /** Database trouble surfaces as an Error that says which store call failed (the runtime maps it to -32603). */
