@@ -78,6 +78,8 @@ export async function runDoctor(url: string, options: DoctorOptions = {}): Promi
     add('task handle', 'skip', `${detail} (${created.error.message})`);
   } else if (created.error || created.httpStatus >= 400) {
     add('task handle', 'fail', `tools/call ${toolName} answered ${describeError(created)}`);
+  } else if (created.result?.['resultType'] === 'input_required') {
+    add('task handle', 'skip', `tools/call ${toolName} ${asksForInput(created)}; pass --tool with another task tool`);
   } else if (created.result?.['resultType'] !== 'task') {
     add('task handle', 'warn', `tools/call ${toolName} answered inline (no task); pass --tool with a task tool`);
   } else if (typeof taskId !== 'string' || taskId.length === 0) {
@@ -138,6 +140,22 @@ async function checkUnknownId(url: string, auth: { token?: string }, add: AddChe
   return checks;
 }
 
+/**
+ * What an InputRequiredResult to tools/call asks for (core basic/patterns/mrtr): the doctor declares no input
+ * capability and answers no MRTR round, so such a tool is skipped, never counted against the server.
+ */
+function asksForInput(created: RpcResponse): string {
+  const requests = created.result?.['inputRequests'];
+  const methods =
+    requests !== null && typeof requests === 'object'
+      ? [...new Set(Object.values(requests as Record<string, { method?: unknown }>).map((r) => String(r?.method)))]
+          .slice(0, 3)
+          .map((method) => method.slice(0, 60))
+      : [];
+  const what = methods.length > 0 ? ` (${methods.join(', ')})` : '';
+  return `asks for input${what} before it answers, which the doctor cannot give`;
+}
+
 /** The most listed tools the doctor calls while looking for a task tool. */
 const MAX_TOOLS_TRIED = 10;
 
@@ -179,6 +197,10 @@ async function pickTool(
     if (created.error || created.httpStatus >= 400) {
       const detail = `${tool.name} refused the arguments ${JSON.stringify(filled)} the doctor took from its schema`;
       add('tool', 'skip', `${detail}: ${describeError(created)}; trying the next tool`);
+      continue;
+    }
+    if (created.result?.['resultType'] === 'input_required') {
+      add('tool', 'skip', `${tool.name} ${asksForInput(created)}; trying the next tool`);
       continue;
     }
     if (created.result?.['resultType'] !== 'task') {

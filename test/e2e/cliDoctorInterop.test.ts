@@ -1,7 +1,8 @@
 // `closeout doctor` against servers it did not pick: a 2025-era server's tools/list error is reported as what it
 // is; a server that wants credentials is told apart ("pass --token"), never `undefined`; tools that need arguments
-// get them from their schema (default, enum, examples) or are SKIPped with the reason, as is a tool answering -32021,
-// and the next tool is tried; and every probe says it is closeout, with its version.
+// get them from their schema (default, enum, examples) or are SKIPped with the reason, as is a tool answering -32021
+// or asking for input first (an MRTR round), and the next tool is tried; and every probe says it is closeout, with
+// its version.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -19,6 +20,7 @@ const seen: { path: string; method: string; params: Record<string, unknown>; use
 const TOOLS = [
   { name: 'free_text', inputSchema: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'] } },
   { name: 'needs_caps', inputSchema: { type: 'object', properties: {} } },
+  { name: 'asks_first', inputSchema: { type: 'object', properties: {} } },
   {
     name: 'with_enum',
     inputSchema: {
@@ -79,6 +81,24 @@ function reply(req: IncomingMessage, body: string): { status: number; payload?: 
           status: 200,
           payload: {
             error: { code: -32021, message: 'needs elicitation', data: { requiredCapabilities: { elicitation: {} } } },
+          },
+        };
+      }
+      if (request.params?.['name'] === 'asks_first') {
+        // an MRTR round: the tool wants an approval before it does anything (core basic/patterns/mrtr)
+        return {
+          status: 200,
+          payload: {
+            result: {
+              resultType: 'input_required',
+              inputRequests: {
+                approve: {
+                  method: 'elicitation/create',
+                  params: { mode: 'form', message: 'Approve?', requestedSchema: { type: 'object', properties: {} } },
+                },
+              },
+              requestState: 'r1',
+            },
           },
         };
       }
@@ -149,6 +169,11 @@ describe.concurrent('closeout doctor against foreign servers', { timeout: 90_000
     expect(lines).toContainEqual(
       expect.stringMatching(/^skip tool: needs_caps answered -32021: .*trying the next tool$/),
     );
+    // a tool that asks for input first is not a tool answering inline, and not the server's fault
+    expect(lines).toContainEqual(
+      expect.stringMatching(/^skip tool: asks_first asks for input .*elicitation\/create.*; trying the next tool$/),
+    );
+    expect(doc.checks.filter((c) => c.status === 'fail')).toEqual([]);
     expect(lines).toContainEqual(expect.stringMatching(/^pass task handle: with_enum returned taskId doctor-task-1/));
     expect(doc.checks.filter((c) => c.name === 'tool').every((c) => c.status === 'skip')).toBe(true);
     const call = seen.find(
