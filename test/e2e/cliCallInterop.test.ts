@@ -4,6 +4,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
@@ -12,6 +13,7 @@ import { startTasksFixture } from '../client/fixtures/tasksFixtureServer.js';
 import { jsonDocument, runCli } from '../support/cli.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'closeout-cli-interop-'));
+const CONSOLE_ON_REQUEST = fileURLToPath(new URL('./fixtures/consoleOnRequest.mjs', import.meta.url));
 let fixture: FixtureServer;
 
 beforeAll(async () => {
@@ -32,6 +34,17 @@ describe('closeout call against a foreign server', { timeout: 60_000 }, () => {
     const doc = jsonDocument(run.stdout);
     expect(doc).toMatchObject({ event: 'closeout', outcome: 'completed', tool: 'echo' });
     expect(run.stdout).not.toContain('listTools');
+  });
+
+  it('keeps stdout JSON only when a library logs on the console mid-command', async () => {
+    const run = await runCli(['call', fixture.url.href, 'echo', '--arg', 'text=hi', '--json'], {
+      ledger: join(dir, 'd.db'),
+      env: { NODE_OPTIONS: `--import=${CONSOLE_ON_REQUEST}` },
+    });
+    expect(run.code, run.stderr).toBe(0);
+    // the library did log (there was something to leak), and every line of it went to stderr
+    for (const method of ['log', 'info', 'debug', 'dir']) expect(run.stderr).toContain(`console-leak: ${method}`);
+    expect(jsonDocument(run.stdout)).toMatchObject({ event: 'closeout', outcome: 'completed', tool: 'echo' });
   });
 
   it('answers an MRTR round of tools/call from --accept and prints the result', async () => {
