@@ -19,6 +19,9 @@ const CLI = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'dist', 'c
 const url = process.argv.at(-1);
 const scenario = process.env['MCP_CONFORMANCE_SCENARIO'] ?? '';
 const dir = mkdtempSync(join(tmpdir(), 'closeout-conformance-cli-'));
+// every call shares the time the suite gives this adapter (scripts/conformance.sh: --timeout 240000), less a margin:
+// a fixed 25 s per call killed a `closeout call` on a loaded machine, which the suite reported as a tool never called
+const deadline = Date.now() + 225_000;
 let failed = false;
 try {
   const lister = await connectHttpTaskClient(url, { ledger: join(dir, 'list.db') });
@@ -33,9 +36,13 @@ try {
     const run = spawnSync(process.execPath, [CLI, ...args], {
       env: { ...process.env, CLOSEOUT_LEDGER: join(dir, 'ledger.db') },
       encoding: 'utf8',
-      timeout: 25_000,
+      timeout: Math.max(5_000, deadline - Date.now()),
     });
     console.error(`closeout call ${call.name}: exit ${run.status}\n${run.stderr}`);
+    if (run.status === null) {
+      failed = true;
+      console.error(`closeout call ${call.name} did not finish in the adapter's time (${run.signal ?? run.error})`);
+    }
     for (const line of run.stdout.split('\n').filter((l) => l.length > 0)) {
       try {
         JSON.parse(line);
