@@ -65,7 +65,8 @@ function serverTasks(path: string): Array<{ task_id: string; status: string; att
   }
 }
 
-describe('a CreateTaskResult that arrives is recorded', () => {
+// real processes, a pause past the lease and a held lock: well over the default 30 s on a loaded machine
+describe('a CreateTaskResult that arrives is recorded', { timeout: 120_000 }, () => {
   it('after a SIGSTOP longer than the lease, while another process settled the submission unknown-outcome', async () => {
     const server: ServeProcess = await startServe(['--store', join(dir, 'server.db')]);
     cleanups.push(() => server.stop());

@@ -158,7 +158,9 @@ async function stepsOf(w: World, taskId: string) {
 
 const RENDER = { scene: 'intro', frames: 120, renderMs: 2500 };
 
-describe.each(['sqlite', 'postgres'] as const)('durable steps under SIGKILL (%s)', (kind) => {
+// a kill, a takeover and two tasks to their end: minutes on a loaded machine, where the default 30 s cut the test short
+// while its own waits (45 s for a close-out) were still within bounds
+describe.each(['sqlite', 'postgres'] as const)('durable steps under SIGKILL (%s)', { timeout: 180_000 }, (kind) => {
   it('render_job killed before its start step committed follows the same external job, started once', async () => {
     const w = world(kind);
     const hold = join(dir, `hold-${scenarios}`);
