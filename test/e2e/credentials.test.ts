@@ -4,7 +4,7 @@
 // `show --refresh` and `resume TASK_ID` and comes back when the server still knows the task; an idempotency key used as
 // a business id by two callers (two ledgers, one principal) never hands one caller the other's task, and the key on
 // the wire cannot be guessed from the business id.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type IncomingMessage, request, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -125,6 +125,21 @@ describe('credentials and secrets', { timeout: 180_000 }, () => {
       taskId,
       outcome: 'completed',
     });
+    // the record keeps a fingerprint of the credential, never the token: not in a column, not in any page of the files
+    const db = new Database(ledger, { readonly: true });
+    try {
+      const rows = db.prepare('SELECT credential FROM submissions').all() as { credential: string | null }[];
+      expect(rows.length).toBeGreaterThan(0);
+      for (const row of rows) {
+        expect(row.credential).toEqual(expect.any(String));
+        expect(row.credential).not.toContain('tok-alice');
+      }
+    } finally {
+      db.close();
+    }
+    for (const path of [ledger, `${ledger}-wal`]) {
+      if (existsSync(path)) expect(readFileSync(path).includes('tok-alice'), path).toBe(false);
+    }
   });
 
   it('checks an expired record again and takes it back when the server still knows the task', async () => {
