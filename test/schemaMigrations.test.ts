@@ -43,7 +43,7 @@ function inspect(path: string): { version: number; foreignKeyErrors: unknown[]; 
   }
 }
 
-describe.each(['ledger-v1-8d5fc0c.db', 'ledger-v1-ac19d23.db'])(
+describe.each(['ledger-v1-8d5fc0c.db', 'ledger-v1-ac19d23.db', 'ledger-v2-c97b8e6.db'])(
   'a ledger written by an earlier build (%s)',
   (fixture) => {
     it('is migrated with its records, history and inputs, and its unknown-outcome record can be resubmitted', async () => {
@@ -108,61 +108,66 @@ describe.each(['ledger-v1-8d5fc0c.db', 'ledger-v1-ac19d23.db'])(
   },
 );
 
-describe.each(['store-v1-0b0553c.db', 'store-v2-6581262.db', 'store-v3-7194a8a.db', 'store-v6-d52effc.db'])(
-  'a task store written by an earlier build (%s)',
-  (fixture) => {
-    it('is migrated with its tasks, inputs and tombstones, and takes new tasks', async () => {
-      const path = copyOf(fixture);
-      const store = new SqliteTaskStore(path);
-      try {
-        expect(await store.get('task-done')).toMatchObject({
-          status: 'completed',
-          result: { content: [{ type: 'text', text: 'done' }] },
-          idempotencyKey: 'k-done',
-        });
-        const asking = await store.get('task-asking');
-        expect(asking).toMatchObject({ status: 'input_required' });
-        expect(asking?.inputs.map((input) => input.key)).toEqual(['approval']);
-        expect(await store.get('task-working')).toMatchObject({ status: 'working', attempt: 1 });
-        expect(await store.get('task-purged')).toBeUndefined();
-        // a tombstone written before tombstones had owners says nothing to anyone: never a wrong "expired"
-        expect(await store.wasPurged('task-purged', 'bob')).toBe(false);
+describe.each([
+  'store-v1-0b0553c.db',
+  'store-v2-6581262.db',
+  'store-v3-7194a8a.db',
+  'store-v4-ef01235.db',
+  'store-v5-7c2bc51.db',
+  'store-v6-d52effc.db',
+  'store-v7-dcbf01a.db',
+])('a task store written by an earlier build (%s)', (fixture) => {
+  it('is migrated with its tasks, inputs and tombstones, and takes new tasks', async () => {
+    const path = copyOf(fixture);
+    const store = new SqliteTaskStore(path);
+    try {
+      expect(await store.get('task-done')).toMatchObject({
+        status: 'completed',
+        result: { content: [{ type: 'text', text: 'done' }] },
+        idempotencyKey: 'k-done',
+      });
+      const asking = await store.get('task-asking');
+      expect(asking).toMatchObject({ status: 'input_required' });
+      expect(asking?.inputs.map((input) => input.key)).toEqual(['approval']);
+      expect(await store.get('task-working')).toMatchObject({ status: 'working', attempt: 1 });
+      expect(await store.get('task-purged')).toBeUndefined();
+      // a tombstone written before tombstones had owners says nothing to anyone: never a wrong "expired"
+      expect(await store.wasPurged('task-purged', 'bob')).toBe(false);
 
-        const now = Date.now();
-        const base = {
-          principal: 'alice',
-          toolName: 'batch_job',
-          arguments: { items: 1 },
-          createdAt: now,
-          ttlMs: 60_000,
-          pollIntervalMs: 1_000,
-          resumable: true,
-          leaseHolder: 'new-instance',
-          leaseExpiresAt: now + 10_000,
-        };
-        expect((await store.create({ ...base, taskId: 'task-new' })).created).toBe(true);
-        const replay = await store.create({ ...base, taskId: 'task-other', idempotencyKey: 'k-done' });
-        expect(replay).toMatchObject({ created: false, task: { taskId: 'task-done' } });
-        // durable steps (schema version 7) work on a task written before they existed, fenced as ever
-        const working = (await store.get('task-working'))!;
-        const lease = { taskId: 'task-working', fence: working.fence };
-        expect(await store.readSteps('task-working')).toEqual({ steps: [], checkpoint: undefined });
-        expect((await store.recordStep(lease, 'start-job', { jobId: 'j-1' }, now)).held).toBe(true);
-        expect(await store.saveCheckpoint(lease, { next: 2 }, now)).toBe(true);
-        expect(await store.recordStep({ ...lease, fence: lease.fence - 1 }, 'stale', 1, now)).toEqual({
-          held: false,
-          step: undefined,
-        });
-        expect(await store.readSteps('task-working')).toEqual({
-          steps: [{ name: 'start-job', result: { jobId: 'j-1' }, committedAt: now }],
-          checkpoint: { next: 2 },
-        });
-      } finally {
-        await store.close();
-      }
-      const after = inspect(path);
-      expect(after.version).toBe(STORE_SCHEMA_VERSION);
-      expect(after.foreignKeyErrors).toEqual([]);
-    });
-  },
-);
+      const now = Date.now();
+      const base = {
+        principal: 'alice',
+        toolName: 'batch_job',
+        arguments: { items: 1 },
+        createdAt: now,
+        ttlMs: 60_000,
+        pollIntervalMs: 1_000,
+        resumable: true,
+        leaseHolder: 'new-instance',
+        leaseExpiresAt: now + 10_000,
+      };
+      expect((await store.create({ ...base, taskId: 'task-new' })).created).toBe(true);
+      const replay = await store.create({ ...base, taskId: 'task-other', idempotencyKey: 'k-done' });
+      expect(replay).toMatchObject({ created: false, task: { taskId: 'task-done' } });
+      // durable steps (schema version 7) work on a task written before they existed, fenced as ever
+      const working = (await store.get('task-working'))!;
+      const lease = { taskId: 'task-working', fence: working.fence };
+      expect(await store.readSteps('task-working')).toEqual({ steps: [], checkpoint: undefined });
+      expect((await store.recordStep(lease, 'start-job', { jobId: 'j-1' }, now)).held).toBe(true);
+      expect(await store.saveCheckpoint(lease, { next: 2 }, now)).toBe(true);
+      expect(await store.recordStep({ ...lease, fence: lease.fence - 1 }, 'stale', 1, now)).toEqual({
+        held: false,
+        step: undefined,
+      });
+      expect(await store.readSteps('task-working')).toEqual({
+        steps: [{ name: 'start-job', result: { jobId: 'j-1' }, committedAt: now }],
+        checkpoint: { next: 2 },
+      });
+    } finally {
+      await store.close();
+    }
+    const after = inspect(path);
+    expect(after.version).toBe(STORE_SCHEMA_VERSION);
+    expect(after.foreignKeyErrors).toEqual([]);
+  });
+});
