@@ -37,7 +37,12 @@ const pollMs = positive(flags['poll-ms'], flags.smoke ? 300 : 10_000);
 const spreadMs = positive(flags['spread-ms'], flags.smoke ? 3_000 : 60_000);
 const leaseMs = positive(flags['lease-ms'], flags.smoke ? 2_000 : 5_000);
 const WORKERS = 3;
-const SUBMIT_CONCURRENCY = 8;
+/**
+ * Calls and polls in flight per worker: fewer than the PostgreSQL ledger's 5 pooled connections, so lease renewals
+ * find one (with more, a loaded machine made ledger calls wait past the pool's 5 s and fail; RESULTS.md section 14).
+ */
+const SUBMIT_CONCURRENCY = 4;
+const MAX_CONCURRENT_POLLS = 4;
 /** How often each worker looks for records whose lease ran out. */
 const takeOverEveryMs = Math.max(100, Math.round(leaseMs / 5));
 /** Beyond this many tasks/get over the ideal, a task counts as over-polled: one worker's polls stay within it. */
@@ -66,8 +71,8 @@ try {
     ledgerPath: database.connectionString,
     leaseMs,
     takeOverEveryMs,
-    // the ledger's pool has 5 connections: more calls in flight than that only queue for them
     submitConcurrency: SUBMIT_CONCURRENCY,
+    maxConcurrentPolls: MAX_CONCURRENT_POLLS,
   });
   for (let index = 0; index < WORKERS; index++) workers.push(startFollowClient(configOf(index)));
   await Promise.all(workers.map((worker) => worker.next('ready')));

@@ -37,6 +37,8 @@ export interface FollowClientConfig {
   leaseMs?: number;
   /** `fleet`: how often the worker takes over records whose lease ran out. */
   takeOverEveryMs?: number;
+  /** Polls in flight at once. Default 32. */
+  maxConcurrentPolls?: number;
   /** Calls in flight while submitting. */
   submitConcurrency: number;
   /** Node flags of the client process (e.g. a heap cap). */
@@ -158,7 +160,7 @@ async function closeoutClient(): Promise<{ submit: Submitter; client: TaskClient
     ...(config.leaseMs !== undefined && { leaseMs: config.leaseMs }),
     ...(config.takeOverEveryMs !== undefined && { takeOverEveryMs: config.takeOverEveryMs }),
     // the bench loads many tasks at once: let polls overlap as the server allows
-    pollPolicy: { maxConcurrentPolls: 32 },
+    pollPolicy: { maxConcurrentPolls: config.maxConcurrentPolls ?? 32 },
   });
   const submit: Submitter = async (offsetMs) => {
     const answer = await client.callTool(SLEEP_TOOL, { group: config.group, offsetMs });
