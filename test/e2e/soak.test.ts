@@ -11,11 +11,13 @@ import { type BackendKind, formatReport, LONG, runSoak, SHORT } from './soak.js'
 const mode = process.env['SOAK_MODE'] === 'long' ? LONG : SHORT;
 // SOAK_BACKENDS=postgres-fleet (comma-separated): only those backends, to look into one of them
 const only = process.env['SOAK_BACKENDS']?.split(',') as BackendKind[] | undefined;
-// SOAK_PATIENCE=3: three times the time to settle and in all, on a machine too loaded for the usual budget
+// SOAK_PATIENCE=3: three times the time to start an instance, to settle and in all, on a machine too loaded for the
+// usual budget
 const patience = Number(process.env['SOAK_PATIENCE'] ?? 1);
 const config = {
   ...mode,
   ...(only && { backends: only }),
+  serveStartMs: mode.serveStartMs * patience,
   settleTimeoutMs: mode.settleTimeoutMs * patience,
   timeoutMs: mode.timeoutMs * patience,
 };

@@ -66,6 +66,8 @@ export interface SoakConfig {
   serverLeaseMs: number;
   clientLeaseMs: number;
   clientRequestTimeoutMs: number;
+  /** How long a `closeout serve` may take to print its URL before the start counts as failed. */
+  serveStartMs: number;
   chaos: ChaosRates;
   /** The whole run, PostgreSQL's start and the checks included, must end within this. */
   timeoutMs: number;
@@ -96,6 +98,7 @@ export const SHORT: SoakConfig = {
   serverLeaseMs: 3_000,
   clientLeaseMs: 2_000,
   clientRequestTimeoutMs: 4_000,
+  serveStartMs: 30_000,
   chaos: CHAOS,
   // under two minutes in npm test, whatever the load
   timeoutMs: 115_000,
@@ -750,7 +753,7 @@ class BackendRun {
       try {
         const server = await startServe(
           args,
-          30_000,
+          this.config.serveStartMs,
           { CLOSEOUT_RUN_LOG: this.runLog, CLOSEOUT_RUN_INSTANCE: instance },
           namespaced ? inNewPidNamespace : undefined,
         );
