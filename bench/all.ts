@@ -17,6 +17,7 @@ const BENCHMARKS = [
   'purgeRate',
   'pushLateness',
   'pushServerCost',
+  'clientFleet',
 ] as const;
 
 for (const name of BENCHMARKS) {

@@ -5,6 +5,8 @@
  *   answered with the CPU and memory used so far (the parent measures the wait before it releases the tasks);
  * - `submit`: submit and report, then idle until killed (the crash before a resume);
  * - `resume`: open the ledger a killed `submit` process left and `resumeAll()`, then idle until killed;
+ * - `fleet`: one worker of a fleet on a shared PostgreSQL ledger (issue 17): submit and report like `follow`, then
+ *   follow its own tasks and take over those of workers that stop renewing (`takeOverEveryMs`) until killed;
  * - `floor`: what one tasks/get costs the client alone, with no ledger and no scheduler: through the SDK Client on the
  *   fetch the TaskClient uses, and as raw HTTP with prebuilt bytes (undici), reported as CPU µs per request.
  * `kind` picks the client: Closeout's TaskClient on a SQLite ledger, or the official @modelcontextprotocol/ext-tasks.
@@ -26,13 +28,17 @@ import { median } from './figures.js';
 
 export interface FollowClientConfig {
   kind: 'closeout' | 'ext-tasks';
-  mode: 'follow' | 'submit' | 'resume' | 'floor';
+  mode: 'follow' | 'submit' | 'resume' | 'floor' | 'fleet';
   url: string;
   group: string;
   offsetsMs: number[];
-  /** Closeout only. */
+  /** Closeout only: a SQLite file, or a postgres:// connection string (a fleet's shared ledger). */
   ledgerPath?: string;
   leaseMs?: number;
+  /** `fleet`: how often the worker takes over records whose lease ran out. */
+  takeOverEveryMs?: number;
+  /** Polls in flight at once. Default 32. */
+  maxConcurrentPolls?: number;
   /** Calls in flight while submitting. */
   submitConcurrency: number;
   /** Node flags of the client process (e.g. a heap cap). */
@@ -152,13 +158,19 @@ async function closeoutClient(): Promise<{ submit: Submitter; client: TaskClient
   const client = await connectHttpTaskClient(config.url, {
     ledger: config.ledgerPath!,
     ...(config.leaseMs !== undefined && { leaseMs: config.leaseMs }),
+    ...(config.takeOverEveryMs !== undefined && { takeOverEveryMs: config.takeOverEveryMs }),
     // the bench loads many tasks at once: let polls overlap as the server allows
-    pollPolicy: { maxConcurrentPolls: 32 },
+    pollPolicy: { maxConcurrentPolls: config.maxConcurrentPolls ?? 32 },
   });
   const submit: Submitter = async (offsetMs) => {
     const answer = await client.callTool(SLEEP_TOOL, { group: config.group, offsetMs });
     if (!isTaskHandle(answer)) throw new Error('the server answered without a task');
-    return { taskId: answer.taskId, closed: answer.outcome().then((outcome) => outcome.kind === 'completed') };
+    // a handle another worker of a fleet took over rejects (leased-elsewhere): not closed out here
+    const closed = answer.outcome().then(
+      (outcome) => outcome.kind === 'completed',
+      () => false,
+    );
+    return { taskId: answer.taskId, closed };
   };
   return { submit, client };
 }
@@ -289,7 +301,7 @@ async function main(): Promise<void> {
     cpuUs: cpuSubmitted - cpuBefore,
     cpuTotalUs: cpuSubmitted,
   });
-  if (config.mode === 'submit') return;
+  if (config.mode === 'submit' || config.mode === 'fleet') return;
 
   const closedAt: Record<string, number> = {};
   let notCompleted = 0;

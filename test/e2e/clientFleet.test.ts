@@ -1,22 +1,27 @@
-// A fleet of three client worker processes on one PostgreSQL ledger against a Closeout server (issue 17). One worker
-// is SIGKILLed with one of its tasks waiting for input (its person never answered) and one working; the survivors
-// take its records over by themselves (`takeOverEveryMs`) once its leases run out. Every task closes out once, in one worker; no input key is asked
-// twice by the fleet except the one the dead worker's person never answered, asked again once (`previouslyAsked`).
+// A fleet of three client worker processes on one PostgreSQL ledger against two `closeout serve` instances on one
+// PostgreSQL store behind a round-robin proxy (issue 17). One worker is SIGKILLed mid-task with three tasks open: one
+// waiting for input its person never answered, one whose input it answered (deploying now), one working. The
+// survivors take its records over by themselves (`takeOverEveryMs`) once its leases run out. Every task closes out
+// once, in one worker; every handler ran once on the servers; no input key is asked twice by the fleet, except the
+// one the dead worker's person never answered, asked again once and saying so (`previouslyAsked`).
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
+import { PostgresLedger } from '../../src/client/index.js';
 import { type StartedPostgres, startPostgres } from '../support/postgres.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
+import { RoundRobinProxy } from '../support/roundRobinProxy.js';
+import { rpc } from '../support/rpc.js';
 import { waitFor } from '../support/waitFor.js';
 
 const WORKER = fileURLToPath(new URL('./fixtures/fleetWorker.mjs', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'closeout-client-fleet-'));
+const runLog = join(dir, 'runs.log');
 
 interface FleetEvent {
   event: string;
@@ -24,6 +29,7 @@ interface FleetEvent {
   taskId?: string;
   recordId?: string;
   key?: string;
+  correlationId?: string;
   kind?: string;
   localState?: string;
   status?: string;
@@ -31,20 +37,30 @@ interface FleetEvent {
 }
 
 let postgres: StartedPostgres;
-let server: ServeProcess;
+let store: { connectionString: string; drop: () => Promise<void> };
+const instances: ServeProcess[] = [];
+let proxy: RoundRobinProxy;
+let url: string;
 const children: ChildProcess[] = [];
 
 beforeAll(async () => {
   postgres = await startPostgres();
-  server = await startServe(['--store', join(dir, 'server.db')]);
+  store = await postgres.createDatabase();
+  for (let i = 0; i < 2; i++) {
+    instances.push(await startServe(['--store', store.connectionString], 15_000, { CLOSEOUT_RUN_LOG: runLog }));
+  }
+  proxy = new RoundRobinProxy(instances.map((instance) => instance.url));
+  url = await proxy.listen();
 }, 120_000);
 
 afterAll(async () => {
   for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
-  await server?.stop();
+  proxy?.close();
+  await Promise.all(instances.map((instance) => instance.stop()));
+  await store?.drop();
   await postgres?.stop();
   rmSync(dir, { recursive: true, force: true });
-});
+}, 60_000);
 
 function startWorker(config: Record<string, unknown>, events: FleetEvent[]): ChildProcess {
   const child = spawn(process.execPath, [WORKER, JSON.stringify(config)], { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -61,75 +77,142 @@ function startWorker(config: Record<string, unknown>, events: FleetEvent[]): Chi
   return child;
 }
 
-describe('a client fleet on one PostgreSQL ledger', () => {
-  it('closes out every task once when a worker is SIGKILLed mid-task', { timeout: 150_000 }, async () => {
-    const database = await postgres.createDatabase();
-    const events: FleetEvent[] = [];
-    const base = { url: server.url, ledger: database.connectionString, leaseMs: 2_000, takeOverEveryMs: 300 };
-    const callsOf = (name: string) => [
-      { tool: 'batch_job', args: { items: 8, stepMs: 500 }, idempotencyKey: `${name}-batch` },
-      { tool: 'approve_deploy', args: { env: name, deployMs: 100 }, idempotencyKey: `${name}-deploy` },
-    ];
-    const doomed = startWorker({ ...base, calls: callsOf('doomed'), hangInput: true }, events);
-    const survivors = ['a', 'b'].map((name) => startWorker({ ...base, calls: callsOf(name) }, events));
+describe('a client fleet on one PostgreSQL ledger, against two server instances', () => {
+  it(
+    'closes out every task once and asks nothing twice when a worker is SIGKILLed mid-task',
+    { timeout: 180_000 },
+    async () => {
+      const database = await postgres.createDatabase();
+      const events: FleetEvent[] = [];
+      const base = { url, ledger: database.connectionString, leaseMs: 2_000, takeOverEveryMs: 300 };
+      const survivorCalls = (name: string) => [
+        {
+          tool: 'batch_job',
+          args: { items: 8, stepMs: 500 },
+          idempotencyKey: `${name}-batch`,
+          correlationId: `${name}-batch`,
+        },
+        {
+          tool: 'approve_deploy',
+          args: { env: name, deployMs: 100 },
+          idempotencyKey: `${name}-deploy`,
+          correlationId: `${name}-deploy`,
+        },
+      ];
+      const doomedCalls = [
+        {
+          tool: 'batch_job',
+          args: { items: 16, stepMs: 500 },
+          idempotencyKey: 'doomed-batch',
+          correlationId: 'doomed-batch',
+        },
+        // deploys for long after its approval: still working when its worker dies
+        {
+          tool: 'approve_deploy',
+          args: { env: 'doomed-answered', deployMs: 10_000 },
+          idempotencyKey: 'doomed-answered',
+          correlationId: 'doomed-answered',
+        },
+        {
+          tool: 'approve_deploy',
+          args: { env: 'doomed-walked-away', deployMs: 100 },
+          idempotencyKey: 'doomed-walked-away',
+          correlationId: 'doomed-walked-away',
+        },
+      ];
+      const doomed = startWorker({ ...base, calls: doomedCalls, hangInputFor: ['doomed-walked-away'] }, events);
+      const survivors = ['a', 'b'].map((name) => startWorker({ ...base, calls: survivorCalls(name) }, events));
 
-    // the doomed worker has both tasks and its person is being asked: kill it there, mid-task
-    await waitFor(
-      'the doomed worker to be asked for its input',
-      () => events.some((e) => e.pid === doomed.pid && e.event === 'asked') || undefined,
-      60_000,
-    );
-    doomed.kill('SIGKILL');
-    const doomedTasks = events.filter((e) => e.pid === doomed.pid && e.event === 'handle').map((e) => e.taskId!);
-    expect(doomedTasks).toHaveLength(2);
-
-    const allTasks = () => [...new Set(events.filter((e) => e.event === 'handle').map((e) => e.taskId!))];
-    await waitFor(
-      'every task of the fleet to close out',
-      () => {
-        const closed = new Set(events.filter((e) => e.event === 'closed').map((e) => e.taskId));
-        return allTasks().length === 6 && allTasks().every((taskId) => closed.has(taskId)) ? true : undefined;
-      },
-      120_000,
-    );
-    for (const child of survivors) child.kill('SIGTERM');
-
-    // every task closed out once, completed, in one worker: the dead worker's two in a survivor
-    const outcomes = events.filter((e) => e.event === 'closed');
-    expect(outcomes).toHaveLength(6);
-    expect(new Set(outcomes.map((e) => e.taskId)).size).toBe(6);
-    for (const outcome of outcomes) expect(outcome).toMatchObject({ localState: 'terminal', status: 'completed' });
-    for (const taskId of doomedTasks) {
-      expect(outcomes.find((e) => e.taskId === taskId)?.pid).not.toBe(doomed.pid);
-    }
-    // each input key asked once in the fleet; the unanswered one of the dead worker once more, saying so
-    const asked = events.filter((e) => e.event === 'asked');
-    const byTask = new Map<string, FleetEvent[]>();
-    for (const e of asked) byTask.set(e.taskId!, [...(byTask.get(e.taskId!) ?? []), e]);
-    expect(byTask.size).toBe(3);
-    for (const [taskId, times] of byTask) {
-      if (doomedTasks.includes(taskId)) {
-        expect(times.map((e) => [e.pid === doomed.pid, e.previouslyAsked])).toEqual([
-          [true, false],
-          [false, true],
-        ]);
-      } else {
-        expect(times).toHaveLength(1);
-      }
-    }
-    // one record per idempotency key, all closed out, in the shared ledger
-    const admin = new pg.Client({ connectionString: database.connectionString });
-    await admin.connect();
-    try {
-      const { rows } = await admin.query<{ idempotency_key: string; local_state: string; n: string }>(
-        `SELECT idempotency_key, local_state, COUNT(*) OVER (PARTITION BY idempotency_key) AS n
-         FROM closeout_ledger_submissions ORDER BY idempotency_key`,
+      // kill the doomed worker while its person is being asked, its answered deploy is deploying, its batch working
+      const doomedTask = (correlationId: string) =>
+        events.find((e) => e.pid === doomed.pid && e.event === 'handle' && e.key === correlationId)?.taskId;
+      await waitFor(
+        'the doomed worker to be asked for its input and to have delivered the other answer',
+        async () => {
+          if (
+            !events.some((e) => e.pid === doomed.pid && e.event === 'asked' && e.correlationId === 'doomed-walked-away')
+          ) {
+            return undefined;
+          }
+          const answered = doomedTask('doomed-answered');
+          if (answered === undefined) return undefined;
+          const task = (await rpc(url, 'tasks/get', { taskId: answered })).result;
+          return task?.['statusMessage'] === 'Deploying to doomed-answered' ? true : undefined;
+        },
+        90_000,
       );
-      expect(rows).toHaveLength(6);
-      for (const row of rows) expect(row).toMatchObject({ local_state: 'terminal', n: '1' });
-    } finally {
-      await admin.end();
-    }
-    await database.drop();
-  });
+      doomed.kill('SIGKILL');
+      const doomedTasks = doomedCalls.map((call) => doomedTask(call.correlationId)!);
+      for (const taskId of doomedTasks) {
+        const task = (await rpc(url, 'tasks/get', { taskId })).result;
+        expect(['working', 'input_required'], `${taskId} open when its worker died`).toContain(task?.['status']);
+      }
+
+      const allTasks = () => [...new Set(events.filter((e) => e.event === 'handle').map((e) => e.taskId!))];
+      await waitFor(
+        'every task of the fleet to close out',
+        () => {
+          const closed = new Set(events.filter((e) => e.event === 'closed').map((e) => e.taskId));
+          return allTasks().length === 7 && allTasks().every((taskId) => closed.has(taskId)) ? true : undefined;
+        },
+        150_000,
+      );
+      for (const child of survivors) child.kill('SIGTERM');
+
+      // every task closed out once, completed, in one worker: the dead worker's three in the survivors
+      const outcomes = events.filter((e) => e.event === 'closed');
+      expect(outcomes).toHaveLength(7);
+      expect(new Set(outcomes.map((e) => e.taskId)).size).toBe(7);
+      for (const outcome of outcomes) expect(outcome).toMatchObject({ localState: 'terminal', status: 'completed' });
+      for (const taskId of doomedTasks) {
+        expect(outcomes.find((e) => e.taskId === taskId)?.pid).not.toBe(doomed.pid);
+      }
+      // each input key handed to a handler once in the fleet (the answered one of the dead worker too); the one its
+      // person never answered once more, in a survivor, saying so
+      const asked = events.filter((e) => e.event === 'asked');
+      const byKey = new Map<string, FleetEvent[]>();
+      for (const e of asked) byKey.set(`${e.taskId!}/${e.key!}`, [...(byKey.get(`${e.taskId!}/${e.key!}`) ?? []), e]);
+      expect(byKey.size).toBe(4);
+      for (const times of byKey.values()) {
+        if (times[0]!.correlationId === 'doomed-walked-away') {
+          expect(times.map((e) => [e.pid === doomed.pid, e.previouslyAsked])).toEqual([
+            [true, false],
+            [false, true],
+          ]);
+        } else {
+          expect(times, JSON.stringify(times)).toHaveLength(1);
+        }
+      }
+      // the servers ran each handler once: no instance died, and a worker's death re-runs nothing
+      const runs = existsSync(runLog)
+        ? readFileSync(runLog, 'utf8')
+            .split('\n')
+            .filter((line) => line !== '')
+            .map((line) => JSON.parse(line) as { taskId: string })
+        : [];
+      for (const taskId of allTasks())
+        expect(
+          runs.filter((run) => run.taskId === taskId),
+          taskId,
+        ).toHaveLength(1);
+      // both instances served the fleet
+      expect(proxy.served.every((count) => count > 0)).toBe(true);
+
+      // one record per idempotency key, all closed out, in the shared ledger; each input answered and stored once
+      const ledger = await PostgresLedger.open(database.connectionString);
+      try {
+        const records = await ledger.list({});
+        expect(records.map((r) => r.idempotencyKey).sort()).toEqual(
+          [...doomedCalls, ...survivorCalls('a'), ...survivorCalls('b')].map((call) => call.idempotencyKey).sort(),
+        );
+        for (const record of records) {
+          expect(record.localState).toBe('terminal');
+          for (const input of record.inputs) expect(input.response, record.idempotencyKey).toBeDefined();
+        }
+      } finally {
+        await ledger.dispose();
+      }
+      await database.drop();
+    },
+  );
 });

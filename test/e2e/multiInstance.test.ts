@@ -3,8 +3,6 @@
 // mid-task the other closes out its tasks (resumable ones re-run and completed, the others failed as interrupted):
 // no task lost, none run twice by two live instances.
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -16,54 +14,9 @@ import { isTaskHandle } from '../../src/client/taskClient.js';
 import type { TaskHandle } from '../../src/client/taskHandle.js';
 import { type StartedPostgres, startPostgres } from '../support/postgres.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
+import { RoundRobinProxy } from '../support/roundRobinProxy.js';
 import { rpc } from '../support/rpc.js';
 import { waitFor } from '../support/waitFor.js';
-
-/** A round-robin load balancer with nothing special: no affinity, skips a backend that refuses connections. */
-class RoundRobinProxy {
-  readonly server: Server;
-  /** Which backend answered each tools/call that created a task. */
-  readonly createdOn = new Map<string, number>();
-  readonly served = [0, 0];
-  private next = 0;
-
-  constructor(private readonly backends: string[]) {
-    this.server = createServer(async (req, res) => {
-      const chunks: Buffer[] = [];
-      for await (const chunk of req) chunks.push(chunk as Buffer);
-      const body = Buffer.concat(chunks);
-      for (let tries = 0; tries < this.backends.length; tries++) {
-        const index = this.next++ % this.backends.length;
-        try {
-          const headers = Object.fromEntries(
-            Object.entries(req.headers).filter(
-              ([k, v]) => typeof v === 'string' && k !== 'host' && k !== 'content-length',
-            ),
-          ) as Record<string, string>;
-          const upstream = await fetch(this.backends[index]!, {
-            method: req.method ?? 'POST',
-            headers,
-            ...(req.method === 'POST' && { body }),
-          });
-          const text = await upstream.text();
-          this.served[index]!++;
-          const taskId = /"resultType":"task","taskId":"([^"]+)"|"taskId":"([^"]+)"[^}]*"resultType":"task"/.exec(text);
-          if (taskId) this.createdOn.set((taskId[1] ?? taskId[2])!, index);
-          res.writeHead(upstream.status, Object.fromEntries(upstream.headers.entries())).end(text);
-          return;
-        } catch {
-          // connection refused: the backend is down, try the next one as a load balancer would
-        }
-      }
-      res.writeHead(502).end();
-    });
-  }
-
-  async listen(): Promise<string> {
-    await new Promise<void>((resolve) => this.server.listen(0, '127.0.0.1', () => resolve()));
-    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}/mcp`;
-  }
-}
 
 let postgres: StartedPostgres;
 let database: { connectionString: string; drop: () => Promise<void> };
@@ -88,7 +41,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await client?.close();
-  proxy?.server.close();
+  proxy?.close();
   await Promise.all(instances.map((p) => p.stop()));
   await database?.drop();
   await postgres?.stop();

@@ -26,7 +26,7 @@ import Database from 'better-sqlite3';
 import pg from 'pg';
 
 import type { TaskRecord } from '../../src/client/index.js';
-import { SqliteLedger } from '../../src/client/index.js';
+import { PostgresLedger, SqliteLedger } from '../../src/client/index.js';
 import { INTERRUPTED_MESSAGE } from '../../src/server/taskServer.js';
 import { ChaosProxy, type ChaosRates } from '../support/chaosProxy.js';
 import { type FakeClock, fakeClock } from '../support/faketime.js';
@@ -37,7 +37,13 @@ import { rpc } from '../support/rpc.js';
 
 const SOAK_CLIENT = fileURLToPath(new URL('./fixtures/soakClient.mjs', import.meta.url));
 
-export type BackendKind = 'sqlite' | 'postgres';
+/**
+ * Where the servers keep their tasks and the clients their ledgers: `sqlite` and `postgres` name the store, each client
+ * keeping a SQLite ledger of its own; `postgres-fleet` is a store on PostgreSQL and clients that are one fleet (issue
+ * 17): one PostgreSQL ledger shared by every client process, one credential, each process taking over the records
+ * of the others that stop renewing their leases (`takeOverEveryMs`).
+ */
+export type BackendKind = 'sqlite' | 'postgres' | 'postgres-fleet';
 
 export interface SoakConfig {
   name: string;
@@ -60,6 +66,8 @@ export interface SoakConfig {
   serverLeaseMs: number;
   clientLeaseMs: number;
   clientRequestTimeoutMs: number;
+  /** How long a `closeout serve` may take to print its URL before the start counts as failed. */
+  serveStartMs: number;
   chaos: ChaosRates;
   /** The whole run, PostgreSQL's start and the checks included, must end within this. */
   timeoutMs: number;
@@ -78,7 +86,7 @@ const CHAOS: ChaosRates = {
 export const SHORT: SoakConfig = {
   name: 'short',
   seed: 7,
-  backends: ['sqlite', 'postgres'],
+  backends: ['sqlite', 'postgres', 'postgres-fleet'],
   serversPerBackend: 2,
   clientsPerBackend: 2,
   jobsPerClient: 18,
@@ -90,6 +98,7 @@ export const SHORT: SoakConfig = {
   serverLeaseMs: 3_000,
   clientLeaseMs: 2_000,
   clientRequestTimeoutMs: 4_000,
+  serveStartMs: 30_000,
   chaos: CHAOS,
   // under two minutes in npm test, whatever the load
   timeoutMs: 115_000,
@@ -155,6 +164,9 @@ const KIND_WEIGHTS: Array<[JobKind, number]> = [
   ['cancelled', 15],
 ];
 
+/** How often a fleet's client process takes up records the others stopped renewing. */
+const FLEET_TAKE_OVER_EVERY_MS = 500;
+
 /** Handlers the server re-runs after a crash (the others fail as interrupted). */
 const RESUMABLE_TOOLS = new Set(['batch_job', 'approve_deploy']);
 
@@ -186,6 +198,8 @@ export interface SoakReport {
     resubmitted: number;
     resumedByAnotherClient: number;
     takenOverAfterServerKill: number;
+    /** Records of a fleet's client closed out by another client's process (`postgres-fleet`). */
+    takenOverByAnotherWorker: number;
   };
   /** Input requests asked again because the client died between asking and storing the answer. */
   reaskedAfterCrash: number;
@@ -221,9 +235,11 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
   try {
     for (const [index, kind] of config.backends.entries()) {
       let store: string;
-      if (kind === 'postgres') {
+      let sharedLedger: string | undefined;
+      if (kind === 'postgres' || kind === 'postgres-fleet') {
         postgres ??= await startPostgres();
         store = (await postgres.createDatabase()).connectionString;
+        if (kind === 'postgres-fleet') sharedLedger = (await postgres.createDatabase()).connectionString;
       } else {
         mkdirSync(join(dir, kind));
         store = join(dir, kind, 'server.db');
@@ -234,7 +250,8 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
         store,
         config,
         mulberry32(config.seed * 31 + index),
-        kind === 'postgres' ? postgres : undefined,
+        kind === 'sqlite' ? undefined : postgres,
+        sharedLedger,
       );
       backends.push(backend);
       await backend.startServers();
@@ -316,6 +333,7 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
         resubmitted: sum((r) => r.resubmitted),
         resumedByAnotherClient: sum((r) => r.resumedByAnotherClient),
         takenOverAfterServerKill: sum((r) => r.takenOver),
+        takenOverByAnotherWorker: sum((r) => r.takenOverByAnotherWorker),
       },
       reaskedAfterCrash: sum((r) => r.reaskedAfterCrash),
       reaskedAfterPause: sum((r) => r.reaskedAfterPause),
@@ -383,7 +401,8 @@ export function formatReport(report: SoakReport): string[] {
       `connections dropped before the server ${faults.droppedBefore}, answers dropped after it ${faults.droppedAfter}, ` +
       `answers delayed ${faults.delayed}, answers stalled past the client's timeout ${faults.stalled})`,
     `recovered: ${recovered.total} (resubmitted after a lost answer ${recovered.resubmitted}, resumed by a restarted client ` +
-      `${recovered.resumedByAnotherClient}, re-run or failed as interrupted after a server kill ${recovered.takenOverAfterServerKill})`,
+      `${recovered.resumedByAnotherClient}, re-run or failed as interrupted after a server kill ${recovered.takenOverAfterServerKill}, ` +
+      `closed out by another worker of a fleet ${recovered.takenOverByAnotherWorker})`,
     `lost: ${report.lost.length}`,
   ];
   return lines;
@@ -442,6 +461,7 @@ interface BackendResult {
   resubmitted: number;
   resumedByAnotherClient: number;
   takenOver: number;
+  takenOverByAnotherWorker: number;
   reaskedAfterCrash: number;
   reaskedAfterPause: number;
   lost: string[];
@@ -485,18 +505,22 @@ class BackendRun {
     private readonly config: SoakConfig,
     random: () => number,
     private readonly postgres?: StartedPostgres,
+    /** The one PostgreSQL ledger of a fleet's clients (`postgres-fleet`); otherwise each has a SQLite file. */
+    private readonly sharedLedger?: string,
   ) {
     mkdirSync(dir, { recursive: true });
     this.runLog = join(dir, 'runs.log');
     this.faultLog = join(dir, 'faults.log');
     this.proxy = new ChaosProxy(config.chaos, random);
     for (let index = 0; index < config.clientsPerBackend; index++) {
+      // a fleet's workers share one ledger and one credential: any of them may close out any record
+      const principal = sharedLedger ? `${kind}-workers` : `${kind}-client-${index}`;
       this.clients.push({
         index,
-        principal: `${kind}-client-${index}`,
-        owner: `client:${kind}-client-${index}`,
-        token: `soak-token-${kind}-${index}`,
-        ledger: join(dir, `ledger-${index}.db`),
+        principal,
+        owner: `client:${principal}`,
+        token: sharedLedger ? `soak-token-${kind}` : `soak-token-${kind}-${index}`,
+        ledger: sharedLedger ?? join(dir, `ledger-${index}.db`),
         plan: [],
         planFile: join(dir, `plan-${index}.json`),
         eventLog: join(dir, `events-${index}.log`),
@@ -650,26 +674,31 @@ class BackendRun {
     );
   }
 
-  /** Every connection the instances hold to the database, cut at once (a failover, a proxy restart). */
+  /**
+   * Every connection the instances hold to the database, cut at once (a failover, a proxy restart); a fleet's
+   * connections to its shared ledger too.
+   */
   dropConnections(): void {
     this.connectionDrops++;
     this.note('drop database connections', 0);
-    this.track(
-      (async () => {
-        const admin = new pg.Client({ connectionString: this.store });
-        admin.on('error', () => undefined);
-        try {
-          await admin.connect();
-          await admin.query(
-            'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()',
-          );
-        } catch {
-          // the database is down for an outage right now: nothing to cut
-        } finally {
-          await admin.end().catch(() => undefined);
-        }
-      })(),
-    );
+    for (const connectionString of [this.store, ...(this.sharedLedger ? [this.sharedLedger] : [])]) {
+      this.track(
+        (async () => {
+          const admin = new pg.Client({ connectionString });
+          admin.on('error', () => undefined);
+          try {
+            await admin.connect();
+            await admin.query(
+              'SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()',
+            );
+          } catch {
+            // the database is down for an outage right now: nothing to cut
+          } finally {
+            await admin.end().catch(() => undefined);
+          }
+        })(),
+      );
+    }
   }
 
   /** PostgreSQL stopped for some seconds and started again: instances must neither die nor run anything twice. */
@@ -715,7 +744,8 @@ class BackendRun {
 
   /** Instance `index`; the second one always runs in a PID namespace of its own, as in a container. */
   private async serve(index: number): Promise<ServeProcess> {
-    const tokens = this.clients.flatMap((slot) => ['--token', `${slot.token}=${slot.principal}`]);
+    const grants = new Set(this.clients.map((slot) => `${slot.token}=${slot.principal}`));
+    const tokens = [...grants].flatMap((grant) => ['--token', grant]);
     const args = ['--store', this.store, '--lease-ms', String(this.config.serverLeaseMs), ...tokens];
     const namespaced = index === 1;
     for (let attempt = 1; ; attempt++) {
@@ -723,7 +753,7 @@ class BackendRun {
       try {
         const server = await startServe(
           args,
-          30_000,
+          this.config.serveStartMs,
           { CLOSEOUT_RUN_LOG: this.runLog, CLOSEOUT_RUN_INSTANCE: instance },
           namespaced ? inNewPidNamespace : undefined,
         );
@@ -804,6 +834,7 @@ class BackendRun {
       leaseMs: this.config.clientLeaseMs,
       requestTimeoutMs: this.config.clientRequestTimeoutMs,
       resumeOnly,
+      ...(this.sharedLedger && { takeOverEveryMs: FLEET_TAKE_OVER_EVERY_MS }),
     };
     return spawn(process.execPath, [SOAK_CLIENT, JSON.stringify(args)], {
       stdio: ['ignore', 'ignore', 'pipe'],
@@ -831,29 +862,42 @@ class BackendRun {
     const runsByTask = groupBy(runs, (run) => String(run.taskId));
     const readUrls = this.servers.flatMap((server) => (server ? [server.url] : []));
     const jobIds = new Set<string>();
+    const takenOverByAnotherWorker = new Set<string>();
+
+    // every process's asks and events, whichever client's log holds them: in a fleet, any process may close out,
+    // and ask for, the records another one submitted
+    const asked = this.clients.flatMap((slot) =>
+      readJsonLines<{ taskId: string; key: string; pid: number; previouslyAsked: boolean }>(slot.askedLog),
+    );
+    const eventsBySlot = this.clients.map((slot) =>
+      readJsonLines<{ event: string; pid: number; jobId?: string }>(slot.eventLog),
+    );
+    const events = eventsBySlot.flat();
+    const slotOfPid = new Map(eventsBySlot.flatMap((slotEvents, index) => slotEvents.map((e) => [e.pid, index])));
+    // no input asked twice, unless the process asked died before the answer was stored (then the handler is
+    // told previouslyAsked, and a person would see that)
+    for (const asks of groupBy(asked, (ask) => `${ask.taskId} ${ask.key}`).values()) {
+      for (const [i, ask] of asks.entries()) {
+        if (i === 0) continue;
+        const before = asks[i - 1]!;
+        if (ask.previouslyAsked && this.killedClientPids.has(before.pid)) reaskedAfterCrash++;
+        else if (ask.previouslyAsked && this.pausedClientPids.has(before.pid)) reaskedAfterPause++;
+        else violations.push(`input ${ask.taskId} ${ask.key} asked again by pid ${ask.pid} after pid ${before.pid}`);
+      }
+    }
+    const askersOf = (taskId: string) => new Set(asked.filter((ask) => ask.taskId === taskId).map((a) => a.pid));
+    const sharedRecords = this.sharedLedger ? await readLedger(this.sharedLedger) : undefined;
 
     for (const slot of this.clients) {
       if (!slot.done) violations.push(`client ${slot.index} did not close out its plan in time: ${slot.stderr}`);
       if (slot.racers.size > 0) violations.push(`a resume racer of client ${slot.index} did not finish in time`);
-      const records = existsSync(slot.ledger) ? await readLedger(slot.ledger) : [];
+      const planned = new Set(slot.plan.map((job) => job.jobId));
+      const records = sharedRecords
+        ? sharedRecords.filter((record) => planned.has(record.idempotencyKey ?? ''))
+        : existsSync(slot.ledger)
+          ? await readLedger(slot.ledger)
+          : [];
       toolCalls += records.filter((record) => record.sentAt !== undefined).length;
-      const events = readJsonLines<{ event: string; pid: number; jobId?: string }>(slot.eventLog);
-      const asked = readJsonLines<{ taskId: string; key: string; pid: number; previouslyAsked: boolean }>(
-        slot.askedLog,
-      );
-
-      // no input asked twice, unless the process asked died before the answer was stored (then the handler is
-      // told previouslyAsked, and a person would see that)
-      for (const asks of groupBy(asked, (ask) => `${ask.taskId} ${ask.key}`).values()) {
-        for (const [i, ask] of asks.entries()) {
-          if (i === 0) continue;
-          const before = asks[i - 1]!;
-          if (ask.previouslyAsked && this.killedClientPids.has(before.pid)) reaskedAfterCrash++;
-          else if (ask.previouslyAsked && this.pausedClientPids.has(before.pid)) reaskedAfterPause++;
-          else violations.push(`input ${ask.taskId} ${ask.key} asked again by pid ${ask.pid} after pid ${before.pid}`);
-        }
-      }
-      const askersOf = (taskId: string) => new Set(asked.filter((ask) => ask.taskId === taskId).map((a) => a.pid));
 
       for (const job of slot.plan) {
         const chain = records.filter((record) => record.idempotencyKey === job.jobId);
@@ -899,6 +943,10 @@ class BackendRun {
         const firstSubmit = jobEvents.find((e) => e.event === 'submitted' || e.event === 'resubmitting');
         const firstOutcome = jobEvents.find((e) => e.event === 'outcome');
         if (chain.length > 1) resubmittedJobs.add(job.jobId);
+        // a fleet: another client's process followed the record to its end (this one was killed or paused)
+        if (jobEvents.some((e) => e.event === 'closed' && slotOfPid.get(e.pid) !== slot.index)) {
+          takenOverByAnotherWorker.add(job.jobId);
+        }
         if (
           jobEvents.some((e) => e.event === 'resumed') ||
           (firstSubmit && firstOutcome && firstSubmit.pid !== firstOutcome.pid)
@@ -909,7 +957,9 @@ class BackendRun {
         if (task.attempt > 1 || interrupted) takenOverJobs.add(job.jobId);
       }
     }
-    for (const set of [resubmittedJobs, resumedJobs, takenOverJobs]) for (const jobId of set) recovered.add(jobId);
+    for (const set of [resubmittedJobs, resumedJobs, takenOverJobs, takenOverByAnotherWorker]) {
+      for (const jobId of set) recovered.add(jobId);
+    }
 
     // nothing on the server that nobody submitted, and nothing left open
     for (const row of rows) {
@@ -946,6 +996,7 @@ class BackendRun {
       resubmitted: resubmittedJobs.size,
       resumedByAnotherClient: resumedJobs.size,
       takenOver: takenOverJobs.size,
+      takenOverByAnotherWorker: takenOverByAnotherWorker.size,
       reaskedAfterCrash,
       reaskedAfterPause,
       lost,
@@ -1130,8 +1181,8 @@ function planJobs(prefix: string, config: SoakConfig, random: () => number): Job
 
 // ---- small pieces ----------------------------------------------------------------------------------------------
 
-async function readLedger(path: string): Promise<TaskRecord[]> {
-  const ledger = new SqliteLedger(path);
+async function readLedger(location: string): Promise<TaskRecord[]> {
+  const ledger = location.startsWith('postgres') ? await PostgresLedger.open(location) : new SqliteLedger(location);
   try {
     return await ledger.list({});
   } finally {
