@@ -135,4 +135,28 @@ describe('PostgreSQL per-principal limits under racing creates', () => {
     expect(await held()).toEqual({ open: 5, stored: 10 });
     expect(await held('dave')).toEqual({ open: 3, stored: 3 });
   });
+
+  it('counts the tasks a database held before migration 8 against the limits', async () => {
+    // a database of the release before the counts (schema v7): its tasks are counted when it migrates
+    const before = await race(4);
+    await finish(before.created[0]!);
+    for (const store of stores.splice(0)) await store.close();
+    await admin.query('DROP TABLE closeout_principal_tasks');
+    for (const fn of ['closeout_count_inserted_tasks', 'closeout_count_task_status', 'closeout_count_deleted_tasks']) {
+      await admin.query(`DROP FUNCTION ${fn} CASCADE`);
+    }
+    await admin.query('ALTER TABLE closeout_tasks DROP COLUMN count_shard');
+    await admin.query('DELETE FROM closeout_schema_version WHERE version >= 8');
+
+    stores = await Promise.all([1, 2].map(() => PostgresTaskStore.open(database.connectionString, { listen: false })));
+    expect(await held()).toEqual({ open: 3, stored: 4 });
+    const after = await race(20, { maxStoredTasksForPrincipal: 5 });
+    expect(after.created).toHaveLength(1);
+    expect(after.refused).toEqual({ open: 0, stored: 19 });
+    await Promise.all(after.created.map((task) => finish(task)));
+    expect(await stores[0]!.purge(T0 + 10_000_000, 0)).toBe(2);
+    expect(await held()).toEqual({ open: 3, stored: 3 });
+    expect((await race(20)).created).toHaveLength(2);
+    expect(await held()).toEqual({ open: 5, stored: 5 });
+  });
 });
