@@ -110,8 +110,11 @@ export const STORE_SCHEMA_VERSION = MIGRATIONS.length;
 /** The size of one step of a sweep that pages (expiry, purge), when the caller sets none. */
 const SWEEP_PAGE = 500;
 
-/** Leases renewed per statement (a few milliseconds of the serving thread each). */
-const RENEW_STEP = 2000;
+/**
+ * Leases renewed per statement, the event loop free between two: at 12,000 leases, 24 steps of about 14 ms each at
+ * load 18 (a 2,000-lease step took 140 ms, more than four times as long: bench/RESULTS.md, section 8a).
+ */
+const RENEW_STEP = 500;
 
 /** Purged ids are remembered this long, enough to outlive a client's last reasonable poll. */
 const TOMBSTONE_RETENTION_MS = 7 * 24 * 3600_000;
