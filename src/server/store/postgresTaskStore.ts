@@ -563,7 +563,15 @@ export class PostgresTaskStore implements TaskStore {
       // an idempotent replay returns its task, at the limits too
       const replay = await this.byIdempotencyKey(task);
       if (replay) return { task: replay, created: false };
-      return this.createDealingQuotas(task, shard, open, stored);
+      // the exact path locks all of the principal's rows; a sweep changing many tasks at once (expire) may lock two
+      // of them in another order, and PostgreSQL then ends one side as a deadlock: the create tries again
+      for (let attempt = 1; ; attempt++) {
+        try {
+          return await this.createDealingQuotas(task, shard, open, stored);
+        } catch (error) {
+          if (attempt >= 3 || (error as { code?: unknown }).code !== DEADLOCK_DETECTED) throw error;
+        }
+      }
     });
   }
 
@@ -895,6 +903,9 @@ export class PostgresTaskStore implements TaskStore {
  * left idle in other shards when a principal nears its limit (then the exact path deals it out again).
  */
 const COUNT_SHARDS = 32;
+
+/** SQLSTATE of a transaction PostgreSQL ended to break a deadlock. */
+const DEADLOCK_DETECTED = '40P01';
 
 /** One shard row of `closeout_principal_tasks`; BIGINT arrives as a string. */
 interface ShardCounts {
