@@ -17,6 +17,7 @@ const BENCHMARKS = [
   'purgeRate',
   'pushLateness',
   'pushServerCost',
+  'postgresCreate',
 ] as const;
 
 for (const name of BENCHMARKS) {

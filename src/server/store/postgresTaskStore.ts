@@ -900,9 +900,10 @@ export class PostgresTaskStore implements TaskStore {
 /**
  * The rows each principal's counts and quotas are spread over. A create locks one, at random, so creates of one
  * principal (every caller, on a server without auth) run side by side; more shards, fewer collisions, but more quota
- * left idle in other shards when a principal nears its limit (then the exact path deals it out again).
+ * left idle in other shards when a principal nears its limit (then the exact path deals it out again). With 16 creates
+ * in flight, one principal made 0.76 of 16 principals' throughput on 32 shards, 0.91 on 128 (bench section 13).
  */
-const COUNT_SHARDS = 32;
+const COUNT_SHARDS = 128;
 
 /** SQLSTATE of a transaction PostgreSQL ended to break a deadlock. */
 const DEADLOCK_DETECTED = '40P01';
