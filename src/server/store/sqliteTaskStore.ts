@@ -111,10 +111,11 @@ export const STORE_SCHEMA_VERSION = MIGRATIONS.length;
 const SWEEP_PAGE = 500;
 
 /**
- * Leases renewed per statement, the event loop free between two: at 12,000 leases, 24 steps of about 14 ms each at
- * load 18 (a 2,000-lease step took 140 ms, more than four times as long: bench/RESULTS.md, section 8a).
+ * Leases renewed per statement, the event loop free between two: about 27 ms of the serving thread per step at load
+ * 18, 14 ms for 500, but 140 ms for 2,000 (bench/RESULTS.md, section 8a). Not smaller: every step also waits for a
+ * turn of a busy loop, and 24 steps of 500 stretched a 12,000-lease renewal to 6.4 s of a 10 s lease at load 25.
  */
-const RENEW_STEP = 500;
+const RENEW_STEP = 1000;
 
 /** Purged ids are remembered this long, enough to outlive a client's last reasonable poll. */
 const TOMBSTONE_RETENTION_MS = 7 * 24 * 3600_000;
