@@ -17,6 +17,7 @@ const BENCHMARKS = [
   'purgeRate',
   'pushLateness',
   'pushServerCost',
+  'postgresCreate',
   'clientFleet',
 ] as const;
 

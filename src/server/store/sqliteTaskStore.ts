@@ -110,8 +110,12 @@ export const STORE_SCHEMA_VERSION = MIGRATIONS.length;
 /** The size of one step of a sweep that pages (expiry, purge), when the caller sets none. */
 const SWEEP_PAGE = 500;
 
-/** Leases renewed per statement (a few milliseconds of the serving thread each). */
-const RENEW_STEP = 2000;
+/**
+ * Leases renewed per statement, the event loop free between two: about 27 ms of the serving thread per step at load
+ * 18, 14 ms for 500, but 140 ms for 2,000 (bench/RESULTS.md, section 8a). Not smaller: every step also waits for a
+ * turn of a busy loop, and 24 steps of 500 stretched a 12,000-lease renewal to 6.4 s of a 10 s lease at load 25.
+ */
+const RENEW_STEP = 1000;
 
 /** Purged ids are remembered this long, enough to outlive a client's last reasonable poll. */
 const TOMBSTONE_RETENTION_MS = 7 * 24 * 3600_000;

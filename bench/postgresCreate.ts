@@ -1,0 +1,236 @@
+/**
+ * Benchmark 13 (issue 19): task creation on PostgreSQL against SQLite, in one process, straight through the stores
+ * (no HTTP, no SDK: the store's work is what is measured). `--concurrency` workers each create a task and finish it,
+ * over and over, with the server's default per-principal limits set (maxOpenTasksPerPrincipal 1000, and a stored
+ * limit above what the run stores), so every create checks both. Scenarios, rotated each round:
+ *
+ * - `sqlite`: SqliteTaskStore, its default `synchronous=FULL`; `sqlite.normal`: `synchronous=NORMAL`
+ * - `pg.1`: PostgresTaskStore, every worker the same principal (a server without auth)
+ * - `pg.16`: PostgresTaskStore, each worker a principal of its own
+ * - `pg.1@100k`: `pg.1` on a database already holding `--rows` finished tasks of that same principal
+ *
+ * Round trips are counted, not inferred: every `pg.Client#query` of this process is counted (a query is one round
+ * trip: node-postgres sends parse, bind, execute and sync in one flight; BEGIN and COMMIT are queries too), over
+ * `--sequential` creates, gets and finishes done one at a time.
+ *
+ *   node dist/bench/bench/postgresCreate.js [--smoke] [--tasks 2000] [--concurrency 16] [--rounds 3] [--rows 100000]
+ */
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { parseArgs } from 'node:util';
+
+import { type NewTask, PostgresTaskStore, SqliteTaskStore, type TaskStore } from 'closeout/server';
+import pg from 'pg';
+
+import { startPostgres } from '../test/support/postgres.js';
+import { fixed, machineLine, median, percentile, table } from './figures.js';
+import { positive } from './flags.js';
+
+const { values: flags } = parseArgs({
+  options: {
+    smoke: { type: 'boolean', default: false },
+    tasks: { type: 'string' },
+    concurrency: { type: 'string' },
+    rounds: { type: 'string' },
+    rows: { type: 'string' },
+    sequential: { type: 'string' },
+  },
+});
+const TASKS = positive(flags.tasks, flags.smoke ? 64 : 2000);
+const CONCURRENCY = positive(flags.concurrency, flags.smoke ? 4 : 16);
+const ROUNDS = positive(flags.rounds, flags.smoke ? 1 : 3);
+const ROWS = positive(flags.rows, flags.smoke ? 1000 : 100_000);
+const SEQUENTIAL = positive(flags.sequential, flags.smoke ? 20 : 200);
+/** The server's default open limit (src/server/limits.ts); the stored limit sits above everything the run stores. */
+const LIMITS = { maxOpenTasksForPrincipal: 1000, maxStoredTasksForPrincipal: 10 * (ROWS + TASKS * ROUNDS) };
+/** No scenario may take longer than this, whatever the machine. */
+const DEADLINE_MS = 300_000;
+
+/** Every query any pg.Client of this process sends (pools hand out pg.Client instances). */
+let queries = 0;
+const clientQuery = pg.Client.prototype.query;
+pg.Client.prototype.query = function countedQuery(this: pg.Client, ...args: unknown[]) {
+  queries++;
+  return (clientQuery as (...a: unknown[]) => unknown).apply(this, args);
+} as typeof pg.Client.prototype.query;
+
+function newTask(principal: string, now: number): NewTask {
+  return {
+    taskId: `task-${randomUUID()}`,
+    principal,
+    toolName: 'bench',
+    arguments: { n: 1 },
+    createdAt: now,
+    ttlMs: 3_600_000,
+    pollIntervalMs: 1000,
+    resumable: false,
+    leaseHolder: 'bench-instance',
+    leaseExpiresAt: now + 60_000,
+    ...LIMITS,
+  };
+}
+
+interface Figures {
+  tasksPerSecond: number;
+  createP50: number;
+  createP99: number;
+}
+
+/** `TASKS` create-then-finish cycles over `CONCURRENCY` workers; worker i creates as `principalOf(i)`. */
+async function run(store: TaskStore, principalOf: (worker: number) => string, tasks = TASKS): Promise<Figures> {
+  const createMs: number[] = [];
+  let next = 0;
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: CONCURRENCY }, async (_, worker) => {
+      while (next < tasks) {
+        next++;
+        if (performance.now() - started > DEADLINE_MS) throw new Error(`over the ${DEADLINE_MS} ms deadline`);
+        const now = Date.now();
+        const t0 = performance.now();
+        const { task } = await store.create(newTask(principalOf(worker), now));
+        createMs.push(performance.now() - t0);
+        await store.finish({ taskId: task.taskId, fence: task.fence }, { status: 'completed', result: {} }, now + 1);
+      }
+    }),
+  );
+  const seconds = (performance.now() - started) / 1000;
+  createMs.sort((a, b) => a - b);
+  return { tasksPerSecond: tasks / seconds, createP50: percentile(createMs, 50), createP99: percentile(createMs, 99) };
+}
+
+/** Round trips per create, get and finish, one call at a time on an otherwise idle store. */
+async function roundTrips(store: TaskStore) {
+  const per = async (what: (i: number) => Promise<unknown>) => {
+    const before = queries;
+    for (let i = 0; i < SEQUENTIAL; i++) await what(i);
+    return (queries - before) / SEQUENTIAL;
+  };
+  const tasks: { taskId: string; fence: number }[] = [];
+  const create = await per(async () => {
+    tasks.push((await store.create(newTask('round-trips', Date.now()))).task);
+  });
+  const get = await per((i) => store.get(tasks[i]!.taskId));
+  const finish = await per((i) =>
+    store.finish({ taskId: tasks[i]!.taskId, fence: tasks[i]!.fence }, { status: 'completed', result: {} }, Date.now()),
+  );
+  return { create, get, finish };
+}
+
+console.log(`postgresCreate · ${machineLine()}`);
+console.log(
+  `${TASKS} create+finish per scenario, ${CONCURRENCY} workers, ${ROUNDS} rounds (medians); pg.1@${ROWS} holds ${ROWS} finished tasks of its principal\n`,
+);
+
+const dir = mkdtempSync(join(tmpdir(), 'closeout-bench-pgcreate-'));
+const postgres = await startPostgres();
+try {
+  const databases = {
+    fresh: await postgres.createDatabase(),
+    full: await postgres.createDatabase(),
+  };
+  const open = (connectionString: string) =>
+    PostgresTaskStore.open(connectionString, { listen: false, maxConnections: CONCURRENCY });
+  const stores = {
+    sqlite: new SqliteTaskStore(join(dir, 'full.db')),
+    sqliteNormal: new SqliteTaskStore(join(dir, 'normal.db'), { synchronous: 'normal' }),
+    fresh: await open(databases.fresh.connectionString),
+    full: await open(databases.full.connectionString),
+  };
+
+  // ROWS finished tasks of the principal pg.1 creates as, written in bulk (the triggers count them as they land)
+  const filler = new pg.Client({ connectionString: databases.full.connectionString });
+  await filler.connect();
+  const fillStarted = performance.now();
+  await filler.query(
+    `INSERT INTO closeout_tasks (task_id, owner, tool_name, arguments, status, created_at, last_updated_at, ttl_ms,
+       expires_at, poll_interval_ms, resumable, result)
+     SELECT 'filler-' || g, 'one', 'bench', '{}', 'completed', $2::bigint, $2::bigint, 3600000, $2::bigint + 3600000,
+       1000, false, '{}'
+     FROM generate_series(1, $1::int) g`,
+    [ROWS, Date.now()],
+  );
+  await filler.query('VACUUM ANALYZE closeout_tasks');
+  await filler.end();
+  console.log(`filled ${ROWS} rows in ${fixed((performance.now() - fillStarted) / 1000, 1)} s\n`);
+
+  const scenarios: Record<string, (tasks?: number) => Promise<Figures>> = {
+    sqlite: (tasks) => run(stores.sqlite, () => 'one', tasks),
+    'sqlite.normal': (tasks) => run(stores.sqliteNormal, () => 'one', tasks),
+    'pg.1': (tasks) => run(stores.fresh, () => 'one', tasks),
+    'pg.16': (tasks) => run(stores.fresh, (worker) => `principal-${worker}`, tasks),
+    [`pg.1@${ROWS}`]: (tasks) => run(stores.full, () => 'one', tasks),
+  };
+  const names = Object.keys(scenarios);
+  // warm-up, not measured: every pool connection opened, every statement planned, the JIT warm
+  for (const name of names) await scenarios[name]!(Math.max(CONCURRENCY * 4, Math.ceil(TASKS / 5)));
+  const figures = new Map<string, Figures[]>(names.map((name) => [name, []]));
+  const ratios = { pgOverSqlite: [] as number[], pgOverSqliteNormal: [] as number[], oneOverSixteen: [] as number[] };
+  const flat: number[] = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    const order = names.map((_, i) => names[(i + round) % names.length]!);
+    const got = new Map<string, Figures>();
+    for (const name of order) {
+      const f = await scenarios[name]!();
+      got.set(name, f);
+      figures.get(name)!.push(f);
+    }
+    const rate = (name: string) => got.get(name)!.tasksPerSecond;
+    ratios.pgOverSqlite.push(rate('pg.1') / rate('sqlite'));
+    ratios.pgOverSqliteNormal.push(rate('pg.1') / rate('sqlite.normal'));
+    ratios.oneOverSixteen.push(rate('pg.1') / rate('pg.16'));
+    flat.push(got.get(`pg.1@${ROWS}`)!.createP50 / got.get('pg.1')!.createP50);
+  }
+
+  const rows = names.map((name) => {
+    const f = figures.get(name)!;
+    return [
+      name,
+      fixed(median(f.map((x) => x.tasksPerSecond))),
+      fixed(median(f.map((x) => x.createP50)), 2),
+      fixed(median(f.map((x) => x.createP99)), 2),
+    ];
+  });
+  console.log(table(['scenario', 'tasks/s', 'create p50 ms', 'create p99 ms'], rows));
+
+  const trips = await roundTrips(stores.fresh);
+  console.log('');
+  console.log(
+    table(
+      ['per call (one at a time)', 'round trips'],
+      (['create', 'get', 'finish'] as const).map((op) => [op, fixed(trips[op], 2)]),
+    ),
+  );
+
+  const m = (values: number[]) => median(values);
+  console.log('');
+  console.log(
+    table(
+      ['target', 'measured', ''],
+      [
+        ['pg.1 / sqlite throughput >= 0.7', fixed(m(ratios.pgOverSqlite), 2), verdict(m(ratios.pgOverSqlite) >= 0.7)],
+        ['pg.1 / sqlite.normal (for reference)', fixed(m(ratios.pgOverSqliteNormal), 2), ''],
+        [
+          'pg.1 / pg.16 throughput within 20%',
+          fixed(m(ratios.oneOverSixteen), 2),
+          verdict(Math.abs(m(ratios.oneOverSixteen) - 1) <= 0.2),
+        ],
+        ['round trips per create <= 2', fixed(trips.create, 2), verdict(trips.create <= 2)],
+        ['round trips per get <= 1', fixed(trips.get, 2), verdict(trips.get <= 1)],
+        [`create p50 at ${ROWS} rows / at 0 within 20%`, fixed(m(flat), 2), verdict(m(flat) <= 1.2)],
+      ],
+    ),
+  );
+  await Promise.all(Object.values(stores).map((store) => store.close()));
+  for (const database of Object.values(databases)) await database.drop();
+} finally {
+  await postgres.stop();
+  rmSync(dir, { recursive: true, force: true });
+}
+
+function verdict(met: boolean): string {
+  return met ? 'met' : 'NOT MET';
+}
