@@ -70,7 +70,7 @@ export interface TaskServerOptions extends Partial<TaskLimits> {
   onError?: (error: Error) => void;
   /** Push streams (`subscriptions/listen` with `notifications.taskIds`): buffer, periodic check, keep-alive. */
   push?: TaskPushOptions;
-  /** The clock, for tests. */
+  /** The clock, for tests. Default: the store's (TaskStore.now) where it has one, else the host's. */
   now?: () => number;
   /** Where traces and metrics go (README.md, "Observability"). Default: the OpenTelemetry API's global providers. */
   telemetry?: TelemetryOptions;
@@ -170,7 +170,10 @@ export class TaskServer {
     this.unlimitedRetentionMs = options.unlimitedRetentionMs ?? 7 * 24 * HOUR_MS;
     this.cancelGraceMs = options.cancelGraceMs ?? 5000;
     this.onError = options.onError ?? ((error) => console.error(`[closeout] ${error.message}`));
-    this.now = options.now ?? Date.now;
+    // a store that instances on several hosts share keeps the time they agree on (docs/DESIGN.md, "Rules learned in
+    // the field", 2); a store of one host runs on its clock
+    const store = options.store;
+    this.now = options.now ?? (store.now ? () => store.now!() : Date.now);
     this.push = new TaskPush(this, this.limits, options.push ?? {}, this.report);
     this.push.start();
   }
@@ -213,6 +216,7 @@ export class TaskServer {
   async start(): Promise<void> {
     if (this.started) return;
     this.started = true;
+    await this.store.syncClock?.();
     this.unsubscribe = this.store.subscribe?.((signal) => void this.onSignal(signal));
     const deadHolders = (await this.store.leaseHolders()).filter((holder) => isDeadLocalOwner(holder));
     await this.sweep(deadHolders);

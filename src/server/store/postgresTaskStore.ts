@@ -200,6 +200,9 @@ const TASK_WITH_INPUTS = `t.*, (
   FROM closeout_task_inputs i WHERE i.task_id = t.task_id
 ) AS inputs`;
 
+/** How often an instance re-reads the database's clock (PostgresTaskStore.syncClock). */
+const CLOCK_SYNC_MS = 60_000;
+
 const SQL = {
   // migrations: one transaction, serialised by an advisory lock, so instances starting together migrate once
   migrationLock: `SELECT pg_advisory_xact_lock(${MIGRATION_LOCK_KEY})`,
@@ -208,6 +211,7 @@ const SQL = {
      applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
    )`,
   schemaVersion: `SELECT COALESCE(MAX(version), 0) AS version FROM closeout_schema_version`,
+  databaseClock: `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms`,
   recordVersion: `INSERT INTO closeout_schema_version (version) VALUES ($1)`,
 
   // create: the unique indexes decide; a losing idempotent create then reads the winner (a new statement, so it sees
@@ -470,6 +474,12 @@ export class PostgresTaskStore implements TaskStore {
   /** The LISTEN connection of the signal channel (its own module: postgresListener.ts). */
   private readonly listener: PostgresListener;
   private closed = false;
+  /**
+   * The database's clock, read at `atMonotonic` (performance.now()): `now()` runs on from it by this process's
+   * monotonic clock, so neither another host's wall clock nor a step of this one's moves it.
+   */
+  private clockSample: { databaseMs: number; atMonotonic: number; roundTripMs: number } | undefined;
+  private clockTimer: NodeJS.Timeout | undefined;
 
   /**
    * Uses an existing pool (left open by `close()`), or makes one from a connection string. The schema must already
@@ -524,6 +534,7 @@ export class PostgresTaskStore implements TaskStore {
     const store = new PostgresTaskStore(poolOrConnectionString, options);
     try {
       await store.migrate();
+      await store.syncClock();
       if (options.listen ?? true) await store.listening();
       return store;
     } catch (error) {
@@ -843,9 +854,44 @@ export class PostgresTaskStore implements TaskStore {
     return this.listener.listening();
   }
 
+  /**
+   * The database's time (TaskStore.now): every instance on this database stamps and compares leases, creation times
+   * and expiry on it, whatever its host's wall clock says (docs/DESIGN.md, "Rules learned in the field", 2). Off by
+   * at most half the round trip of the read it was taken from. Before the first `syncClock`, the host's clock.
+   */
+  now(): number {
+    const sample = this.clockSample;
+    return sample ? Math.floor(sample.databaseMs + (performance.now() - sample.atMonotonic)) : Date.now();
+  }
+
+  /**
+   * Reads the database's clock, and from then on every minute (monotonic clocks drift a little). A slower read than
+   * the one in use is kept only when the one in use is old: its error is half its round trip.
+   */
+  async syncClock(): Promise<void> {
+    const sent = performance.now();
+    const { rows } = await this.guard('read the database clock', () =>
+      this.pool.query<{ ms: number }>(SQL.databaseClock),
+    );
+    const received = performance.now();
+    const roundTripMs = received - sent;
+    const current = this.clockSample;
+    if (!current || roundTripMs <= current.roundTripMs * 2 || received - current.atMonotonic > 10 * CLOCK_SYNC_MS) {
+      this.clockSample = { databaseMs: Number(rows[0]!.ms), atMonotonic: sent + roundTripMs / 2, roundTripMs };
+    }
+    if (!this.clockTimer && !this.closed) {
+      this.clockTimer = setInterval(() => {
+        // a failed read keeps the sample in use; the store's other calls report an unreachable database
+        this.syncClock().catch(() => {});
+      }, CLOCK_SYNC_MS);
+      this.clockTimer.unref();
+    }
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    if (this.clockTimer) clearInterval(this.clockTimer);
     await this.listener.close();
     await this.leasePool.end();
     if (this.ownsPool) await this.pool.end();

@@ -321,5 +321,14 @@ export interface TaskStore {
   /** Optional push channel for signals of every instance (LISTEN/NOTIFY); the runtime polls as the fallback. */
   subscribe?(listener: (signal: TaskSignal) => void): () => void;
 
+  /**
+   * The time, in ms since the epoch, that every instance sharing this store agrees on, for a store that instances on
+   * several hosts share: leases, creation times and expiry are then stamped and compared on one clock, never on two
+   * hosts' wall clocks (docs/DESIGN.md, "Rules learned in the field", 2). A store without it (SQLite: one host) runs
+   * on the host's clock. `syncClock` (re)reads that clock; the TaskServer awaits it before its first sweep.
+   */
+  now?(): number;
+  syncClock?(): Promise<void>;
+
   close(): Promise<void>;
 }
