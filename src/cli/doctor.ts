@@ -54,11 +54,12 @@ export async function runDoctor(url: string, options: DoctorOptions = {}): Promi
   }
   const extensions = (discover.result?.['capabilities'] as { extensions?: Record<string, unknown> } | undefined)
     ?.extensions;
-  if (discover.error || discover.httpStatus >= 400)
+  // a server that does not offer Tasks (a 2025-era one, or one without the extension) is not wrong: nothing here
+  // applies to it, unless it hands out task handles all the same
+  const undeclared = withoutTasks(discover, extensions);
+  if (undeclared === undefined && (discover.error || discover.httpStatus >= 400))
     add('discover', 'fail', `server/discover answered ${describeError(discover)}`);
-  else if (extensions?.[TASKS_EXTENSION_ID] !== undefined)
-    add('discover', 'pass', `server/discover declares ${TASKS_EXTENSION_ID}`);
-  else add('discover', 'fail', `server/discover does not declare ${TASKS_EXTENSION_ID} in capabilities.extensions`);
+  else if (undeclared === undefined) add('discover', 'pass', `server/discover declares ${TASKS_EXTENSION_ID}`);
 
   const picked = options.tool
     ? {
@@ -67,11 +68,20 @@ export async function runDoctor(url: string, options: DoctorOptions = {}): Promi
         created: await rpc(url, 'tools/call', { name: options.tool, arguments: options.args ?? {} }, auth),
       }
     : await pickTool(url, auth, add);
+  if (!picked && undeclared !== undefined) return notATasksServer(checks, undeclared);
   if (!picked) {
     for (const name of ['poll interval', 'Mcp-Name', 'capability']) add(name, 'skip', 'no task to check against');
     return checkUnknownId(url, auth, add, checks);
   }
   const { toolName, args, created } = picked;
+  if (undeclared !== undefined) {
+    if (created.result?.['resultType'] !== 'task') return notATasksServer(checks, undeclared);
+    checks.unshift({
+      name: 'discover',
+      status: 'fail',
+      detail: `${undeclared}, yet tools/call ${toolName} answered with a task`,
+    });
+  }
   const taskId = created.result?.['taskId'];
   if (created.error?.code === ErrorCode.MissingRequiredClientCapability) {
     const detail = `tools/call ${toolName} answered -32021: it needs a client capability the doctor does not declare`;
@@ -255,6 +265,34 @@ function describeError(response: RpcResponse): string {
   return `a result (HTTP ${response.httpStatus})`;
 }
 
+/**
+ * Why the server does not offer Tasks, when it does not: server/discover unknown to it (a 2025-era server answers
+ * HTTP 400, 404 or 405, or -32601) or answered without the extension. Undefined when it declares the extension, and
+ * for answers that say something else is wrong (credentials, a server error): those are checked as failures.
+ */
+function withoutTasks(discover: RpcResponse, extensions: Record<string, unknown> | undefined): string | undefined {
+  if (discover.httpStatus === 401 || discover.httpStatus === 403 || discover.httpStatus >= 500) return undefined;
+  if (discover.error || discover.httpStatus >= 400) {
+    const unknownMethod = discover.error?.code === ErrorCode.MethodNotFound;
+    return unknownMethod || [400, 404, 405].includes(discover.httpStatus)
+      ? `server/discover answered ${describeError(discover)}`
+      : undefined;
+  }
+  if (extensions?.[TASKS_EXTENSION_ID] !== undefined) return undefined;
+  return `server/discover does not declare ${TASKS_EXTENSION_ID} in capabilities.extensions`;
+}
+
+/** The one line for a server without Tasks: what the doctor saw, and that none of its checks applies. */
+function notATasksServer(checks: Check[], why: string): Check[] {
+  checks.length = 0;
+  checks.push({
+    name: 'discover',
+    status: 'skip',
+    detail: `${why}: not a server of the ${TASKS_EXTENSION_ID} extension (MCP 2026-07-28), so no check applies`,
+  });
+  return checks;
+}
+
 function marks(): Record<CheckStatus, string> {
   // colour only on a terminal, as every command (output.ts)
   const c = colorsFor(process.stdout);
@@ -284,7 +322,10 @@ export function registerDoctor(program: Command, resumeCheck?: DoctorOptions['re
           ...(flags.token !== undefined && { token: flags.token }),
           ...(resumeCheck && { resumeCheck }),
         });
-        const ok = !checks.some((c) => c.status === 'fail');
+        const failed = checks.some((c) => c.status === 'fail');
+        // nothing checked (a server without Tasks) is no pass either: a script gets exit 1, yet no FAIL line
+        const checked = checks.some((c) => c.status !== 'skip');
+        const ok = !failed && checked;
         if (flags.json) {
           process.stdout.write(`${terminalJson({ url, ok, checks })}\n`);
         } else {
@@ -292,7 +333,9 @@ export function registerDoctor(program: Command, resumeCheck?: DoctorOptions['re
           const pc = colorsFor(process.stdout);
           for (const c of checks)
             process.stdout.write(`${mark[c.status]}  ${c.name.padEnd(13)} ${serverLine(c.detail)}\n`);
-          process.stdout.write(ok ? `${pc.green('ok')}: no check failed\n` : `${pc.red('failed')}: see FAIL lines\n`);
+          if (failed) process.stdout.write(`${pc.red('failed')}: see FAIL lines\n`);
+          else if (!checked) process.stdout.write(`${pc.yellow('not checked')}: see SKIP lines\n`);
+          else process.stdout.write(`${pc.green('ok')}: no check failed\n`);
         }
         if (!ok) throw new CliError('', 1);
       },

@@ -103,7 +103,7 @@ describe.concurrent('closeout doctor and demo', { timeout: 60_000 }, () => {
     const run = await runCli(['doctor', brokenUrl]);
     expect(run.code).toBe(1);
     expect(run.stdout).toMatch(
-      /^FAIL {2}discover +server\/discover does not declare io\.modelcontextprotocol\/tasks in capabilities\.extensions$/m,
+      /^FAIL {2}discover +server\/discover does not declare io\.modelcontextprotocol\/tasks in capabilities\.extensions, yet tools\/call slow answered with a task$/m,
     );
     expect(run.stdout).toMatch(
       /^FAIL {2}unknown id +an unknown taskId answered -32603 "something broke" .*instead of -32602$/m,

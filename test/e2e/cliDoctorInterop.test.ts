@@ -57,6 +57,19 @@ function reply(req: IncomingMessage, body: string): { status: number; payload?: 
   if (path === '/legacy/mcp') {
     return { status: 400, payload: { error: { code: -32000, message: 'Bad Request: Server not initialized' } } };
   }
+  // a 2026-07-28 server that does not offer Tasks: its one tool answers inline
+  if (path === '/plain/mcp') {
+    const complete = (result: Record<string, unknown>) => ({
+      status: 200,
+      payload: { result: { resultType: 'complete', ...result } },
+    });
+    if (request.method === 'server/discover')
+      return complete({ supportedVersions: ['2026-07-28'], capabilities: { tools: {} } });
+    if (request.method === 'tools/list')
+      return complete({ tools: [{ name: 'hello', inputSchema: { type: 'object' } }] });
+    if (request.method === 'tools/call') return complete({ content: [{ type: 'text', text: 'hi' }] });
+    return { status: 200, payload: { error: { code: -32601, message: 'Method not found' } } };
+  }
   const caps = (request.params?.['_meta'] as Record<string, unknown> | undefined)?.[
     'io.modelcontextprotocol/clientCapabilities'
   ] as { extensions?: Record<string, unknown> } | undefined;
@@ -143,12 +156,31 @@ afterAll(async () => {
 });
 
 describe.concurrent('closeout doctor against foreign servers', { timeout: 90_000 }, () => {
-  it('reports a 2025-era server’s tools/list error as what it is', async () => {
+  // a correct server must never get a FAIL (issue 12): one without Tasks is told so, and nothing is checked
+  it('tells a 2025-era server it is not a Tasks server, with no FAIL line and no tool called', async () => {
     const run = await runCli(['doctor', `${base}/legacy/mcp`], { timeoutMs: 55_000 });
     expect(run.stdout).toMatch(
-      /^FAIL {2}task handle +tools\/list answered -32000 "Bad Request: Server not initialized" \(HTTP 400\), so there is no tool to call$/m,
+      /^SKIP {2}discover +server\/discover answered -32000 "Bad Request: Server not initialized" \(HTTP 400\): not a server of the io\.modelcontextprotocol\/tasks extension \(MCP 2026-07-28\), so no check applies$/m,
     );
-    expect(run.stdout).not.toContain('needs no arguments');
+    expect(run.stdout).not.toContain('FAIL');
+    expect(run.stdout.trimEnd().split('\n').at(-1)).toBe('not checked: see SKIP lines');
+    expect(run.code).toBe(1);
+    expect(seen.some((s) => s.path === '/legacy/mcp' && s.method === 'tools/call')).toBe(false);
+  });
+
+  it('tells a 2026-07-28 server without the extension, whose tools answer inline, that nothing applies', async () => {
+    const run = await runCli(['doctor', `${base}/plain/mcp`, '--json'], { timeoutMs: 55_000 });
+    const doc = JSON.parse(run.stdout) as { ok: boolean; checks: { name: string; status: string; detail: string }[] };
+    expect(doc.checks).toEqual([
+      {
+        name: 'discover',
+        status: 'skip',
+        detail:
+          'server/discover does not declare io.modelcontextprotocol/tasks in capabilities.extensions: not a server of the io.modelcontextprotocol/tasks extension (MCP 2026-07-28), so no check applies',
+      },
+    ]);
+    expect(doc.ok).toBe(false);
+    expect(run.code).toBe(1);
   });
 
   it('says "pass --token" when the server wants credentials', async () => {
