@@ -88,7 +88,7 @@ export class Submission {
           : wireIdempotencyKey(keys.secret, core.endpoint, options.idempotencyKey),
       credential: keys.credential,
       submittedAt: now,
-      leaseOwner: core.owner,
+      leaseHolder: core.leaseHolder,
       leaseExpiresAt: now + core.leaseMs,
     });
     // another process recorded the same key between our lookup and our insert
@@ -133,7 +133,7 @@ export class Submission {
       wireIdempotencyKey: wireKey,
       credential: keys.credential,
       submittedAt: now,
-      leaseOwner: core.owner,
+      leaseHolder: core.leaseHolder,
       leaseExpiresAt: now + core.leaseMs,
       resubmittedFrom: previous.recordId,
     });
@@ -185,7 +185,7 @@ export class Submission {
     const wireKey = record.wireIdempotencyKey ?? record.idempotencyKey;
     if (wireKey !== undefined) meta[IDEMPOTENCY_KEY_META_KEY] = wireKey;
     // from here on, silence means unknown-outcome
-    await core.ledger.markSent(record.recordId, core.owner, core.clock.now());
+    await core.ledger.markSent(record.recordId, core.leaseHolder, core.clock.now());
     let result: CallToolResult;
     try {
       // MRTR rounds (an InputRequiredResult before any task) are answered here, through the input handlers
@@ -220,7 +220,7 @@ export class Submission {
     }
     await core.ledger.closeOut(
       record.recordId,
-      core.owner,
+      core.leaseHolder,
       { localState: 'terminal', reason: 'immediate result', result: result as JsonObject },
       core.clock.now(),
     );
@@ -280,7 +280,7 @@ export class Submission {
     const kind = error.reason === 'input-unavailable' ? 'input' : 'server-output';
     await core.ledger.closeOut(
       record.recordId,
-      core.owner,
+      core.leaseHolder,
       { localState: 'terminal', reason, lastError: { kind, message: error.message, at: now } },
       now,
     );
@@ -305,7 +305,7 @@ export class Submission {
     for (let attempt = 1; ; attempt += 1) {
       const now = core.clock.now();
       try {
-        return await core.ledger.commitTask(record.recordId, core.owner, task, now, now + core.leaseMs);
+        return await core.ledger.commitTask(record.recordId, core.leaseHolder, task, now, now + core.leaseMs);
       } catch (error) {
         if (!isTransientStorageError(error)) throw error;
         const lastError: RecordedError = {
@@ -338,7 +338,7 @@ export class Submission {
       const rpcError: JsonRpcError = { code: error.code, message: error.message, data: error.data };
       await core.ledger.closeOut(
         record.recordId,
-        core.owner,
+        core.leaseHolder,
         { localState: 'terminal', reason: `tools/call failed: ${error.code} ${error.message}`, error: rpcError },
         now,
       );
@@ -353,7 +353,12 @@ export class Submission {
       badOutput !== undefined
         ? `tools/call answer could not be used: ${badOutput}`
         : `tools/call got no answer: ${lastError.message}`;
-    await core.ledger.closeOut(record.recordId, core.owner, { localState: 'unknown-outcome', reason, lastError }, now);
+    await core.ledger.closeOut(
+      record.recordId,
+      core.leaseHolder,
+      { localState: 'unknown-outcome', reason, lastError },
+      now,
+    );
     const closed = await core.emitClosed(record.recordId);
     return new TaskClientError(
       badOutput !== undefined ? 'bad-server-output' : 'unknown-outcome',
@@ -374,7 +379,7 @@ export class Submission {
         if (leaseLive) {
           throw new TaskClientError(
             'leased-elsewhere',
-            `idempotency key ${record.idempotencyKey} is being submitted by ${record.leaseOwner}`,
+            `idempotency key ${record.idempotencyKey} is being submitted by ${record.leaseHolder}`,
             { record },
           );
         }
@@ -384,7 +389,7 @@ export class Submission {
         if (now.localState === 'submitting') {
           throw new TaskClientError(
             'leased-elsewhere',
-            `idempotency key ${record.idempotencyKey} is being submitted by ${now.leaseOwner}`,
+            `idempotency key ${record.idempotencyKey} is being submitted by ${now.leaseHolder}`,
             { record: now },
           );
         }
@@ -399,7 +404,7 @@ export class Submission {
         if (handle) return handle;
         throw new TaskClientError(
           'leased-elsewhere',
-          `idempotency key ${record.idempotencyKey}: task ${record.taskId} is followed by ${record.leaseOwner}`,
+          `idempotency key ${record.idempotencyKey}: task ${record.taskId} is followed by ${record.leaseHolder}`,
           { record },
         );
       }

@@ -7,7 +7,7 @@
  * - one current record per server and idempotency key: a unique index decides two workers' race, the loser reads the
  *   winner's record and sends nothing (docs/REQUIREMENTS.md S16);
  * - a record is driven only by its lease holder, and every driving write checks the holder in the same statement (or
- *   under the row lock), so a worker whose lease was taken over has every late write refused: the lease owner id,
+ *   under the row lock), so a worker whose lease was taken over has every late write refused: the lease holder id,
  *   unique per process start, is the fence;
  * - `claimAll` takes records `FOR UPDATE SKIP LOCKED`: workers resuming together split the open records, each record
  *   to one of them, which then queries it once;
@@ -29,13 +29,13 @@ import type {
   Closing,
   HistoryEntry,
   InputAnswer,
-  IntentOutcome,
   Ledger,
   LedgerFilter,
   LocalState,
   NewSubmission,
   ObservedTask,
   RecordedError,
+  RecordedIntent,
   ScheduleNote,
   TaskRecord,
 } from './ledger.js';
@@ -219,8 +219,8 @@ const SQL = {
                  observed_age_ms = CASE WHEN n.observed_age_ms IS NULL THEN s.observed_age_ms
                                         ELSE GREATEST(COALESCE(s.observed_age_ms, 0), n.observed_age_ms) END
                FROM unnest($1::text[], $2::text[], $3::bigint[], $4::boolean[], $5::bigint[], $6::bigint[])
-                 AS n (record_id, owner, polled_at, set_next, next_poll_at, observed_age_ms)
-               WHERE s.record_id = n.record_id AND s.lease_owner = n.owner`,
+                 AS n (record_id, holder, polled_at, set_next, next_poll_at, observed_age_ms)
+               WHERE s.record_id = n.record_id AND s.lease_owner = n.holder`,
   recordError: `UPDATE closeout_ledger_submissions SET last_error = $2, updated_at = $3 WHERE record_id = $1`,
   close: `UPDATE closeout_ledger_submissions SET local_state = $3, terminal_reason = $4, terminal_at = $5,
             result = COALESCE($6, result), error = COALESCE($7, error), last_error = COALESCE($8, last_error),
@@ -371,7 +371,7 @@ interface ClaimedRow {
 
 /** A schedule note waiting to be committed; `nextPollAt` undefined: not part of the note. */
 interface PendingNote {
-  owner: string;
+  holder: string;
   polledAt: number | undefined;
   nextPollAt: number | null | undefined;
   observedAgeMs: number | undefined;
@@ -481,12 +481,12 @@ export class PostgresLedger implements Ledger {
     });
   }
 
-  async recordIntent(submission: NewSubmission): Promise<IntentOutcome> {
+  async recordIntent(submission: NewSubmission): Promise<RecordedIntent> {
     return this.transaction('recordIntent', (client) => this.insertIntent(client, submission));
   }
 
-  async recordResubmission(previousRecordId: string, submission: NewSubmission): Promise<IntentOutcome> {
-    return this.transaction('recordResubmission', async (client): Promise<IntentOutcome> => {
+  async recordResubmission(previousRecordId: string, submission: NewSubmission): Promise<RecordedIntent> {
+    return this.transaction('recordResubmission', async (client): Promise<RecordedIntent> => {
       // supersede first so the new record may carry the same idempotency key
       const superseded = await client.query(SQL.supersede, [
         submission.recordId,
@@ -504,7 +504,7 @@ export class PostgresLedger implements Ledger {
     });
   }
 
-  private async insertIntent(client: pg.PoolClient, submission: NewSubmission): Promise<IntentOutcome> {
+  private async insertIntent(client: pg.PoolClient, submission: NewSubmission): Promise<RecordedIntent> {
     const identity = endpointIdentity(submission.endpoint);
     const inserted = await client.query(SQL.insert, [
       submission.recordId,
@@ -519,7 +519,7 @@ export class PostgresLedger implements Ledger {
       submission.credential ?? null,
       submission.submittedAt,
       submission.resubmittedFrom ?? null,
-      submission.leaseOwner,
+      submission.leaseHolder,
       submission.leaseExpiresAt,
     ]);
     if (inserted.rowCount !== 1) {
@@ -539,28 +539,28 @@ export class PostgresLedger implements Ledger {
     return { created: true, record: await this.mustRead(client, submission.recordId) };
   }
 
-  async markSent(recordId: string, owner: string, at: number): Promise<boolean> {
+  async markSent(recordId: string, holder: string, at: number): Promise<boolean> {
     return this.write(
       'markSent',
-      async (client) => (await client.query(SQL.markSent, [recordId, owner, at])).rowCount === 1,
+      async (client) => (await client.query(SQL.markSent, [recordId, holder, at])).rowCount === 1,
     );
   }
 
   async commitTask(
     recordId: string,
-    owner: string,
+    holder: string,
     task: ObservedTask,
     at: number,
     leaseExpiresAt?: number,
   ): Promise<boolean> {
-    // two records committing one task at once: the unique index refuses the second, which then finds the holder
+    // two records committing one task at once: the unique index refuses the second, which then finds the other
     return this.retryOnUniqueViolation(() =>
       this.transaction('commitTask', async (client): Promise<boolean> => {
         const before = (await client.query<SubmissionRow>(SQL.lock, [recordId])).rows[0];
         if (!before) return false;
         if (before.task_id === task.taskId) return true;
-        const holder = await this.read(client, SQL.byTaskId, [endpointIdentity(before.endpoint), task.taskId]);
-        if (holder) {
+        const other = await this.read(client, SQL.byTaskId, [endpointIdentity(before.endpoint), task.taskId]);
+        if (other) {
           // another record got the same task first (a resubmission that reused the idempotency key): say so here
           if (before.task_id === null) {
             await this.appendLocalChange(
@@ -568,7 +568,7 @@ export class PostgresLedger implements Ledger {
               before,
               before.local_state,
               at,
-              taskHeldElsewhereNote(task.taskId, holder.recordId),
+              taskHeldElsewhereNote(task.taskId, other.recordId),
             );
           }
           return false;
@@ -576,7 +576,7 @@ export class PostgresLedger implements Ledger {
         const applied = applyObservedTask(task);
         const changed = await client.query(SQL.commitTask, [
           recordId,
-          owner,
+          holder,
           ...this.taskParams(task, applied, at),
           leaseExpiresAt ?? null,
           at,
@@ -589,12 +589,12 @@ export class PostgresLedger implements Ledger {
     );
   }
 
-  async recordObservation(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean> {
+  async recordObservation(recordId: string, holder: string, task: ObservedTask, at: number): Promise<boolean> {
     return this.transaction('recordObservation', async (client): Promise<boolean> => {
       const before = (await client.query<SubmissionRow>(SQL.lock, [recordId])).rows[0];
       if (!before) return false;
       const applied = applyObservedTask(task);
-      const changed = await client.query(SQL.observe, [recordId, owner, ...this.taskParams(task, applied, at), at]);
+      const changed = await client.query(SQL.observe, [recordId, holder, ...this.taskParams(task, applied, at), at]);
       if (changed.rowCount !== 1) return false;
       if (before.status !== task.status) await this.appendObserved(client, recordId, task, applied.localState, at);
       return true;
@@ -603,20 +603,20 @@ export class PostgresLedger implements Ledger {
 
   async recordPoll(
     recordId: string,
-    owner: string,
+    holder: string,
     at: number,
     lastError: RecordedError | undefined,
   ): Promise<boolean> {
-    const params = [recordId, owner, at, lastError ? JSON.stringify(lastError) : null];
+    const params = [recordId, holder, at, lastError ? JSON.stringify(lastError) : null];
     return this.write('recordPoll', async (client) => (await client.query(SQL.recordPoll, params)).rowCount === 1);
   }
 
-  noteSchedule(recordId: string, owner: string, note: ScheduleNote): void {
+  noteSchedule(recordId: string, holder: string, note: ScheduleNote): void {
     const pending = this.pendingNotes.get(recordId);
     const merged: PendingNote =
-      pending && pending.owner === owner
+      pending && pending.holder === holder
         ? pending
-        : { owner, polledAt: undefined, nextPollAt: undefined, observedAgeMs: undefined };
+        : { holder, polledAt: undefined, nextPollAt: undefined, observedAgeMs: undefined };
     if (note.polledAt !== undefined) merged.polledAt = Math.max(merged.polledAt ?? note.polledAt, note.polledAt);
     if (note.nextPollAt !== undefined) merged.nextPollAt = note.nextPollAt;
     if (note.observedAgeMs !== undefined) {
@@ -636,13 +636,13 @@ export class PostgresLedger implements Ledger {
     );
   }
 
-  async closeOut(recordId: string, owner: string, closing: Closing, at: number): Promise<boolean> {
+  async closeOut(recordId: string, holder: string, closing: Closing, at: number): Promise<boolean> {
     return this.transaction('close', async (client): Promise<boolean> => {
       const before = (await client.query<SubmissionRow>(SQL.lock, [recordId])).rows[0];
       if (!before) return false;
       const changed = await client.query(SQL.close, [
         recordId,
-        owner,
+        holder,
         closing.localState,
         closing.reason,
         at,
@@ -656,11 +656,11 @@ export class PostgresLedger implements Ledger {
     });
   }
 
-  async reopen(recordId: string, owner: string, leaseExpiresAt: number, at: number, note: string): Promise<boolean> {
+  async reopen(recordId: string, holder: string, leaseExpiresAt: number, at: number, note: string): Promise<boolean> {
     return this.transaction('reopen', async (client): Promise<boolean> => {
       const before = (await client.query<SubmissionRow>(SQL.lock, [recordId])).rows[0];
       if (!before) return false;
-      if ((await client.query(SQL.reopen, [recordId, owner, leaseExpiresAt, at])).rowCount !== 1) return false;
+      if ((await client.query(SQL.reopen, [recordId, holder, leaseExpiresAt, at])).rowCount !== 1) return false;
       await this.appendLocalChange(client, before, 'tracking', at, note);
       return true;
     });
@@ -686,10 +686,10 @@ export class PostgresLedger implements Ledger {
     });
   }
 
-  async detach(recordId: string, owner: string, at: number): Promise<boolean> {
+  async detach(recordId: string, holder: string, at: number): Promise<boolean> {
     return this.transaction('detach', async (client): Promise<boolean> => {
       const before = (await client.query<SubmissionRow>(SQL.lock, [recordId])).rows[0];
-      if (!before || (await client.query(SQL.detach, [recordId, owner, at])).rowCount !== 1) return false;
+      if (!before || (await client.query(SQL.detach, [recordId, holder, at])).rowCount !== 1) return false;
       await this.appendLocalChange(client, before, 'detached', at, 'detached by the application');
       return true;
     });
@@ -699,18 +699,18 @@ export class PostgresLedger implements Ledger {
     await this.write('recordCancelRequest', (client) => client.query(SQL.cancelRequest, [recordId, at]));
   }
 
-  async claim(recordId: string, owner: string, leaseExpiresAt: number, now: number): Promise<boolean> {
+  async claim(recordId: string, holder: string, leaseExpiresAt: number, now: number): Promise<boolean> {
     return this.transaction('claim', async (client) => {
-      const { rows } = await client.query<ClaimedRow>(SQL.claimOne, [recordId, owner, leaseExpiresAt, now]);
+      const { rows } = await client.query<ClaimedRow>(SQL.claimOne, [recordId, holder, leaseExpiresAt, now]);
       await this.noteAttached(client, rows, now);
       return rows.length === 1;
     });
   }
 
-  async claimAll(recordIds: readonly string[], owner: string, leaseExpiresAt: number, now: number): Promise<string[]> {
+  async claimAll(recordIds: readonly string[], holder: string, leaseExpiresAt: number, now: number): Promise<string[]> {
     if (recordIds.length === 0) return [];
     return this.transaction('claimAll', async (client) => {
-      const { rows } = await client.query<ClaimedRow>(SQL.claim, [[...recordIds], owner, leaseExpiresAt, now]);
+      const { rows } = await client.query<ClaimedRow>(SQL.claim, [[...recordIds], holder, leaseExpiresAt, now]);
       await this.noteAttached(client, rows, now);
       const claimed = new Set(rows.map((row) => row.record_id));
       return recordIds.filter((recordId) => claimed.has(recordId));
@@ -733,38 +733,38 @@ export class PostgresLedger implements Ledger {
     }
   }
 
-  async isTrackedBy(recordId: string, owner: string): Promise<boolean> {
+  async isTrackedBy(recordId: string, holder: string): Promise<boolean> {
     return this.guard(
       'isTrackedBy',
-      async () => (await this.pool.query(SQL.trackedBy, [recordId, owner])).rowCount === 1,
+      async () => (await this.pool.query(SQL.trackedBy, [recordId, holder])).rowCount === 1,
     );
   }
 
-  async renewLeases(owner: string, leaseExpiresAt: number): Promise<number> {
+  async renewLeases(holder: string, leaseExpiresAt: number): Promise<number> {
     return this.write(
       'renewLeases',
-      async (client) => (await client.query(SQL.renewLeases, [owner, leaseExpiresAt])).rowCount ?? 0,
+      async (client) => (await client.query(SQL.renewLeases, [holder, leaseExpiresAt])).rowCount ?? 0,
     );
   }
 
-  async release(recordId: string, owner: string): Promise<void> {
-    await this.write('release', (client) => client.query(SQL.release, [recordId, owner]));
+  async release(recordId: string, holder: string): Promise<void> {
+    await this.write('release', (client) => client.query(SQL.release, [recordId, holder]));
   }
 
-  async releaseAllOf(owner: string): Promise<number> {
-    return this.write('releaseAllOf', async (client) => (await client.query(SQL.releaseAllOf, [owner])).rowCount ?? 0);
+  async releaseAllOf(holder: string): Promise<number> {
+    return this.write('releaseAllOf', async (client) => (await client.query(SQL.releaseAllOf, [holder])).rowCount ?? 0);
   }
 
   async recordInputAsked(
     recordId: string,
-    owner: string,
+    holder: string,
     key: string,
     request: InputRequest,
     at: number,
   ): Promise<boolean> {
     return this.transaction('recordInputAsked', async (client): Promise<boolean> => {
       // the lease is checked under the row lock, so no worker takes the record over between check and write
-      if ((await client.query(SQL.lockHeld, [recordId, owner])).rowCount !== 1) return false;
+      if ((await client.query(SQL.lockHeld, [recordId, holder])).rowCount !== 1) return false;
       await client.query(SQL.insertInput, [recordId, key, JSON.stringify(request), at, null, null]);
       await client.query(SQL.markAsked, [recordId, key, at]);
       return true;
@@ -773,7 +773,7 @@ export class PostgresLedger implements Ledger {
 
   async recordInputAnswer(
     recordId: string,
-    owner: string,
+    holder: string,
     key: string,
     request: InputRequest,
     response: InputResponse,
@@ -907,7 +907,7 @@ export class PostgresLedger implements Ledger {
     this.pendingNotes.clear();
     const params = [
       notes.map(([recordId]) => recordId),
-      notes.map(([, note]) => note.owner),
+      notes.map(([, note]) => note.holder),
       notes.map(([, note]) => note.polledAt ?? null),
       notes.map(([, note]) => note.nextPollAt !== undefined),
       notes.map(([, note]) => note.nextPollAt ?? null),
@@ -1052,7 +1052,7 @@ export class PostgresLedger implements Ledger {
       cancelRequestedAt: optionalNumber(row.cancel_requested_at),
       resubmittedFrom: row.resubmitted_from ?? undefined,
       supersededBy: row.superseded_by ?? undefined,
-      leaseOwner: row.lease_owner ?? undefined,
+      leaseHolder: row.lease_owner ?? undefined,
       leaseExpiresAt: optionalNumber(row.lease_expires_at),
       updatedAt: Number(row.updated_at),
       observedAgeMs: optionalNumber(row.observed_age_ms),
@@ -1060,7 +1060,7 @@ export class PostgresLedger implements Ledger {
     };
     // what this object noted but has not committed yet, as the write will apply it (the older notes first)
     for (const note of [this.writingNotes.get(record.recordId), this.pendingNotes.get(record.recordId)]) {
-      if (note && note.owner === record.leaseOwner) applyNote(record, note);
+      if (note && note.holder === record.leaseHolder) applyNote(record, note);
     }
     return record;
   }

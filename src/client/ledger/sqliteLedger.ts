@@ -18,13 +18,13 @@ import type {
   Closing,
   HistoryEntry,
   InputAnswer,
-  IntentOutcome,
   Ledger,
   LedgerFilter,
   LocalState,
   NewSubmission,
   ObservedTask,
   RecordedError,
+  RecordedIntent,
   ScheduleNote,
   TaskRecord,
 } from './ledger.js';
@@ -218,7 +218,7 @@ export interface SqliteLedgerOptions {
 
 /** A schedule note waiting to be committed; `nextPollAt` undefined: not part of the note. */
 interface PendingNote {
-  owner: string;
+  holder: string;
   polledAt: number | undefined;
   nextPollAt: number | null | undefined;
   observedAgeMs: number | undefined;
@@ -256,7 +256,7 @@ export class SqliteLedger implements Ledger {
            lease_owner, lease_expires_at, updated_at)
          VALUES (@recordId, @endpoint, @toolName, @arguments, @argumentsDigest, @correlationId,
            @idempotencyKey, @wireIdempotencyKey, @credential, 'submitting', @submittedAt, @resubmittedFrom,
-           @leaseOwner, @leaseExpiresAt, @submittedAt)`,
+           @leaseHolder, @leaseExpiresAt, @submittedAt)`,
       ),
       // one atomic step (issue 13 item 3): only a closed record nobody resubmitted yet is superseded
       supersede: db.prepare(
@@ -284,7 +284,7 @@ export class SqliteLedger implements Ledger {
       holdsLease: db.prepare(`SELECT 1 FROM submissions WHERE record_id = ? AND lease_owner = ?`),
       markSent: db.prepare(
         `UPDATE submissions SET sent_at = @at, updated_at = @at
-         WHERE record_id = @recordId AND lease_owner = @owner AND local_state = 'submitting'`,
+         WHERE record_id = @recordId AND lease_owner = @holder AND local_state = 'submitting'`,
       ),
       // the first thing done with a handle (docs/REQUIREMENTS.md S4): the taskId and the seed state, in the same row as
       // the intent. An answer that arrived is a fact (docs/DESIGN.md rule 10): it is recorded whoever held the lease,
@@ -294,7 +294,7 @@ export class SqliteLedger implements Ledger {
         `UPDATE submissions SET task_id = @taskId, local_state = @localState, status = @status,
            status_message = @statusMessage, created_at = @createdAt, last_updated_at = @lastUpdatedAt,
            ttl_ms = @ttlMs, poll_interval_ms = @pollIntervalMs, result = @result, error = @error,
-           terminal_reason = @terminalReason, terminal_at = @terminalAt, lease_owner = @owner,
+           terminal_reason = @terminalReason, terminal_at = @terminalAt, lease_owner = @holder,
            lease_expires_at = COALESCE(@leaseExpiresAt, lease_expires_at), updated_at = @at
          WHERE record_id = @recordId AND task_id IS NULL AND local_state IN ('submitting','unknown-outcome')`,
       ),
@@ -304,11 +304,11 @@ export class SqliteLedger implements Ledger {
            poll_interval_ms = COALESCE(@pollIntervalMs, poll_interval_ms), result = @result, error = @error,
            terminal_reason = @terminalReason, terminal_at = @terminalAt,
            next_poll_at = CASE WHEN @localState = 'terminal' THEN NULL ELSE next_poll_at END, updated_at = @at
-         WHERE record_id = @recordId AND lease_owner = @owner AND local_state = 'tracking' AND task_id = @taskId`,
+         WHERE record_id = @recordId AND lease_owner = @holder AND local_state = 'tracking' AND task_id = @taskId`,
       ),
       recordPoll: db.prepare(
         `UPDATE submissions SET last_poll_at = @at, last_error = COALESCE(@lastError, last_error), updated_at = @at
-         WHERE record_id = @recordId AND lease_owner = @owner`,
+         WHERE record_id = @recordId AND lease_owner = @holder`,
       ),
       // a late note never moves last_poll_at backwards; next_poll_at only means something while tracked
       applyNote: db.prepare(
@@ -319,7 +319,7 @@ export class SqliteLedger implements Ledger {
            next_poll_at = CASE WHEN @setNext = 1 AND local_state = 'tracking' THEN @nextPollAt ELSE next_poll_at END,
            observed_age_ms = CASE WHEN @observedAgeMs IS NULL THEN observed_age_ms
                                   ELSE MAX(COALESCE(observed_age_ms, 0), @observedAgeMs) END
-         WHERE record_id = @recordId AND lease_owner = @owner`,
+         WHERE record_id = @recordId AND lease_owner = @holder`,
       ),
       recordError: db.prepare(`UPDATE submissions SET last_error = ?, updated_at = ? WHERE record_id = ?`),
       close: db.prepare(
@@ -327,7 +327,7 @@ export class SqliteLedger implements Ledger {
            result = COALESCE(@result, result), error = COALESCE(@error, error),
            last_error = COALESCE(@lastError, last_error), next_poll_at = NULL,
            lease_owner = NULL, lease_expires_at = NULL, updated_at = @at
-         WHERE record_id = @recordId AND lease_owner = @owner AND local_state IN ('submitting','tracking')`,
+         WHERE record_id = @recordId AND lease_owner = @holder AND local_state IN ('submitting','tracking')`,
       ),
       // every spelling an endpoint is stored under, the first used first (issue 13 item 6)
       endpointSpellings: db.prepare(
@@ -347,7 +347,7 @@ export class SqliteLedger implements Ledger {
       // checked again: the server still knows the task, so it is followed again by the one checking
       reopen: db.prepare(
         `UPDATE submissions SET local_state = 'tracking', terminal_reason = NULL, terminal_at = NULL,
-           lease_owner = @owner, lease_expires_at = @leaseExpiresAt, updated_at = @at
+           lease_owner = @holder, lease_expires_at = @leaseExpiresAt, updated_at = @at
          WHERE record_id = @recordId AND local_state = 'expired' AND task_id IS NOT NULL`,
       ),
       secret: db.prepare(`SELECT secret FROM ledger_secret WHERE id = 1`),
@@ -364,7 +364,7 @@ export class SqliteLedger implements Ledger {
       detach: db.prepare(
         `UPDATE submissions SET local_state = 'detached', lease_owner = NULL, lease_expires_at = NULL,
            next_poll_at = NULL, updated_at = @at
-         WHERE record_id = @recordId AND lease_owner = @owner AND local_state = 'tracking'`,
+         WHERE record_id = @recordId AND lease_owner = @holder AND local_state = 'tracking'`,
       ),
       cancelRequest: db.prepare(
         `UPDATE submissions SET cancel_requested_at = COALESCE(cancel_requested_at, ?), updated_at = ?
@@ -372,10 +372,10 @@ export class SqliteLedger implements Ledger {
       ),
       // a lease is free when nobody holds it, it is ours, or its holder stopped renewing it
       claim: db.prepare(
-        `UPDATE submissions SET lease_owner = @owner, lease_expires_at = @leaseExpiresAt,
+        `UPDATE submissions SET lease_owner = @holder, lease_expires_at = @leaseExpiresAt,
            local_state = CASE local_state WHEN 'detached' THEN 'tracking' ELSE local_state END
          WHERE record_id = @recordId AND local_state IN ('tracking','detached')
-           AND (lease_owner IS NULL OR lease_owner = @owner OR lease_expires_at < @now)`,
+           AND (lease_owner IS NULL OR lease_owner = @holder OR lease_expires_at < @now)`,
       ),
       renewLeases: db.prepare(
         `UPDATE submissions SET lease_expires_at = ?
@@ -433,12 +433,12 @@ export class SqliteLedger implements Ledger {
     });
   }
 
-  async recordIntent(submission: NewSubmission): Promise<IntentOutcome> {
+  async recordIntent(submission: NewSubmission): Promise<RecordedIntent> {
     return this.write(() => this.insertIntent(submission));
   }
 
-  async recordResubmission(previousRecordId: string, submission: NewSubmission): Promise<IntentOutcome> {
-    return this.write((): IntentOutcome => {
+  async recordResubmission(previousRecordId: string, submission: NewSubmission): Promise<RecordedIntent> {
+    return this.write((): RecordedIntent => {
       // supersede first so the new record may carry the same idempotency key
       if (this.stmt.supersede.run(submission.recordId, submission.submittedAt, previousRecordId).changes !== 1) {
         const previous = this.stmt.get.get(previousRecordId) as SubmissionRow | undefined;
@@ -451,7 +451,7 @@ export class SqliteLedger implements Ledger {
     });
   }
 
-  private insertIntent(submission: NewSubmission): IntentOutcome {
+  private insertIntent(submission: NewSubmission): RecordedIntent {
     // inside the write transaction: two processes that reach a new server under two spellings make one spelling
     const endpoint = this.spelling(submission.endpoint);
     if (submission.idempotencyKey !== undefined) {
@@ -470,7 +470,7 @@ export class SqliteLedger implements Ledger {
       credential: submission.credential ?? null,
       submittedAt: submission.submittedAt,
       resubmittedFrom: submission.resubmittedFrom ?? null,
-      leaseOwner: submission.leaseOwner,
+      leaseHolder: submission.leaseHolder,
       leaseExpiresAt: submission.leaseExpiresAt,
     });
     this.appendHistory({
@@ -482,13 +482,13 @@ export class SqliteLedger implements Ledger {
     return { created: true, record: this.mustGet(submission.recordId) };
   }
 
-  async markSent(recordId: string, owner: string, at: number): Promise<boolean> {
-    return this.write(() => this.stmt.markSent.run({ recordId, owner, at }).changes === 1);
+  async markSent(recordId: string, holder: string, at: number): Promise<boolean> {
+    return this.write(() => this.stmt.markSent.run({ recordId, holder, at }).changes === 1);
   }
 
   async commitTask(
     recordId: string,
-    owner: string,
+    holder: string,
     task: ObservedTask,
     at: number,
     leaseExpiresAt?: number,
@@ -497,15 +497,15 @@ export class SqliteLedger implements Ledger {
       const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
       if (!before) return false;
       if (before.task_id === task.taskId) return true;
-      const holder = this.stmt.byTaskId.get(before.endpoint, task.taskId) as SubmissionRow | undefined;
-      if (holder) {
+      const other = this.stmt.byTaskId.get(before.endpoint, task.taskId) as SubmissionRow | undefined;
+      if (other) {
         // another record got the same task first (a resubmission that reused the idempotency key): say so here
         if (before.task_id === null) {
-          this.appendLocalChange(before, before.local_state, at, taskHeldElsewhereNote(task.taskId, holder.record_id));
+          this.appendLocalChange(before, before.local_state, at, taskHeldElsewhereNote(task.taskId, other.record_id));
         }
         return false;
       }
-      const localState = this.applyTask(this.stmt.commitTask, recordId, owner, task, at, {
+      const localState = this.applyTask(this.stmt.commitTask, recordId, holder, task, at, {
         leaseExpiresAt: leaseExpiresAt ?? null,
       });
       if (localState === undefined) return false;
@@ -515,11 +515,11 @@ export class SqliteLedger implements Ledger {
     });
   }
 
-  async recordObservation(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean> {
+  async recordObservation(recordId: string, holder: string, task: ObservedTask, at: number): Promise<boolean> {
     return this.write((): boolean => {
       const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
       if (!before) return false;
-      const localState = this.applyTask(this.stmt.observe, recordId, owner, task, at);
+      const localState = this.applyTask(this.stmt.observe, recordId, holder, task, at);
       if (localState === undefined) return false;
       if (before.status !== task.status) this.appendObserved(recordId, task, localState, at);
       return true;
@@ -528,20 +528,20 @@ export class SqliteLedger implements Ledger {
 
   async recordPoll(
     recordId: string,
-    owner: string,
+    holder: string,
     at: number,
     lastError: RecordedError | undefined,
   ): Promise<boolean> {
-    const params = { recordId, owner, at, lastError: lastError ? JSON.stringify(lastError) : null };
+    const params = { recordId, holder, at, lastError: lastError ? JSON.stringify(lastError) : null };
     return this.write(() => this.stmt.recordPoll.run(params).changes === 1);
   }
 
-  noteSchedule(recordId: string, owner: string, note: ScheduleNote): void {
+  noteSchedule(recordId: string, holder: string, note: ScheduleNote): void {
     const pending = this.pendingNotes.get(recordId);
     const merged: PendingNote =
-      pending && pending.owner === owner
+      pending && pending.holder === holder
         ? pending
-        : { owner, polledAt: undefined, nextPollAt: undefined, observedAgeMs: undefined };
+        : { holder, polledAt: undefined, nextPollAt: undefined, observedAgeMs: undefined };
     if (note.polledAt !== undefined) merged.polledAt = Math.max(merged.polledAt ?? note.polledAt, note.polledAt);
     if (note.nextPollAt !== undefined) merged.nextPollAt = note.nextPollAt;
     if (note.observedAgeMs !== undefined) {
@@ -559,13 +559,13 @@ export class SqliteLedger implements Ledger {
     this.write(() => this.stmt.recordError.run(JSON.stringify(lastError), lastError.at, recordId));
   }
 
-  async closeOut(recordId: string, owner: string, closing: Closing, at: number): Promise<boolean> {
+  async closeOut(recordId: string, holder: string, closing: Closing, at: number): Promise<boolean> {
     return this.write((): boolean => {
       const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
       if (!before) return false;
       const changed = this.stmt.close.run({
         recordId,
-        owner,
+        holder,
         at,
         localState: closing.localState,
         reason: closing.reason,
@@ -579,10 +579,10 @@ export class SqliteLedger implements Ledger {
     });
   }
 
-  async reopen(recordId: string, owner: string, leaseExpiresAt: number, at: number, note: string): Promise<boolean> {
+  async reopen(recordId: string, holder: string, leaseExpiresAt: number, at: number, note: string): Promise<boolean> {
     return this.write((): boolean => {
       const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
-      if (!before || this.stmt.reopen.run({ recordId, owner, leaseExpiresAt, at }).changes !== 1) return false;
+      if (!before || this.stmt.reopen.run({ recordId, holder, leaseExpiresAt, at }).changes !== 1) return false;
       this.appendLocalChange(before, 'tracking', at, note);
       return true;
     });
@@ -608,10 +608,10 @@ export class SqliteLedger implements Ledger {
     });
   }
 
-  async detach(recordId: string, owner: string, at: number): Promise<boolean> {
+  async detach(recordId: string, holder: string, at: number): Promise<boolean> {
     return this.write((): boolean => {
       const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
-      if (!before || this.stmt.detach.run({ recordId, owner, at }).changes !== 1) return false;
+      if (!before || this.stmt.detach.run({ recordId, holder, at }).changes !== 1) return false;
       this.appendLocalChange(before, 'detached', at, 'detached by the application');
       return true;
     });
@@ -621,39 +621,39 @@ export class SqliteLedger implements Ledger {
     this.write(() => this.stmt.cancelRequest.run(at, at, recordId));
   }
 
-  async claim(recordId: string, owner: string, leaseExpiresAt: number, now: number): Promise<boolean> {
-    return this.write(() => this.claimOne(recordId, owner, leaseExpiresAt, now));
+  async claim(recordId: string, holder: string, leaseExpiresAt: number, now: number): Promise<boolean> {
+    return this.write(() => this.claimOne(recordId, holder, leaseExpiresAt, now));
   }
 
-  async claimAll(recordIds: readonly string[], owner: string, leaseExpiresAt: number, now: number): Promise<string[]> {
-    return this.write(() => recordIds.filter((recordId) => this.claimOne(recordId, owner, leaseExpiresAt, now)));
+  async claimAll(recordIds: readonly string[], holder: string, leaseExpiresAt: number, now: number): Promise<string[]> {
+    return this.write(() => recordIds.filter((recordId) => this.claimOne(recordId, holder, leaseExpiresAt, now)));
   }
 
-  async isTrackedBy(recordId: string, owner: string): Promise<boolean> {
-    return this.stmt.trackedBy.get(recordId, owner) !== undefined;
+  async isTrackedBy(recordId: string, holder: string): Promise<boolean> {
+    return this.stmt.trackedBy.get(recordId, holder) !== undefined;
   }
 
-  async renewLeases(owner: string, leaseExpiresAt: number): Promise<number> {
-    return this.write(() => this.stmt.renewLeases.run(leaseExpiresAt, owner).changes);
+  async renewLeases(holder: string, leaseExpiresAt: number): Promise<number> {
+    return this.write(() => this.stmt.renewLeases.run(leaseExpiresAt, holder).changes);
   }
 
-  async release(recordId: string, owner: string): Promise<void> {
-    this.write(() => this.stmt.release.run(recordId, owner));
+  async release(recordId: string, holder: string): Promise<void> {
+    this.write(() => this.stmt.release.run(recordId, holder));
   }
 
-  async releaseAllOf(owner: string): Promise<number> {
-    return this.write(() => this.stmt.releaseAllOf.run(owner).changes);
+  async releaseAllOf(holder: string): Promise<number> {
+    return this.write(() => this.stmt.releaseAllOf.run(holder).changes);
   }
 
   async recordInputAsked(
     recordId: string,
-    owner: string,
+    holder: string,
     key: string,
     request: InputRequest,
     at: number,
   ): Promise<boolean> {
     return this.write((): boolean => {
-      if (!this.stmt.holdsLease.get(recordId, owner)) return false;
+      if (!this.stmt.holdsLease.get(recordId, holder)) return false;
       this.stmt.insertInput.run({
         recordId,
         key,
@@ -669,7 +669,7 @@ export class SqliteLedger implements Ledger {
 
   async recordInputAnswer(
     recordId: string,
-    owner: string,
+    holder: string,
     key: string,
     request: InputRequest,
     response: InputResponse,
@@ -805,7 +805,7 @@ export class SqliteLedger implements Ledger {
     for (const [recordId, note] of this.pendingNotes) {
       this.stmt.applyNote.run({
         recordId,
-        owner: note.owner,
+        holder: note.holder,
         polledAt: note.polledAt ?? null,
         setNext: note.nextPollAt === undefined ? 0 : 1,
         nextPollAt: note.nextPollAt ?? null,
@@ -817,9 +817,9 @@ export class SqliteLedger implements Ledger {
     this.noteTimer = undefined;
   }
 
-  private claimOne(recordId: string, owner: string, leaseExpiresAt: number, now: number): boolean {
+  private claimOne(recordId: string, holder: string, leaseExpiresAt: number, now: number): boolean {
     const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
-    if (!before || this.stmt.claim.run({ recordId, owner, leaseExpiresAt, now }).changes !== 1) return false;
+    if (!before || this.stmt.claim.run({ recordId, holder, leaseExpiresAt, now }).changes !== 1) return false;
     if (before.local_state === 'detached') {
       this.appendLocalChange(before, 'tracking', now, 'attached');
     }
@@ -830,7 +830,7 @@ export class SqliteLedger implements Ledger {
   private applyTask(
     statement: Database.Statement,
     recordId: string,
-    owner: string,
+    holder: string,
     task: ObservedTask,
     at: number,
     extra: Record<string, unknown> = {},
@@ -839,7 +839,7 @@ export class SqliteLedger implements Ledger {
     const changed = statement.run({
       ...extra,
       recordId,
-      owner,
+      holder,
       at,
       localState: applied.localState,
       taskId: task.taskId,
@@ -924,7 +924,7 @@ export class SqliteLedger implements Ledger {
   ): TaskRecord {
     // what this object noted but has not committed yet, as the write will apply it
     const note = this.pendingNotes.get(row.record_id);
-    if (note && note.owner === row.lease_owner) {
+    if (note && note.holder === row.lease_owner) {
       if (note.polledAt !== undefined) {
         row.last_poll_at = Math.max(row.last_poll_at ?? note.polledAt, note.polledAt);
         row.updated_at = Math.max(row.updated_at, note.polledAt);
@@ -965,7 +965,7 @@ export class SqliteLedger implements Ledger {
       cancelRequestedAt: row.cancel_requested_at ?? undefined,
       resubmittedFrom: row.resubmitted_from ?? undefined,
       supersededBy: row.superseded_by ?? undefined,
-      leaseOwner: row.lease_owner ?? undefined,
+      leaseHolder: row.lease_owner ?? undefined,
       leaseExpiresAt: row.lease_expires_at ?? undefined,
       updatedAt: row.updated_at,
       observedAgeMs: row.observed_age_ms ?? undefined,
