@@ -22,7 +22,7 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 
 import { inTransaction } from '../../postgresTransaction.js';
-import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import type { InputRequest, InputResponse, TaskStatus } from '../../protocol/index.js';
 import { abandonedReason, applyObservedTask, commitNote, taskHeldElsewhereNote } from './closing.js';
 import { endpointIdentity } from './endpointIdentity.js';
 import type {
@@ -40,6 +40,17 @@ import type {
   TaskRecord,
 } from './ledger.js';
 import { isPostgresLocation, redactConnectionString } from './ledgerLocation.js';
+import type { HistoryLine, HistoryRow, InputRow, PendingNote, SubmissionRow as Row } from './records.js';
+import {
+  applyNote,
+  localChangeLine,
+  mergeNote,
+  observedLine,
+  optionalNumber,
+  toHistoryEntry,
+  toInputAnswer,
+  toRecord,
+} from './records.js';
 
 /** Versioned schema: entry i takes the database from version i to i + 1. Never edit a shipped entry; append. */
 const MIGRATIONS: readonly string[] = [
@@ -301,64 +312,10 @@ const SQL = {
   insertSecret: `INSERT INTO closeout_ledger_secret (id, secret) VALUES (1, $1) ON CONFLICT (id) DO NOTHING`,
 } as const;
 
-interface SubmissionRow {
-  record_id: string;
-  endpoint: string;
-  tool_name: string;
-  arguments: string;
-  arguments_digest: string;
-  correlation_id: string | null;
-  idempotency_key: string | null;
-  wire_idempotency_key: string | null;
-  credential: string | null;
-  task_id: string | null;
-  local_state: LocalState;
-  status: TaskStatus | null;
-  status_message: string | null;
-  created_at: string | null;
-  last_updated_at: string | null;
-  // BIGINT arrives as a string
-  ttl_ms: string | null;
-  poll_interval_ms: string | null;
-  submitted_at: string;
-  sent_at: string | null;
-  last_poll_at: string | null;
-  next_poll_at: string | null;
-  last_error: string | null;
-  result: string | null;
-  error: string | null;
-  terminal_reason: string | null;
-  terminal_at: string | null;
-  cancel_requested_at: string | null;
-  resubmitted_from: string | null;
-  superseded_by: string | null;
-  lease_owner: string | null;
-  lease_expires_at: string | null;
-  updated_at: string;
-  observed_age_ms: string | null;
+/** PostgreSQL hands BIGINT over as a string; WITH_INPUTS adds the record's input rows. */
+interface SubmissionRow extends Row<string> {
   /** Present where the statement reads WITH_INPUTS; json_build_object turns BIGINT into a JSON number. */
   inputs?: InputRow[] | null;
-}
-
-interface InputRow {
-  key: string;
-  request: string;
-  asked_at: number | string | null;
-  response: string | null;
-  answered_at: number | string | null;
-  sent_at: number | string | null;
-}
-
-interface HistoryRow {
-  seq: string;
-  record_id: string;
-  task_id: string | null;
-  status: TaskStatus | null;
-  status_message: string | null;
-  local_state: LocalState;
-  server_updated_at: string | null;
-  observed_at: string;
-  note: string | null;
 }
 
 interface ClaimedRow {
@@ -367,14 +324,6 @@ interface ClaimedRow {
   task_id: string | null;
   status: TaskStatus | null;
   status_message: string | null;
-}
-
-/** A schedule note waiting to be committed; `nextPollAt` undefined: not part of the note. */
-interface PendingNote {
-  holder: string;
-  polledAt: number | undefined;
-  nextPollAt: number | null | undefined;
-  observedAgeMs: number | undefined;
 }
 
 export interface PostgresLedgerOptions {
@@ -612,16 +561,7 @@ export class PostgresLedger implements Ledger {
   }
 
   noteSchedule(recordId: string, holder: string, note: ScheduleNote): void {
-    const pending = this.pendingNotes.get(recordId);
-    const merged: PendingNote =
-      pending && pending.holder === holder
-        ? pending
-        : { holder, polledAt: undefined, nextPollAt: undefined, observedAgeMs: undefined };
-    if (note.polledAt !== undefined) merged.polledAt = Math.max(merged.polledAt ?? note.polledAt, note.polledAt);
-    if (note.nextPollAt !== undefined) merged.nextPollAt = note.nextPollAt;
-    if (note.observedAgeMs !== undefined) {
-      merged.observedAgeMs = Math.max(merged.observedAgeMs ?? note.observedAgeMs, note.observedAgeMs);
-    }
+    const merged = mergeNote(this.pendingNotes.get(recordId), holder, note);
     this.pendingNotes.set(recordId, merged);
     if (this.noteTimer === undefined && !this.disposed) {
       this.noteTimer = setTimeout(() => void this.flushNotes(), this.deferMs);
@@ -827,17 +767,7 @@ export class PostgresLedger implements Ledger {
   async history(recordId: string): Promise<HistoryEntry[]> {
     return this.guard('history', async () => {
       const { rows } = await this.pool.query<HistoryRow>(SQL.history, [recordId]);
-      return rows.map((row) => ({
-        seq: Number(row.seq),
-        recordId: row.record_id,
-        taskId: row.task_id ?? undefined,
-        status: row.status ?? undefined,
-        statusMessage: row.status_message ?? undefined,
-        localState: row.local_state,
-        serverUpdatedAt: row.server_updated_at ?? undefined,
-        observedAt: Number(row.observed_at),
-        note: row.note ?? undefined,
-      }));
+      return rows.map(toHistoryEntry);
     });
   }
 
@@ -965,16 +895,7 @@ export class PostgresLedger implements Ledger {
     at: number,
     note?: string,
   ): Promise<void> {
-    await this.appendHistory(client, {
-      recordId,
-      taskId: task.taskId,
-      status: task.status,
-      statusMessage: task.statusMessage,
-      localState,
-      serverUpdatedAt: task.lastUpdatedAt,
-      observedAt: at,
-      note,
-    });
+    await this.appendHistory(client, observedLine(recordId, task, localState, at, note));
   }
 
   private async appendLocalChange(
@@ -984,30 +905,10 @@ export class PostgresLedger implements Ledger {
     observedAt: number,
     note: string,
   ): Promise<void> {
-    await this.appendHistory(client, {
-      recordId: before.record_id,
-      taskId: before.task_id ?? undefined,
-      status: before.status ?? undefined,
-      statusMessage: before.status_message ?? undefined,
-      localState,
-      observedAt,
-      note,
-    });
+    await this.appendHistory(client, localChangeLine(before, localState, observedAt, note));
   }
 
-  private async appendHistory(
-    client: pg.PoolClient,
-    entry: {
-      recordId: string;
-      localState: LocalState;
-      observedAt: number;
-      taskId?: string | undefined;
-      status?: TaskStatus | undefined;
-      statusMessage?: string | undefined;
-      serverUpdatedAt?: string | undefined;
-      note?: string | undefined;
-    },
-  ): Promise<void> {
+  private async appendHistory(client: pg.PoolClient, entry: HistoryLine): Promise<void> {
     await client.query(SQL.appendHistory, [
       entry.recordId,
       entry.taskId ?? null,
@@ -1021,47 +922,10 @@ export class PostgresLedger implements Ledger {
   }
 
   private toRecord(row: SubmissionRow): TaskRecord {
-    const record: TaskRecord = {
-      recordId: row.record_id,
-      endpoint: row.endpoint,
-      toolName: row.tool_name,
-      arguments: JSON.parse(row.arguments) as JsonObject,
-      argumentsDigest: row.arguments_digest,
-      correlationId: row.correlation_id ?? undefined,
-      idempotencyKey: row.idempotency_key ?? undefined,
-      wireIdempotencyKey: row.wire_idempotency_key ?? undefined,
-      credential: row.credential ?? undefined,
-      taskId: row.task_id ?? undefined,
-      localState: row.local_state,
-      status: row.status ?? undefined,
-      statusMessage: row.status_message ?? undefined,
-      createdAt: row.created_at ?? undefined,
-      lastUpdatedAt: row.last_updated_at ?? undefined,
-      // NULL means "unlimited" only once a task was seen
-      ttlMs: row.task_id === null ? undefined : (optionalNumber(row.ttl_ms) ?? null),
-      pollIntervalMs: optionalNumber(row.poll_interval_ms),
-      submittedAt: Number(row.submitted_at),
-      sentAt: optionalNumber(row.sent_at),
-      lastPollAt: optionalNumber(row.last_poll_at),
-      nextPollAt: optionalNumber(row.next_poll_at),
-      lastError: row.last_error ? (JSON.parse(row.last_error) as RecordedError) : undefined,
-      result: row.result ? (JSON.parse(row.result) as JsonObject) : undefined,
-      error: row.error ? (JSON.parse(row.error) as JsonRpcError) : undefined,
-      terminalReason: row.terminal_reason ?? undefined,
-      terminalAt: optionalNumber(row.terminal_at),
-      cancelRequestedAt: optionalNumber(row.cancel_requested_at),
-      resubmittedFrom: row.resubmitted_from ?? undefined,
-      supersededBy: row.superseded_by ?? undefined,
-      leaseHolder: row.lease_owner ?? undefined,
-      leaseExpiresAt: optionalNumber(row.lease_expires_at),
-      updatedAt: Number(row.updated_at),
-      observedAgeMs: optionalNumber(row.observed_age_ms),
-      inputs: (row.inputs ?? []).map(toInputAnswer),
-    };
+    const record = toRecord(row, (row.inputs ?? []).map(toInputAnswer));
     // what this object noted but has not committed yet, as the write will apply it (the older notes first)
-    for (const note of [this.writingNotes.get(record.recordId), this.pendingNotes.get(record.recordId)]) {
-      if (note && note.holder === record.leaseHolder) applyNote(record, note);
-    }
+    applyNote(record, this.writingNotes.get(record.recordId));
+    applyNote(record, this.pendingNotes.get(record.recordId));
     return record;
   }
 
@@ -1094,35 +958,6 @@ export class PostgresLedger implements Ledger {
     for (const password of this.passwords) scrubbed = scrubbed.split(password).join('***');
     return scrubbed;
   }
-}
-
-/** A schedule note on a record read back, as `applyNotes` will write it. */
-function applyNote(record: TaskRecord, note: PendingNote): void {
-  if (note.polledAt !== undefined) {
-    record.lastPollAt = Math.max(record.lastPollAt ?? note.polledAt, note.polledAt);
-    record.updatedAt = Math.max(record.updatedAt, note.polledAt);
-  }
-  if (note.nextPollAt !== undefined && record.localState === 'tracking') {
-    record.nextPollAt = note.nextPollAt ?? undefined;
-  }
-  if (note.observedAgeMs !== undefined) {
-    record.observedAgeMs = Math.max(record.observedAgeMs ?? 0, note.observedAgeMs);
-  }
-}
-
-function optionalNumber(value: string | number | null | undefined): number | undefined {
-  return value === null || value === undefined ? undefined : Number(value);
-}
-
-function toInputAnswer(row: InputRow): InputAnswer {
-  return {
-    key: row.key,
-    request: JSON.parse(row.request) as InputRequest,
-    askedAt: optionalNumber(row.asked_at),
-    response: row.response ? (JSON.parse(row.response) as InputResponse) : undefined,
-    answeredAt: optionalNumber(row.answered_at),
-    sentAt: optionalNumber(row.sent_at),
-  };
 }
 
 function asError(error: unknown): Error {

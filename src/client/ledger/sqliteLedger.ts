@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 
 import type Database from 'better-sqlite3';
 
-import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import type { InputRequest, InputResponse } from '../../protocol/index.js';
 import type { Migration } from '../../sqliteFile.js';
 import { openSqliteFile } from '../../sqliteFile.js';
 import type { SqliteSynchronous } from '../../sqliteSynchronous.js';
@@ -28,6 +28,19 @@ import type {
   ScheduleNote,
   TaskRecord,
 } from './ledger.js';
+import type { HistoryLine, HistoryRow, InputRow, PendingNote, SubmissionRow as Row } from './records.js';
+import {
+  applyNote,
+  localChangeLine,
+  mergeNote,
+  observedLine,
+  toHistoryEntry,
+  toInputAnswer,
+  toRecord,
+} from './records.js';
+
+/** SQLite hands integer columns over as numbers. */
+type SubmissionRow = Row<number>;
 
 /**
  * Versioned migrations: entry i brings `user_version` from i to i + 1. Never edit a shipped entry; append. Its status
@@ -146,63 +159,6 @@ function deferSupersededBy(db: Database.Database): void {
   for (const index of indexes) db.exec(index.sql);
 }
 
-interface SubmissionRow {
-  record_id: string;
-  endpoint: string;
-  tool_name: string;
-  arguments: string;
-  arguments_digest: string;
-  correlation_id: string | null;
-  idempotency_key: string | null;
-  task_id: string | null;
-  local_state: LocalState;
-  status: TaskStatus | null;
-  status_message: string | null;
-  created_at: string | null;
-  last_updated_at: string | null;
-  ttl_ms: number | null;
-  poll_interval_ms: number | null;
-  submitted_at: number;
-  sent_at: number | null;
-  last_poll_at: number | null;
-  next_poll_at: number | null;
-  last_error: string | null;
-  result: string | null;
-  error: string | null;
-  terminal_reason: string | null;
-  terminal_at: number | null;
-  cancel_requested_at: number | null;
-  resubmitted_from: string | null;
-  superseded_by: string | null;
-  lease_owner: string | null;
-  lease_expires_at: number | null;
-  updated_at: number;
-  observed_age_ms: number | null;
-  credential: string | null;
-  wire_idempotency_key: string | null;
-}
-
-interface InputRow {
-  key: string;
-  request: string;
-  asked_at: number | null;
-  response: string | null;
-  answered_at: number | null;
-  sent_at: number | null;
-}
-
-interface HistoryRow {
-  seq: number;
-  record_id: string;
-  task_id: string | null;
-  status: TaskStatus | null;
-  status_message: string | null;
-  local_state: LocalState;
-  server_updated_at: string | null;
-  observed_at: number;
-  note: string | null;
-}
-
 export interface SqliteLedgerOptions {
   /** How long to wait for another process's write lock before failing. Default 5000 ms. */
   busyTimeoutMs?: number;
@@ -214,14 +170,6 @@ export interface SqliteLedgerOptions {
    * before a power cut or an OS crash may be lost. See `SqliteSynchronous`.
    */
   synchronous?: SqliteSynchronous;
-}
-
-/** A schedule note waiting to be committed; `nextPollAt` undefined: not part of the note. */
-interface PendingNote {
-  holder: string;
-  polledAt: number | undefined;
-  nextPollAt: number | null | undefined;
-  observedAgeMs: number | undefined;
 }
 
 /** The ledger schema version this build writes. */
@@ -537,16 +485,7 @@ export class SqliteLedger implements Ledger {
   }
 
   noteSchedule(recordId: string, holder: string, note: ScheduleNote): void {
-    const pending = this.pendingNotes.get(recordId);
-    const merged: PendingNote =
-      pending && pending.holder === holder
-        ? pending
-        : { holder, polledAt: undefined, nextPollAt: undefined, observedAgeMs: undefined };
-    if (note.polledAt !== undefined) merged.polledAt = Math.max(merged.polledAt ?? note.polledAt, note.polledAt);
-    if (note.nextPollAt !== undefined) merged.nextPollAt = note.nextPollAt;
-    if (note.observedAgeMs !== undefined) {
-      merged.observedAgeMs = Math.max(merged.observedAgeMs ?? note.observedAgeMs, note.observedAgeMs);
-    }
+    const merged = mergeNote(this.pendingNotes.get(recordId), holder, note);
     this.pendingNotes.set(recordId, merged);
     if (this.noteTimer === undefined) {
       this.noteTimer = setTimeout(() => this.flushNotes(), this.deferMs);
@@ -739,17 +678,7 @@ export class SqliteLedger implements Ledger {
   }
 
   async history(recordId: string): Promise<HistoryEntry[]> {
-    return (this.stmt.history.all(recordId) as HistoryRow[]).map((row) => ({
-      seq: row.seq,
-      recordId: row.record_id,
-      taskId: row.task_id ?? undefined,
-      status: row.status ?? undefined,
-      statusMessage: row.status_message ?? undefined,
-      localState: row.local_state,
-      serverUpdatedAt: row.server_updated_at ?? undefined,
-      observedAt: row.observed_at,
-      note: row.note ?? undefined,
-    }));
+    return (this.stmt.history.all(recordId) as HistoryRow[]).map(toHistoryEntry);
   }
 
   async dispose(): Promise<void> {
@@ -865,41 +794,15 @@ export class SqliteLedger implements Ledger {
     at: number,
     note?: string,
   ): void {
-    this.appendHistory({
-      recordId,
-      taskId: task.taskId,
-      status: task.status,
-      statusMessage: task.statusMessage,
-      localState,
-      serverUpdatedAt: task.lastUpdatedAt,
-      observedAt: at,
-      note,
-    });
+    this.appendHistory(observedLine(recordId, task, localState, at, note));
   }
 
   /** A history line for a change of the local state, with the task state the row last observed. */
   private appendLocalChange(before: SubmissionRow, localState: LocalState, observedAt: number, note: string): void {
-    this.appendHistory({
-      recordId: before.record_id,
-      taskId: before.task_id ?? undefined,
-      status: before.status ?? undefined,
-      statusMessage: before.status_message ?? undefined,
-      localState,
-      observedAt,
-      note,
-    });
+    this.appendHistory(localChangeLine(before, localState, observedAt, note));
   }
 
-  private appendHistory(entry: {
-    recordId: string;
-    localState: LocalState;
-    observedAt: number;
-    taskId?: string | undefined;
-    status?: TaskStatus | undefined;
-    statusMessage?: string | undefined;
-    serverUpdatedAt?: string | undefined;
-    note?: string | undefined;
-  }): void {
+  private appendHistory(entry: HistoryLine): void {
     this.stmt.appendHistory.run({
       recordId: entry.recordId,
       taskId: entry.taskId ?? null,
@@ -922,65 +825,9 @@ export class SqliteLedger implements Ledger {
     row: SubmissionRow,
     inputs: InputAnswer[] = (this.stmt.inputs.all(row.record_id) as InputRow[]).map(toInputAnswer),
   ): TaskRecord {
+    const record = toRecord(row, inputs);
     // what this object noted but has not committed yet, as the write will apply it
-    const note = this.pendingNotes.get(row.record_id);
-    if (note && note.holder === row.lease_owner) {
-      if (note.polledAt !== undefined) {
-        row.last_poll_at = Math.max(row.last_poll_at ?? note.polledAt, note.polledAt);
-        row.updated_at = Math.max(row.updated_at, note.polledAt);
-      }
-      if (note.nextPollAt !== undefined && row.local_state === 'tracking') row.next_poll_at = note.nextPollAt;
-      if (note.observedAgeMs !== undefined) {
-        row.observed_age_ms = Math.max(row.observed_age_ms ?? 0, note.observedAgeMs);
-      }
-    }
-    return {
-      recordId: row.record_id,
-      endpoint: row.endpoint,
-      toolName: row.tool_name,
-      arguments: JSON.parse(row.arguments) as JsonObject,
-      argumentsDigest: row.arguments_digest,
-      correlationId: row.correlation_id ?? undefined,
-      idempotencyKey: row.idempotency_key ?? undefined,
-      wireIdempotencyKey: row.wire_idempotency_key ?? undefined,
-      credential: row.credential ?? undefined,
-      taskId: row.task_id ?? undefined,
-      localState: row.local_state,
-      status: row.status ?? undefined,
-      statusMessage: row.status_message ?? undefined,
-      createdAt: row.created_at ?? undefined,
-      lastUpdatedAt: row.last_updated_at ?? undefined,
-      // NULL means "unlimited" only once a task was seen
-      ttlMs: row.task_id === null ? undefined : row.ttl_ms,
-      pollIntervalMs: row.poll_interval_ms ?? undefined,
-      submittedAt: row.submitted_at,
-      sentAt: row.sent_at ?? undefined,
-      lastPollAt: row.last_poll_at ?? undefined,
-      nextPollAt: row.next_poll_at ?? undefined,
-      lastError: row.last_error ? (JSON.parse(row.last_error) as RecordedError) : undefined,
-      result: row.result ? (JSON.parse(row.result) as JsonObject) : undefined,
-      error: row.error ? (JSON.parse(row.error) as JsonRpcError) : undefined,
-      terminalReason: row.terminal_reason ?? undefined,
-      terminalAt: row.terminal_at ?? undefined,
-      cancelRequestedAt: row.cancel_requested_at ?? undefined,
-      resubmittedFrom: row.resubmitted_from ?? undefined,
-      supersededBy: row.superseded_by ?? undefined,
-      leaseHolder: row.lease_owner ?? undefined,
-      leaseExpiresAt: row.lease_expires_at ?? undefined,
-      updatedAt: row.updated_at,
-      observedAgeMs: row.observed_age_ms ?? undefined,
-      inputs,
-    };
+    applyNote(record, this.pendingNotes.get(row.record_id));
+    return record;
   }
-}
-
-function toInputAnswer(row: InputRow): InputAnswer {
-  return {
-    key: row.key,
-    request: JSON.parse(row.request) as InputRequest,
-    askedAt: row.asked_at ?? undefined,
-    response: row.response ? (JSON.parse(row.response) as InputResponse) : undefined,
-    answeredAt: row.answered_at ?? undefined,
-    sentAt: row.sent_at ?? undefined,
-  };
 }
