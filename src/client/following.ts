@@ -262,6 +262,8 @@ export class Following {
     const live = this.core.handles.get(record.recordId);
     if (live) return live;
     const handle = new TaskHandle(record as TaskRecord & { taskId: string }, this.driver());
+    // resumed, attached or taken over: its requests join the call's trace as the ledger kept it
+    this.core.telemetry.follow(record);
     this.core.handles.set(record.recordId, handle);
     this.scheduler.schedule(record.recordId, at);
     this.push.follow(record.recordId, handle.taskId);

@@ -26,6 +26,7 @@ import { parseCreateTaskResult, sdkServerOutputMessage, ServerOutputError } from
 import type { CallToolOptions, ResubmitOptions } from './taskClient.js';
 import type { TaskHandle } from './taskHandle.js';
 import type { TaskRequests } from './taskRequests.js';
+import type { CallTrace } from './telemetry.js';
 
 export class Submission {
   /** In-process submissions by idempotency key, so two concurrent calls with one key send once. */
@@ -65,11 +66,22 @@ export class Submission {
     );
   }
 
-  private async submitNew(
+  /** A new submission, under its call span (README.md, "Observability"). */
+  private submitNew(
     name: string,
     args: JsonObject,
     digest: string,
     options: CallToolOptions,
+  ): Promise<CallToolResult | TaskHandle> {
+    return this.core.telemetry.call(name, (call) => this.recordAndSubmit(name, args, digest, options, call));
+  }
+
+  private async recordAndSubmit(
+    name: string,
+    args: JsonObject,
+    digest: string,
+    options: CallToolOptions,
+    call: CallTrace,
   ): Promise<CallToolResult | TaskHandle> {
     const { core } = this;
     const keys = await core.keys();
@@ -90,13 +102,23 @@ export class Submission {
       submittedAt: now,
       leaseHolder: core.leaseHolder,
       leaseExpiresAt: now + core.leaseMs,
+      traceContext: call.carrier,
     });
     // another process recorded the same key between our lookup and our insert
     if (!intent.created) return this.fromExisting(intent.record, name, digest);
-    return this.submit(intent.record, options.signal);
+    return this.submit(intent.record, options.signal, call);
   }
 
-  async resubmitRecord(previous: TaskRecord, options: ResubmitOptions): Promise<CallToolResult | TaskHandle> {
+  /** An explicit resubmission, under a call span of its own (README.md, "Observability"). */
+  resubmitRecord(previous: TaskRecord, options: ResubmitOptions): Promise<CallToolResult | TaskHandle> {
+    return this.core.telemetry.call(previous.toolName, (call) => this.resubmitUnder(previous, options, call));
+  }
+
+  private async resubmitUnder(
+    previous: TaskRecord,
+    options: ResubmitOptions,
+    call: CallTrace,
+  ): Promise<CallToolResult | TaskHandle> {
     const { core } = this;
     if (previous.localState === 'submitting' || isFollowable(previous.localState)) {
       throw new TaskClientError(
@@ -136,6 +158,7 @@ export class Submission {
       leaseHolder: core.leaseHolder,
       leaseExpiresAt: now + core.leaseMs,
       resubmittedFrom: previous.recordId,
+      traceContext: call.carrier,
     });
     if (!intent.created) {
       // checked again inside the ledger's transaction: of two concurrent resubmissions, one goes through
@@ -159,7 +182,7 @@ export class Submission {
       key,
       previous.toolName,
       previous.argumentsDigest,
-      this.submit(intent.record, options.signal),
+      this.submit(intent.record, options.signal, call),
     );
   }
 
@@ -178,7 +201,11 @@ export class Submission {
     return submission;
   }
 
-  private async submit(record: TaskRecord, signal: AbortSignal | undefined): Promise<CallToolResult | TaskHandle> {
+  private async submit(
+    record: TaskRecord,
+    signal: AbortSignal | undefined,
+    call: CallTrace,
+  ): Promise<CallToolResult | TaskHandle> {
     const { core } = this;
     const carrier = this.requests.carrier();
     const meta: Record<string, unknown> = { ...this.requests.tasksMeta() };
@@ -202,12 +229,13 @@ export class Submission {
                 allowInputRequired: true,
                 ...(signal ? { signal } : {}),
               }),
-            // a CreateTaskResult arrives as the carrier error: an answer, and the task's trace from now on
-            (error, span) => {
+            // a CreateTaskResult arrives as the carrier error: an answer, and the task joins the call's trace
+            (error) => {
               const taskId = carrier.extract(error)?.['taskId'];
-              if (typeof taskId === 'string') core.telemetry.taskCreated(taskId, span);
+              if (typeof taskId === 'string') core.telemetry.taskCreated(taskId, call);
               return taskId !== undefined;
             },
+            call,
           ),
         fulfil: (inputRequests) => this.inputs.fulfil(record, inputRequests, signal),
         signal,

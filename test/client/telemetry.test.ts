@@ -1,5 +1,5 @@
 // The client's OpenTelemetry (README.md, "Observability"): its tools/call, polls and tasks/update carry their trace
-// context in `_meta`, so one trace holds the client's call, the server's tools/call, the handler's run, the input
+// context in `_meta`, so one trace holds the client's call (a span per callTool, parent of every request about the task), the server's tools/call, the handler's run, the input
 // handler, every poll and the close-out; the client's metrics count polls, close-outs and open records; and no
 // argument, answer or result reaches a span or a metric.
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -77,9 +77,12 @@ describe('client telemetry', () => {
 
     const finished = spans.getFinishedSpans();
     const named = (name: string) => finished.filter((s) => s.name === name);
+    const call = named('call ask')[0]!; // the submission: the span the ledger keeps with the record
     const clientCall = named('tools/call ask').find((s) => s.kind === 2)!; // SpanKind.CLIENT
     const serverCall = named('tools/call ask').find((s) => s.kind === 1)!; // SpanKind.SERVER
-    const traceId = clientCall.spanContext().traceId;
+    const traceId = call.spanContext().traceId;
+    expect(clientCall.spanContext().traceId).toBe(traceId);
+    expect(clientCall.parentSpanContext?.spanId).toBe(call.spanContext().spanId);
     expect(clientCall.attributes).toMatchObject({ 'mcp.method.name': 'tools/call', 'gen_ai.tool.name': 'ask' });
     // the server continued the client's trace from _meta.traceparent
     expect(serverCall.spanContext().traceId).toBe(traceId);
@@ -89,7 +92,7 @@ describe('client telemetry', () => {
     // every poll, the input handler, the tasks/update (and the server's side of them) and the close-out: same trace
     const polls = named('tasks/get').filter((s) => s.kind === 2);
     expect(polls.length).toBeGreaterThan(0);
-    for (const poll of polls) expect(poll.parentSpanContext?.spanId).toBe(clientCall.spanContext().spanId);
+    for (const poll of polls) expect(poll.parentSpanContext?.spanId).toBe(call.spanContext().spanId);
     const serverPolls = named('tasks/get').filter((s) => s.kind === 1);
     expect(serverPolls.every((s) => s.spanContext().traceId === traceId)).toBe(true);
     expect(named('input elicitation/create')[0]?.spanContext().traceId).toBe(traceId);

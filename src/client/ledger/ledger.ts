@@ -8,6 +8,7 @@
  * (deferred bookkeeping, see there).
  */
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import type { TraceCarrier } from '../../protocol/traceContext.js';
 
 /**
  * Where a submission stands from the client's point of view.
@@ -121,6 +122,12 @@ export interface TaskRecord {
    * followed it (time when none did is not counted): the TTL backstop's measure (docs/DESIGN.md, rule 2).
    */
   observedAgeMs: number | undefined;
+  /**
+   * The call's W3C trace context (and baggage) when telemetry was on: the polls and the close-out of whichever process
+   * follows the task join the call's trace (README.md, "Observability"). Undefined on records older than ledger
+   * schema 4 (PostgreSQL ledger: 2).
+   */
+  traceContext: TraceCarrier | undefined;
   /** Every input key seen for the task, in the order first seen. */
   inputs: InputAnswer[];
 }
@@ -154,6 +161,8 @@ export interface NewSubmission {
   leaseHolder: string;
   leaseExpiresAt: number;
   resubmittedFrom?: string | undefined;
+  /** The call's trace context, kept with the record (`TaskRecord.traceContext`). */
+  traceContext?: TraceCarrier | undefined;
 }
 
 /** A task state as the server reported it (CreateTaskResult or tasks/get), already validated. */

@@ -145,6 +145,9 @@ const MIGRATIONS: readonly string[] = [
      id     INTEGER PRIMARY KEY CHECK (id = 1),
      secret BYTEA NOT NULL
    );`,
+  // 1 -> 2: the call's W3C trace context (and baggage), JSON text: a worker that resumes the record joins its trace
+  // (README.md, "Observability")
+  `ALTER TABLE closeout_ledger_submissions ADD COLUMN trace_context TEXT;`,
 ];
 
 /** The ledger schema version this build writes. */
@@ -174,8 +177,8 @@ const SQL = {
   // intents: the unique indexes decide; a losing insert then reads the winner (a new statement sees its commit)
   insert: `INSERT INTO closeout_ledger_submissions (record_id, endpoint, endpoint_identity, tool_name, arguments,
              arguments_digest, correlation_id, idempotency_key, wire_idempotency_key, credential, local_state,
-             submitted_at, resubmitted_from, lease_owner, lease_expires_at, updated_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'submitting', $11, $12, $13, $14, $11)
+             submitted_at, resubmitted_from, lease_owner, lease_expires_at, updated_at, trace_context)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'submitting', $11, $12, $13, $14, $11, $15)
            ON CONFLICT DO NOTHING
            RETURNING record_id`,
   // one atomic step (issue 13 item 3): only a closed record nobody resubmitted yet is superseded; the row lock makes
@@ -470,6 +473,7 @@ export class PostgresLedger implements Ledger {
       submission.resubmittedFrom ?? null,
       submission.leaseHolder,
       submission.leaseExpiresAt,
+      submission.traceContext ? JSON.stringify(submission.traceContext) : null,
     ]);
     if (inserted.rowCount !== 1) {
       // the key is held: another worker's intent won the race (or was there before); theirs is the submission

@@ -5,6 +5,7 @@
  * contract suite (test/client/ledger/contract.ts) proves they read back alike.
  */
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import type { TraceCarrier } from '../../protocol/traceContext.js';
 import type {
   HistoryEntry,
   InputAnswer,
@@ -54,6 +55,8 @@ export interface SubmissionRow<N extends Int = Int> {
   lease_expires_at: N | null;
   updated_at: N;
   observed_age_ms: N | null;
+  /** JSON TraceCarrier; NULL on records without one (no SDK registered, or written before it was kept). */
+  trace_context: string | null;
 }
 
 export interface InputRow {
@@ -133,6 +136,7 @@ export function toRecord(row: SubmissionRow, inputs: InputAnswer[]): TaskRecord 
     leaseExpiresAt: optionalNumber(row.lease_expires_at),
     updatedAt: Number(row.updated_at),
     observedAgeMs: optionalNumber(row.observed_age_ms),
+    traceContext: row.trace_context ? (JSON.parse(row.trace_context) as TraceCarrier) : undefined,
     inputs,
   };
 }

@@ -134,6 +134,9 @@ const MIGRATIONS: readonly Migration[] = [
   // 2 -> 3: entry 0 was edited after it shipped (`superseded_by` became deferrable), so files written by the first
   // build kept an immediate reference and could not resubmit ("FOREIGN KEY constraint failed", issue 13 item 11)
   deferSupersededBy,
+  // 3 -> 4: the call's W3C trace context (and baggage), JSON: a process that resumes the record joins its trace
+  // (README.md, "Observability")
+  `ALTER TABLE submissions ADD COLUMN trace_context TEXT;`,
 ];
 
 /**
@@ -201,10 +204,10 @@ export class SqliteLedger implements Ledger {
       insert: db.prepare(
         `INSERT INTO submissions (record_id, endpoint, tool_name, arguments, arguments_digest, correlation_id,
            idempotency_key, wire_idempotency_key, credential, local_state, submitted_at, resubmitted_from,
-           lease_owner, lease_expires_at, updated_at)
+           lease_owner, lease_expires_at, updated_at, trace_context)
          VALUES (@recordId, @endpoint, @toolName, @arguments, @argumentsDigest, @correlationId,
            @idempotencyKey, @wireIdempotencyKey, @credential, 'submitting', @submittedAt, @resubmittedFrom,
-           @leaseHolder, @leaseExpiresAt, @submittedAt)`,
+           @leaseHolder, @leaseExpiresAt, @submittedAt, @traceContext)`,
       ),
       // one atomic step (issue 13 item 3): only a closed record nobody resubmitted yet is superseded
       supersede: db.prepare(
@@ -420,6 +423,7 @@ export class SqliteLedger implements Ledger {
       resubmittedFrom: submission.resubmittedFrom ?? null,
       leaseHolder: submission.leaseHolder,
       leaseExpiresAt: submission.leaseExpiresAt,
+      traceContext: submission.traceContext ? JSON.stringify(submission.traceContext) : null,
     });
     this.appendHistory({
       recordId: submission.recordId,

@@ -89,6 +89,21 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       expect(await ledger.get('b')).toBeUndefined();
     });
 
+    it('keeps the call’s trace context with the record, for whichever process follows it', async () => {
+      // invariant: README.md, "Observability": a resumed record joins the trace of its call
+      const traceContext = {
+        traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
+        tracestate: 'vendor=x',
+        baggage: 'tenant=acme',
+      };
+      await ledger.recordIntent(submission({ recordId: 'traced', traceContext }));
+      await ledger.recordIntent(submission({ recordId: 'untraced' }));
+      const other = await openSecond();
+      expect((await other.get('traced'))?.traceContext).toEqual(traceContext);
+      expect((await other.list()).find((r) => r.recordId === 'traced')?.traceContext).toEqual(traceContext);
+      expect((await other.get('untraced'))?.traceContext).toBeUndefined();
+    });
+
     it('treats spellings of one server as one endpoint for keys, tasks and lists', async () => {
       // invariant: issue 13 item 6: one idempotency key makes one record whichever spelling of the URL is used
       await ledger.recordIntent(
