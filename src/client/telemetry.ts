@@ -9,11 +9,8 @@ import {
   type Attributes,
   type Context,
   context,
-  createTraceState,
   type MeterProvider,
   metrics,
-  propagation,
-  ROOT_CONTEXT,
   type Span,
   SpanKind,
   SpanStatusCode,
@@ -25,12 +22,11 @@ import {
 import { TASK_METHODS } from '../protocol/index.js';
 import {
   BAGGAGE_META_KEY,
-  formatTraceparent,
-  parseTraceparent,
   type TraceCarrier,
   TRACEPARENT_META_KEY,
   TRACESTATE_META_KEY,
 } from '../protocol/traceContext.js';
+import { carrierOf, contextOf } from '../telemetryContext.js';
 import type { TaskInputHandlers } from './inputRouter.js';
 import type { Ledger, LocalState, TaskRecord } from './ledger/ledger.js';
 import { LOCAL_STATES } from './ledger/ledger.js';
@@ -260,50 +256,6 @@ function inject(spanContext: Context, meta: Record<string, unknown>): void {
   meta[TRACEPARENT_META_KEY] = carrier.traceparent;
   if (carrier.tracestate) meta[TRACESTATE_META_KEY] = carrier.tracestate;
   if (carrier.baggage) meta[BAGGAGE_META_KEY] = carrier.baggage;
-}
-
-/** The trace context of the span active in `ctx`, with the context's baggage; undefined without a valid span. */
-function carrierOf(ctx: Context): TraceCarrier | undefined {
-  const spanContext = trace.getSpanContext(ctx);
-  if (!spanContext || !trace.isSpanContextValid(spanContext)) return undefined;
-  const tracestate = spanContext.traceState?.serialize();
-  const baggage = baggageOf(ctx);
-  return {
-    traceparent: formatTraceparent(spanContext.traceId, spanContext.spanId, spanContext.traceFlags),
-    ...(tracestate && { tracestate }),
-    ...(baggage && { baggage }),
-  };
-}
-
-/** The context's baggage as the registered propagator serializes it: only its `baggage` key is taken. */
-function baggageOf(ctx: Context): string | undefined {
-  if (!propagation.getBaggage(ctx)) return undefined;
-  let baggage: string | undefined;
-  propagation.inject(
-    ctx,
-    {},
-    {
-      set: (_carrier, key, value) => {
-        if (key === BAGGAGE_META_KEY && value.length > 0) baggage = value;
-      },
-    },
-  );
-  return baggage;
-}
-
-/** A remote parent context from a stored trace context, with its baggage read by the registered propagator. */
-function contextOf(carrier: TraceCarrier | undefined): Context | undefined {
-  const parsed = carrier && parseTraceparent(carrier.traceparent);
-  if (!parsed) return undefined;
-  const withBaggage =
-    carrier.baggage === undefined
-      ? ROOT_CONTEXT
-      : propagation.extract(ROOT_CONTEXT, { [BAGGAGE_META_KEY]: carrier.baggage });
-  return trace.setSpanContext(withBaggage, {
-    ...parsed,
-    isRemote: true,
-    ...(carrier.tracestate !== undefined && { traceState: createTraceState(carrier.tracestate) }),
-  });
 }
 
 /** Runs `work` with `span` current under `parent`; a failure marks the span, which ends either way. */

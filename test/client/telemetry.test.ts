@@ -6,6 +6,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
+import { context, propagation } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import { W3CBaggagePropagator } from '@opentelemetry/core';
 import {
   AggregationTemporality,
   InMemoryMetricExporter,
@@ -133,5 +136,59 @@ describe('client telemetry', () => {
       metrics: metricExporter.getMetrics(),
     });
     for (const secret of [SECRET_ARGUMENT, SECRET_ANSWER, SECRET_RESULT]) expect(everything).not.toContain(secret);
+  });
+
+  it('forwards the caller’s W3C baggage on every request about the task, and the server restores it for the run', async () => {
+    // invariant: spec 2026-07-28, basic/index: `baggage` is reserved in _meta for W3C Baggage; the client keeps its
+    // call's with the record (polls from the scheduler carry it), the server keeps it with the task
+    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+    propagation.setGlobalPropagator(new W3CBaggagePropagator());
+    try {
+      const tracerProvider = new BasicTracerProvider({
+        spanProcessors: [new SimpleSpanProcessor(new InMemorySpanExporter())],
+      });
+      const telemetry = { tracerProvider };
+      server = await startTestServer(
+        (tasks) =>
+          tasks.registerTool('tenant', { inputSchema: z.object({}), task: { support: 'required' } }, async () => {
+            // the run's context is restored from the task's stored trace context, not from the request
+            const tenant = propagation.getBaggage(context.active())?.getEntry('tenant')?.value ?? 'none';
+            await new Promise((resolve) => setTimeout(resolve, 300));
+            return { content: [{ type: 'text', text: `tenant ${tenant}` }] };
+          }),
+        { server: { telemetry } },
+      );
+      dir = mkdtempSync(join(tmpdir(), 'closeout-client-baggage-'));
+      const sent: Array<{ method: string; meta: Record<string, unknown> | undefined }> = [];
+      const recording: typeof fetch = async (input, init) => {
+        if (typeof init?.body === 'string') {
+          const body = JSON.parse(init.body) as { method?: string; params?: { _meta?: Record<string, unknown> } };
+          if (body.method) sent.push({ method: body.method, meta: body.params?._meta });
+        }
+        return fetch(input, init);
+      };
+      client = await connectHttpTaskClient(server.url, {
+        ledger: join(dir, 'ledger.db'),
+        pollPolicy: { floorMs: 5, capMs: 100, defaultIntervalMs: 20, jitterRatio: 0.1 },
+        telemetry,
+        push: { enabled: false },
+        fetch: recording,
+      });
+      const baggage = propagation.createBaggage({ tenant: { value: 'acme' } });
+      const handle = await context.with(propagation.setBaggage(context.active(), baggage), () =>
+        client!.callTool('tenant', {}),
+      );
+      if (!isTaskHandle(handle)) throw new Error('tenant answered without a task');
+      expect(JSON.stringify(await handle.result())).toContain('tenant acme');
+      expect((await client.get(handle.recordId))?.traceContext?.baggage).toBe('tenant=acme');
+      const calls = sent.filter((r) => r.method === 'tools/call');
+      const polls = sent.filter((r) => r.method === 'tasks/get');
+      expect(calls.length).toBe(1);
+      expect(polls.length).toBeGreaterThan(0);
+      for (const request of [...calls, ...polls]) expect(request.meta?.['baggage']).toBe('tenant=acme');
+    } finally {
+      propagation.disable();
+      context.disable();
+    }
   });
 });
