@@ -64,8 +64,10 @@ export class Following {
       requests,
       {
         observe: (recordId, taskId, params, fresh) => {
-          void core
-            .serialized(recordId, () => this.pushed(recordId, taskId, params, fresh))
+          void core.telemetry
+            .notification(taskId, params['status'], () =>
+              core.serialized(recordId, () => this.pushed(recordId, taskId, params, fresh)),
+            )
             .catch((error: unknown) => {
               void core.recordError(recordId, { kind: 'storage', message: describe(error), at: core.clock.now() });
             });

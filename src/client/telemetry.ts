@@ -19,7 +19,8 @@ import {
   type TracerProvider,
 } from '@opentelemetry/api';
 
-import { TASK_METHODS } from '../protocol/index.js';
+import { TASK_STATUS_NOTIFICATION_METHOD } from '../protocol/constants.js';
+import { TASK_METHODS, TASK_STATUSES } from '../protocol/index.js';
 import {
   BAGGAGE_META_KEY,
   type TraceCarrier,
@@ -64,6 +65,7 @@ export class ClientTelemetry {
   private readonly operationDuration;
   private readonly polls;
   private readonly pollErrors;
+  private readonly notifications;
   private readonly closeouts;
   private readonly lateness;
   private readonly unknownOutcomes;
@@ -83,6 +85,9 @@ export class ClientTelemetry {
     this.polls = meter.createCounter('closeout.client.polls', { description: 'tasks/get sent to follow a task' });
     this.pollErrors = meter.createCounter('closeout.client.poll.errors', {
       description: 'tasks/get that got no usable answer (transport failure, JSON-RPC error, bad output)',
+    });
+    this.notifications = meter.createCounter('closeout.client.notifications', {
+      description: 'notifications/tasks handled (pushed task states of followed tasks)',
     });
     this.closeouts = meter.createCounter('closeout.client.closeouts', {
       description: 'Records closed out, by local state (terminal, expired, unknown-outcome)',
@@ -181,6 +186,29 @@ export class ClientTelemetry {
   private remember(taskId: string, traceContext: Context): void {
     if (this.taskTraces.size >= MAX_REMEMBERED_TRACES) this.taskTraces.delete(this.taskTraces.keys().next().value!);
     this.taskTraces.set(taskId, traceContext);
+  }
+
+  /**
+   * One `notifications/tasks` handled (recorded like a poll's answer): a CONSUMER span in the call's trace, like a
+   * poll's. Only the status goes into it, and only when it is one of the spec's.
+   */
+  notification<T>(taskId: string, status: unknown, handle: () => Promise<T>): Promise<T> {
+    const parent = this.taskTraces.get(taskId) ?? context.active();
+    const known = TASK_STATUSES.find((s) => s === status);
+    const span = this.tracer.startSpan(
+      TASK_STATUS_NOTIFICATION_METHOD,
+      {
+        kind: SpanKind.CONSUMER,
+        attributes: {
+          [ATTR.methodName]: TASK_STATUS_NOTIFICATION_METHOD,
+          [ATTR.taskId]: taskId,
+          ...(known !== undefined && { [ATTR.status]: known }),
+        },
+      },
+      parent,
+    );
+    this.notifications.add(1);
+    return inSpan(span, parent, handle);
   }
 
   /** One call of an application's input handler for a task's input request. */

@@ -36,13 +36,19 @@ afterEach(async () => {
   client = server = dir = undefined;
 });
 
+/** The OpenTelemetry SDK with in-memory exporters, as providers a TaskClient or TaskServer takes. */
+function inMemoryTelemetry() {
+  const spans = new InMemorySpanExporter();
+  const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] });
+  const metricExporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+  const reader = new PeriodicExportingMetricReader({ exporter: metricExporter, exportIntervalMillis: 3_600_000 });
+  const meterProvider = new MeterProvider({ readers: [reader] });
+  return { spans, tracerProvider, metricExporter, reader, meterProvider };
+}
+
 describe('client telemetry', () => {
   it('puts the call, its polls, the input handler and the close-out in one trace with the server’s spans', async () => {
-    const spans = new InMemorySpanExporter();
-    const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] });
-    const metricExporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
-    const reader = new PeriodicExportingMetricReader({ exporter: metricExporter, exportIntervalMillis: 3_600_000 });
-    const meterProvider = new MeterProvider({ readers: [reader] });
+    const { spans, tracerProvider, metricExporter, reader, meterProvider } = inMemoryTelemetry();
     const telemetry = { tracerProvider, meterProvider };
     server = await startTestServer(
       (tasks) =>
@@ -190,5 +196,67 @@ describe('client telemetry', () => {
       propagation.disable();
       context.disable();
     }
+  });
+
+  it('puts every notifications/tasks it handles in the call’s trace, one span each, like a poll', async () => {
+    const { spans, tracerProvider, metricExporter, reader, meterProvider } = inMemoryTelemetry();
+    let release: () => void = () => undefined;
+    const gate = new Promise<void>((resolve) => (release = resolve));
+    server = await startTestServer((tasks) =>
+      // a poll interval no test waits for: the task is closed out by its notification
+      tasks.registerTool('gated', { task: { support: 'required', pollIntervalMs: 60_000 } }, async () => {
+        await gate;
+        return { content: [{ type: 'text', text: 'done' }] };
+      }),
+    );
+    dir = mkdtempSync(join(tmpdir(), 'closeout-client-push-telemetry-'));
+    client = await connectHttpTaskClient(server.url, {
+      ledger: join(dir, 'ledger.db'),
+      telemetry: { tracerProvider, meterProvider },
+    });
+    const handle = await client.callTool('gated', {});
+    if (!isTaskHandle(handle)) throw new Error('gated answered without a task');
+    const deadline = Date.now() + 20_000;
+    while (client.pushState().mode !== 'push' && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    expect(client.pushState().mode).toBe('push');
+    release();
+    await handle.result();
+    // the result resolves while the completing notification is handled; its span ends right after
+    const completedBy = Date.now() + 10_000;
+    const statuses = () =>
+      spans
+        .getFinishedSpans()
+        .filter((span) => span.name === 'notifications/tasks')
+        .map((span) => span.attributes['closeout.task.status']);
+    while (!statuses().includes('completed') && Date.now() < completedBy) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+
+    const finished = spans.getFinishedSpans();
+    const call = finished.find((span) => span.name === 'call gated')!;
+    const notified = finished.filter((span) => span.name === 'notifications/tasks');
+    expect(notified.length).toBeGreaterThan(0);
+    for (const span of notified) {
+      expect(span.kind).toBe(4); // SpanKind.CONSUMER
+      expect(span.spanContext().traceId).toBe(call.spanContext().traceId);
+      expect(span.parentSpanContext?.spanId).toBe(call.spanContext().spanId);
+      expect(span.attributes).toMatchObject({
+        'mcp.method.name': 'notifications/tasks',
+        'closeout.task.id': handle.taskId,
+      });
+    }
+    expect(notified.map((span) => span.attributes['closeout.task.status'])).toContain('completed');
+    expect(finished.filter((span) => span.name === 'tasks/get' && span.kind === 2)).toEqual([]);
+
+    await reader.forceFlush();
+    const points = metricExporter
+      .getMetrics()
+      .flatMap((r) => r.scopeMetrics)
+      .flatMap((s) => s.metrics)
+      .filter((m) => m.descriptor.name === 'closeout.client.notifications')
+      .flatMap((m) => m.dataPoints as Array<{ value: number }>);
+    expect(points.reduce((n, p) => n + p.value, 0)).toBe(notified.length);
   });
 });
