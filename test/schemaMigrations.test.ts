@@ -74,7 +74,7 @@ describe.each(['ledger-v1-8d5fc0c.db', 'ledger-v1-ac19d23.db', 'ledger-v2-c97b8e
           argumentsDigest: argumentsDigest(args),
           idempotencyKey: 'lost-key',
           submittedAt: 10_000,
-          leaseOwner: 'new-process',
+          leaseHolder: 'new-process',
           leaseExpiresAt: 40_000,
           resubmittedFrom: 'lost',
         });

@@ -40,7 +40,7 @@ const LEDGER_SCRIPT = (synchronous: string, path: string) => `
   for (let i = 0; i < ${COMMITS / 2}; i++) {
     const now = Date.now();
     await ledger.recordIntent({ recordId: 'r' + i, endpoint: 'http://127.0.0.1:1/mcp', toolName: 'echo', arguments: {},
-      argumentsDigest: 'd' + i, submittedAt: now, leaseOwner: 'me', leaseExpiresAt: now + 60000 });
+      argumentsDigest: 'd' + i, submittedAt: now, leaseHolder: 'me', leaseExpiresAt: now + 60000 });
     const at = new Date(now).toISOString();
     await ledger.commitTask('r' + i, 'me', { taskId: 'task-' + i, status: 'working', statusMessage: undefined,
       createdAt: at, lastUpdatedAt: at, ttlMs: 60000, pollIntervalMs: 1000 }, now);

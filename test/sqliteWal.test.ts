@@ -88,7 +88,7 @@ describe('SqliteLedger write-ahead log', () => {
         arguments: { payload: 'x'.repeat(2048) },
         argumentsDigest: `d${records}`,
         submittedAt: now,
-        leaseOwner: 'me',
+        leaseHolder: 'me',
         leaseExpiresAt: now + 60_000,
       });
     };

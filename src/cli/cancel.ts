@@ -94,7 +94,7 @@ async function runCancel(ref: string, flags: CancelFlags): Promise<void> {
     });
     const word = paintState(stateWord(after), out.c);
     if (!handle) {
-      out.line(`  another process follows this task (${after.leaseOwner ?? 'unknown'}); it will see how it ends`);
+      out.line(`  another process follows this task (${after.leaseHolder ?? 'unknown'}); it will see how it ends`);
     } else if (closed) {
       out.line(`  observed: ${word}${after.statusMessage ? ` · ${serverLine(after.statusMessage)}` : ''}`);
     } else {

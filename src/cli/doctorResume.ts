@@ -36,7 +36,7 @@ export async function ledgerRoundTrip(url: string, taskId: string, context: Resu
     }
     const ledger = new SqliteLedger(ledgerPath);
     try {
-      const owner = `closeout-doctor:${process.pid}`;
+      const holder = `closeout-doctor:${process.pid}`;
       const recordId = randomUUID();
       const now = Date.now();
       const args = context.args as JsonObject;
@@ -47,12 +47,12 @@ export async function ledgerRoundTrip(url: string, taskId: string, context: Resu
         arguments: args,
         argumentsDigest: argumentsDigest(args),
         submittedAt: now,
-        leaseOwner: owner,
+        leaseHolder: holder,
         leaseExpiresAt: now + 30_000,
       });
-      await ledger.markSent(recordId, owner, now);
-      await ledger.commitTask(recordId, owner, task, now);
-      await ledger.detach(recordId, owner, now);
+      await ledger.markSent(recordId, holder, now);
+      await ledger.commitTask(recordId, holder, task, now);
+      await ledger.detach(recordId, holder, now);
     } finally {
       await ledger.dispose();
     }

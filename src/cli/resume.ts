@@ -155,9 +155,9 @@ function reportElsewhere(out: Output, record: TaskRecord): void {
     recordId: record.recordId,
     tool: record.toolName,
     endpoint: record.endpoint,
-    leaseOwner: record.leaseOwner ?? null,
+    leaseHolder: record.leaseHolder ?? null,
   });
   out.line(
-    `${out.c.yellow('↷ followed elsewhere')}  ${record.toolName} ${out.c.bold(record.taskId ?? record.recordId)}: by ${record.leaseOwner ?? 'another process'} (its lease ends if that process is gone)`,
+    `${out.c.yellow('↷ followed elsewhere')}  ${record.toolName} ${out.c.bold(record.taskId ?? record.recordId)}: by ${record.leaseHolder ?? 'another process'} (its lease ends if that process is gone)`,
   );
 }

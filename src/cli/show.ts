@@ -83,7 +83,7 @@ export async function refreshRecord(session: ClientSession, record: TaskRecord):
       handle = await client.attach(record.recordId);
     } catch (error) {
       if (error instanceof TaskClientError && error.code === 'leased-elsewhere') {
-        return { record, refreshed: false, note: `another process follows it (${record.leaseOwner ?? 'unknown'})` };
+        return { record, refreshed: false, note: `another process follows it (${record.leaseHolder ?? 'unknown'})` };
       }
       throw error;
     }
@@ -130,7 +130,7 @@ function printRecord(
     field('polling', `${every} · last ${formatAgo(record.lastPollAt, now)} · ttl ${ttl}`);
   }
   if (record.cancelRequestedAt) field('cancel', `requested ${formatAgo(record.cancelRequestedAt, now)}`);
-  if (record.leaseOwner && isFollowable(record.localState)) field('followed by', record.leaseOwner);
+  if (record.leaseHolder && isFollowable(record.localState)) field('followed by', record.leaseHolder);
   if (record.lastError)
     field(
       'last error',

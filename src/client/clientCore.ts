@@ -5,7 +5,7 @@
  */
 import type { Client } from '@modelcontextprotocol/client';
 
-import { newLeaseOwner } from '../leaseOwner.js';
+import { newLeaseHolder } from '../leaseHolder.js';
 import { TaskClientError } from './errors.js';
 import type { Ledger, RecordedError, TaskRecord } from './ledger/ledger.js';
 import { credentialFingerprint } from './ledgerKeys.js';
@@ -21,7 +21,7 @@ export const DEFAULT_STORAGE_PATIENCE_MS = 600_000;
 
 export class ClientCore {
   readonly endpoint: string;
-  readonly owner: string;
+  readonly leaseHolder: string;
   readonly ledger: Ledger;
   readonly client: Client;
   readonly clock: SchedulerClock;
@@ -48,7 +48,7 @@ export class ClientCore {
     this.client = options.client;
     this.ledger = options.ledger;
     this.endpoint = options.endpoint;
-    this.owner = options.owner ?? newLeaseOwner();
+    this.leaseHolder = options.leaseHolder ?? newLeaseHolder();
     this.clock = options.clock ?? SYSTEM_CLOCK;
     this.steady = options.clock ?? STEADY_CLOCK;
     this.random = options.random ?? Math.random;

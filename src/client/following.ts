@@ -7,7 +7,7 @@
  */
 import { ProtocolError } from '@modelcontextprotocol/client';
 
-import { isDeadLocalOwner } from '../leaseOwner.js';
+import { isDeadLocalHolder } from '../leaseHolder.js';
 import { ErrorCode, isTerminalStatus, TASK_METHODS } from '../protocol/index.js';
 import type { ClientCore } from './clientCore.js';
 import { describe } from './clientCore.js';
@@ -53,7 +53,7 @@ export class Following {
       clock: core.steady,
       random: core.random,
       onScheduled: (recordId, nextPollAt) => {
-        core.ledger.noteSchedule(recordId, core.owner, { nextPollAt: nextPollAt ?? null });
+        core.ledger.noteSchedule(recordId, core.leaseHolder, { nextPollAt: nextPollAt ?? null });
       },
       onPollError: (recordId, error) => {
         void core.recordError(recordId, { kind: 'storage', message: describe(error), at: core.clock.now() });
@@ -64,8 +64,10 @@ export class Following {
       requests,
       {
         observe: (recordId, taskId, params, fresh) => {
-          void core
-            .serialized(recordId, () => this.pushed(recordId, taskId, params, fresh))
+          void core.telemetry
+            .notification(taskId, params['status'], () =>
+              core.serialized(recordId, () => this.pushed(recordId, taskId, params, fresh)),
+            )
             .catch((error: unknown) => {
               void core.recordError(recordId, { kind: 'storage', message: describe(error), at: core.clock.now() });
             });
@@ -112,7 +114,7 @@ export class Following {
     const claimed = new Set(
       await core.ledger.claimAll(
         orphans.map((record) => record.recordId),
-        core.owner,
+        core.leaseHolder,
         leaseExpiresAt,
         now,
       ),
@@ -121,7 +123,7 @@ export class Following {
       .filter((record) => claimed.has(record.recordId))
       .map((record) =>
         this.startFollowing(
-          { ...record, localState: 'tracking', leaseOwner: core.owner, leaseExpiresAt },
+          { ...record, localState: 'tracking', leaseHolder: core.leaseHolder, leaseExpiresAt },
           core.steady.now(),
         ),
       );
@@ -178,7 +180,7 @@ export class Following {
     const claimed = new Set(
       await core.ledger.claimAll(
         unfollowed.map((record) => record.recordId),
-        core.owner,
+        core.leaseHolder,
         leaseExpiresAt,
         now,
       ),
@@ -189,7 +191,7 @@ export class Following {
         continue;
       }
       // what the claim changed, without reading 10,000 records back; the first poll (now) refreshes the rest
-      const mine: TaskRecord = { ...record, localState: 'tracking', leaseOwner: core.owner, leaseExpiresAt };
+      const mine: TaskRecord = { ...record, localState: 'tracking', leaseHolder: core.leaseHolder, leaseExpiresAt };
       resumed.push(this.startFollowing(mine, core.steady.now()));
     }
     return { resumed, unknownOutcome, leasedElsewhere };
@@ -205,7 +207,7 @@ export class Following {
     if (!isFollowable(record.localState)) return this.closedHandle(record);
     const handle = await this.follow(record, true);
     if (!handle) {
-      throw new TaskClientError('leased-elsewhere', `task ${record.taskId} is followed by ${record.leaseOwner}`, {
+      throw new TaskClientError('leased-elsewhere', `task ${record.taskId} is followed by ${record.leaseHolder}`, {
         record,
       });
     }
@@ -231,22 +233,23 @@ export class Following {
   /** Take one record's lease: free, expired, ours, or held by a holder proven dead (then freed first). */
   private async claimLease(recordId: string, now: number): Promise<boolean> {
     const { core } = this;
-    if (await core.ledger.claim(recordId, core.owner, now + core.leaseMs, now)) return true;
+    if (await core.ledger.claim(recordId, core.leaseHolder, now + core.leaseMs, now)) return true;
     const record = await core.ledger.get(recordId);
     if (!record || !(await this.freeLeasesOfDeadHolders([record]))) return false;
-    return core.ledger.claim(recordId, core.owner, now + core.leaseMs, now);
+    return core.ledger.claim(recordId, core.leaseHolder, now + core.leaseMs, now);
   }
 
   /**
    * The client's one liveness rule (docs/DESIGN.md, rules learned in the field, 1), for every path that takes a record
    * over (`resumeAll`, `attach`, `callTool` with a known key): a lease whose holder is proven dead is freed at once
-   * (`isDeadLocalOwner`); any other holder keeps it until it stops renewing it. True when a holder of `records` was
+   * (`isDeadLocalHolder`); any other holder keeps it until it stops renewing it. True when a holder of `records` was
    * dead.
    */
   async freeLeasesOfDeadHolders(records: readonly TaskRecord[]): Promise<boolean> {
     const dead = new Set<string>();
-    for (const { leaseOwner: holder } of records) {
-      if (holder && holder !== this.core.owner && !dead.has(holder) && isDeadLocalOwner(holder)) dead.add(holder);
+    for (const { leaseHolder: holder } of records) {
+      if (holder && holder !== this.core.leaseHolder && !dead.has(holder) && isDeadLocalHolder(holder))
+        dead.add(holder);
     }
     for (const holder of dead) await this.core.ledger.releaseAllOf(holder);
     return dead.size > 0;
@@ -261,6 +264,8 @@ export class Following {
     const live = this.core.handles.get(record.recordId);
     if (live) return live;
     const handle = new TaskHandle(record as TaskRecord & { taskId: string }, this.driver());
+    // resumed, attached or taken over: its requests join the call's trace as the ledger kept it
+    this.core.telemetry.follow(record);
     this.core.handles.set(record.recordId, handle);
     this.scheduler.schedule(record.recordId, at);
     this.push.follow(record.recordId, handle.taskId);
@@ -297,8 +302,10 @@ export class Following {
     const { core } = this;
     const snapshot = core.handles.get(recordId)?.lastRecord;
     const record =
-      snapshot && (await core.ledger.isTrackedBy(recordId, core.owner)) ? snapshot : await core.ledger.get(recordId);
-    if (!record || record.localState !== 'tracking' || record.leaseOwner !== core.owner || !record.taskId) {
+      snapshot && (await core.ledger.isTrackedBy(recordId, core.leaseHolder))
+        ? snapshot
+        : await core.ledger.get(recordId);
+    if (!record || record.localState !== 'tracking' || record.leaseHolder !== core.leaseHolder || !record.taskId) {
       this.release(recordId, record);
       return undefined;
     }
@@ -373,12 +380,12 @@ export class Following {
     const now = core.clock.now();
     // an answer that changes nothing commits nothing: only the poll time is noted (deferred, see noteSchedule)
     const changed = observationChanges(record, task);
-    if (changed && !(await core.ledger.recordObservation(recordId, core.owner, task, now))) {
+    if (changed && !(await core.ledger.recordObservation(recordId, core.leaseHolder, task, now))) {
       this.release(recordId, await core.ledger.get(recordId));
       return { kind: 'done' };
     }
     const ageMs = this.observedAge(record);
-    core.ledger.noteSchedule(recordId, core.owner, { polledAt: now, observedAgeMs: ageMs });
+    core.ledger.noteSchedule(recordId, core.leaseHolder, { polledAt: now, observedAgeMs: ageMs });
     // input routing reads the stored answers, so an input_required record is read afresh even when unchanged
     const observed = changed || task.status === 'input_required' ? await core.reload(recordId) : record;
     if (changed) core.handles.get(recordId)?.observe(observed);
@@ -411,7 +418,7 @@ export class Following {
         // another principal's task looks unknown to us: that says nothing about the task (docs/DESIGN.md, rule 5); the
         // record stays open, free for a process that holds the credential it was created under
         const message = `tasks/get answered ${error.code} under another credential than the one that created the task: not taken as expiry`;
-        await core.ledger.recordPoll(record.recordId, core.owner, now, {
+        await core.ledger.recordPoll(record.recordId, core.leaseHolder, now, {
           kind: 'protocol',
           message,
           at: now,
@@ -419,7 +426,7 @@ export class Following {
         });
         core.emit({ type: 'error', recordId: record.recordId, error: { kind: 'protocol', message, at: now } });
         this.scheduler.remove(record.recordId);
-        await core.ledger.release(record.recordId, core.owner);
+        await core.ledger.release(record.recordId, core.leaseHolder);
         const handle = core.handles.get(record.recordId);
         core.handles.delete(record.recordId);
         core.seen.delete(record.recordId);
@@ -438,9 +445,9 @@ export class Following {
         ? { kind: 'server-output', message: `tasks/get: ${badOutput}`, at: now }
         : this.requests.describeError('tasks/get', error);
     const ageMs = this.observedAge(record);
-    core.ledger.noteSchedule(record.recordId, core.owner, { observedAgeMs: ageMs });
+    core.ledger.noteSchedule(record.recordId, core.leaseHolder, { observedAgeMs: ageMs });
     if (typeof record.ttlMs === 'number' && ageMs >= record.ttlMs + core.ttlGraceMs) {
-      await core.ledger.recordPoll(record.recordId, core.owner, now, lastError);
+      await core.ledger.recordPoll(record.recordId, core.leaseHolder, now, lastError);
       await this.expire(
         record.recordId,
         `ttlMs (${record.ttlMs} ms) passed by this client's own clock and the server could not be queried: ${lastError.message}`,
@@ -451,7 +458,7 @@ export class Following {
   }
 
   private async retryAfter(record: TaskRecord, lastError: RecordedError): Promise<PollVerdict> {
-    if (!(await this.core.ledger.recordPoll(record.recordId, this.core.owner, lastError.at, lastError))) {
+    if (!(await this.core.ledger.recordPoll(record.recordId, this.core.leaseHolder, lastError.at, lastError))) {
       this.release(record.recordId, record);
       return { kind: 'done' };
     }
@@ -461,7 +468,7 @@ export class Following {
 
   private async expire(recordId: string, reason: string): Promise<void> {
     const { core } = this;
-    await core.ledger.closeOut(recordId, core.owner, { localState: 'expired', reason }, core.clock.now());
+    await core.ledger.closeOut(recordId, core.leaseHolder, { localState: 'expired', reason }, core.clock.now());
     const record = await core.ledger.get(recordId);
     if (record) {
       core.handles.get(recordId)?.observe(record);
@@ -484,7 +491,7 @@ export class Following {
     if (!record || outcomeOf(record) === undefined) {
       // still open, but no longer ours: another process took the lease
       handle.abandon(
-        new TaskClientError('leased-elsewhere', `task ${handle.taskId} is now followed by ${record?.leaseOwner}`, {
+        new TaskClientError('leased-elsewhere', `task ${handle.taskId} is now followed by ${record?.leaseHolder}`, {
           record,
         }),
       );
@@ -537,7 +544,7 @@ export class Following {
     const { core } = this;
     const record = await core.resolve(ref);
     if (!record.taskId) return record;
-    if (record.localState === 'tracking' && record.leaseOwner === core.owner) {
+    if (record.localState === 'tracking' && record.leaseHolder === core.leaseHolder) {
       await core.serialized(record.recordId, () => this.poll(record.recordId));
     } else if (record.localState === 'terminal') {
       await core.serialized(record.recordId, () => this.verifyTerminal(record));
@@ -577,15 +584,15 @@ export class Following {
     const task = query.task;
     const now = core.clock.now();
     const note = `checked again: the server still knows task ${taskId} (${task.status})`;
-    if (!(await core.ledger.reopen(record.recordId, core.owner, now + core.leaseMs, now, note))) return false;
+    if (!(await core.ledger.reopen(record.recordId, core.leaseHolder, now + core.leaseMs, now, note))) return false;
     core.seen.delete(record.recordId);
-    await core.ledger.recordObservation(record.recordId, core.owner, task, now);
+    await core.ledger.recordObservation(record.recordId, core.leaseHolder, task, now);
     const current = await core.reload(record.recordId);
     core.emit({ type: 'status', record: current });
     if (current.localState !== 'tracking') {
       core.emit({ type: 'closed', record: current });
     } else if (!follow) {
-      await core.ledger.release(record.recordId, core.owner);
+      await core.ledger.release(record.recordId, core.leaseHolder);
     }
     return true;
   }
@@ -621,7 +628,7 @@ export class Following {
     const { core } = this;
     await core.serialized(recordId, async () => {
       this.scheduler.remove(recordId);
-      await core.ledger.detach(recordId, core.owner, core.clock.now());
+      await core.ledger.detach(recordId, core.leaseHolder, core.clock.now());
       const record = await core.ledger.get(recordId);
       this.release(recordId, record);
     });
@@ -648,7 +655,7 @@ export class Following {
     await Promise.allSettled([...core.serial.values()]);
     for (const [recordId, handle] of core.handles) {
       handle.abandon(new TaskClientError('closed', `the TaskClient closed before task ${handle.taskId} ended`));
-      await core.ledger.release(recordId, core.owner).catch(() => undefined);
+      await core.ledger.release(recordId, core.leaseHolder).catch(() => undefined);
     }
     core.handles.clear();
   }
@@ -721,7 +728,7 @@ export class Following {
       core.handles.delete(recordId);
       this.push.unfollow(recordId, handle.taskId);
       handle.abandon(new TaskClientError('disconnected', `${reason} (task ${handle.taskId} is still open)`));
-      await core.ledger.release(recordId, core.owner).catch(() => undefined);
+      await core.ledger.release(recordId, core.leaseHolder).catch(() => undefined);
     }
   }
 
@@ -730,7 +737,7 @@ export class Following {
     const every = Math.max(1, Math.floor(core.leaseMs / 3));
     const tick = () => {
       if (core.closed) return;
-      void core.ledger.renewLeases(core.owner, core.clock.now() + core.leaseMs).catch(() => undefined);
+      void core.ledger.renewLeases(core.leaseHolder, core.clock.now() + core.leaseMs).catch(() => undefined);
       this.leaseTimer = core.clock.setTimeout(tick, every);
       // renewal alone must not keep a process alive: polls and waiters do
       (this.leaseTimer as { unref?: () => void }).unref?.();

@@ -16,13 +16,13 @@ export type {
   Closing,
   HistoryEntry,
   InputAnswer,
-  IntentOutcome,
   Ledger,
   LedgerFilter,
   LocalState,
   NewSubmission,
   ObservedTask,
   RecordedError,
+  RecordedIntent,
   TaskRecord,
 } from './ledger/ledger.js';
 export { LOCAL_STATES } from './ledger/ledger.js';

@@ -54,7 +54,7 @@ export function capabilitiesForHandlers(handlers: TaskInputHandlers): ClientCapa
 
 export interface InputRouterOptions {
   ledger: Ledger;
-  owner: string;
+  leaseHolder: string;
   handlers: TaskInputHandlers;
   now: () => number;
   /** Send one `tasks/update`; resolves on the server's acknowledgement. */
@@ -182,9 +182,9 @@ export class InputRouter {
     const controller = new AbortController();
     this.asking.set(id, controller);
     const work = (async () => {
-      const { ledger, owner } = this.options;
+      const { ledger, leaseHolder } = this.options;
       // remembered before the handler runs, so a crash while a person is answering is known after restart
-      if (!(await ledger.recordInputAsked(record.recordId, owner, key, request, this.options.now()))) return;
+      if (!(await ledger.recordInputAsked(record.recordId, leaseHolder, key, request, this.options.now()))) return;
       const context: TaskInputContext = {
         taskId,
         recordId: record.recordId,
@@ -264,12 +264,12 @@ export class InputRouter {
     request: InputRequest,
     response: InputResponse,
   ): Promise<InputAnswer | undefined> {
-    const { ledger, owner, now } = this.options;
+    const { ledger, leaseHolder, now } = this.options;
     const started = now();
     let delayMs = 50;
     for (;;) {
       try {
-        return await ledger.recordInputAnswer(recordId, owner, key, request, response, now());
+        return await ledger.recordInputAnswer(recordId, leaseHolder, key, request, response, now());
       } catch (error) {
         if (!isTransientStorageError(error) || now() - started >= this.options.storagePatienceMs) {
           throw new Error(

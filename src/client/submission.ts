@@ -26,6 +26,7 @@ import { parseCreateTaskResult, sdkServerOutputMessage, ServerOutputError } from
 import type { CallToolOptions, ResubmitOptions } from './taskClient.js';
 import type { TaskHandle } from './taskHandle.js';
 import type { TaskRequests } from './taskRequests.js';
+import type { CallTrace } from './telemetry.js';
 
 export class Submission {
   /** In-process submissions by idempotency key, so two concurrent calls with one key send once. */
@@ -65,11 +66,22 @@ export class Submission {
     );
   }
 
-  private async submitNew(
+  /** A new submission, under its call span (README.md, "Observability"). */
+  private submitNew(
     name: string,
     args: JsonObject,
     digest: string,
     options: CallToolOptions,
+  ): Promise<CallToolResult | TaskHandle> {
+    return this.core.telemetry.call(name, (call) => this.recordAndSubmit(name, args, digest, options, call));
+  }
+
+  private async recordAndSubmit(
+    name: string,
+    args: JsonObject,
+    digest: string,
+    options: CallToolOptions,
+    call: CallTrace,
   ): Promise<CallToolResult | TaskHandle> {
     const { core } = this;
     const keys = await core.keys();
@@ -88,15 +100,25 @@ export class Submission {
           : wireIdempotencyKey(keys.secret, core.endpoint, options.idempotencyKey),
       credential: keys.credential,
       submittedAt: now,
-      leaseOwner: core.owner,
+      leaseHolder: core.leaseHolder,
       leaseExpiresAt: now + core.leaseMs,
+      traceContext: call.carrier,
     });
     // another process recorded the same key between our lookup and our insert
     if (!intent.created) return this.fromExisting(intent.record, name, digest);
-    return this.submit(intent.record, options.signal);
+    return this.submit(intent.record, options.signal, call);
   }
 
-  async resubmitRecord(previous: TaskRecord, options: ResubmitOptions): Promise<CallToolResult | TaskHandle> {
+  /** An explicit resubmission, under a call span of its own (README.md, "Observability"). */
+  resubmitRecord(previous: TaskRecord, options: ResubmitOptions): Promise<CallToolResult | TaskHandle> {
+    return this.core.telemetry.call(previous.toolName, (call) => this.resubmitUnder(previous, options, call));
+  }
+
+  private async resubmitUnder(
+    previous: TaskRecord,
+    options: ResubmitOptions,
+    call: CallTrace,
+  ): Promise<CallToolResult | TaskHandle> {
     const { core } = this;
     if (previous.localState === 'submitting' || isFollowable(previous.localState)) {
       throw new TaskClientError(
@@ -133,9 +155,10 @@ export class Submission {
       wireIdempotencyKey: wireKey,
       credential: keys.credential,
       submittedAt: now,
-      leaseOwner: core.owner,
+      leaseHolder: core.leaseHolder,
       leaseExpiresAt: now + core.leaseMs,
       resubmittedFrom: previous.recordId,
+      traceContext: call.carrier,
     });
     if (!intent.created) {
       // checked again inside the ledger's transaction: of two concurrent resubmissions, one goes through
@@ -159,7 +182,7 @@ export class Submission {
       key,
       previous.toolName,
       previous.argumentsDigest,
-      this.submit(intent.record, options.signal),
+      this.submit(intent.record, options.signal, call),
     );
   }
 
@@ -178,14 +201,18 @@ export class Submission {
     return submission;
   }
 
-  private async submit(record: TaskRecord, signal: AbortSignal | undefined): Promise<CallToolResult | TaskHandle> {
+  private async submit(
+    record: TaskRecord,
+    signal: AbortSignal | undefined,
+    call: CallTrace,
+  ): Promise<CallToolResult | TaskHandle> {
     const { core } = this;
     const carrier = this.requests.carrier();
     const meta: Record<string, unknown> = { ...this.requests.tasksMeta() };
     const wireKey = record.wireIdempotencyKey ?? record.idempotencyKey;
     if (wireKey !== undefined) meta[IDEMPOTENCY_KEY_META_KEY] = wireKey;
     // from here on, silence means unknown-outcome
-    await core.ledger.markSent(record.recordId, core.owner, core.clock.now());
+    await core.ledger.markSent(record.recordId, core.leaseHolder, core.clock.now());
     let result: CallToolResult;
     try {
       // MRTR rounds (an InputRequiredResult before any task) are answered here, through the input handlers
@@ -202,12 +229,13 @@ export class Submission {
                 allowInputRequired: true,
                 ...(signal ? { signal } : {}),
               }),
-            // a CreateTaskResult arrives as the carrier error: an answer, and the task's trace from now on
-            (error, span) => {
+            // a CreateTaskResult arrives as the carrier error: an answer, and the task joins the call's trace
+            (error) => {
               const taskId = carrier.extract(error)?.['taskId'];
-              if (typeof taskId === 'string') core.telemetry.taskCreated(taskId, span);
+              if (typeof taskId === 'string') core.telemetry.taskCreated(taskId, call);
               return taskId !== undefined;
             },
+            call,
           ),
         fulfil: (inputRequests) => this.inputs.fulfil(record, inputRequests, signal),
         signal,
@@ -220,7 +248,7 @@ export class Submission {
     }
     await core.ledger.closeOut(
       record.recordId,
-      core.owner,
+      core.leaseHolder,
       { localState: 'terminal', reason: 'immediate result', result: result as JsonObject },
       core.clock.now(),
     );
@@ -280,7 +308,7 @@ export class Submission {
     const kind = error.reason === 'input-unavailable' ? 'input' : 'server-output';
     await core.ledger.closeOut(
       record.recordId,
-      core.owner,
+      core.leaseHolder,
       { localState: 'terminal', reason, lastError: { kind, message: error.message, at: now } },
       now,
     );
@@ -305,7 +333,7 @@ export class Submission {
     for (let attempt = 1; ; attempt += 1) {
       const now = core.clock.now();
       try {
-        return await core.ledger.commitTask(record.recordId, core.owner, task, now, now + core.leaseMs);
+        return await core.ledger.commitTask(record.recordId, core.leaseHolder, task, now, now + core.leaseMs);
       } catch (error) {
         if (!isTransientStorageError(error)) throw error;
         const lastError: RecordedError = {
@@ -338,7 +366,7 @@ export class Submission {
       const rpcError: JsonRpcError = { code: error.code, message: error.message, data: error.data };
       await core.ledger.closeOut(
         record.recordId,
-        core.owner,
+        core.leaseHolder,
         { localState: 'terminal', reason: `tools/call failed: ${error.code} ${error.message}`, error: rpcError },
         now,
       );
@@ -353,7 +381,12 @@ export class Submission {
       badOutput !== undefined
         ? `tools/call answer could not be used: ${badOutput}`
         : `tools/call got no answer: ${lastError.message}`;
-    await core.ledger.closeOut(record.recordId, core.owner, { localState: 'unknown-outcome', reason, lastError }, now);
+    await core.ledger.closeOut(
+      record.recordId,
+      core.leaseHolder,
+      { localState: 'unknown-outcome', reason, lastError },
+      now,
+    );
     const closed = await core.emitClosed(record.recordId);
     return new TaskClientError(
       badOutput !== undefined ? 'bad-server-output' : 'unknown-outcome',
@@ -374,7 +407,7 @@ export class Submission {
         if (leaseLive) {
           throw new TaskClientError(
             'leased-elsewhere',
-            `idempotency key ${record.idempotencyKey} is being submitted by ${record.leaseOwner}`,
+            `idempotency key ${record.idempotencyKey} is being submitted by ${record.leaseHolder}`,
             { record },
           );
         }
@@ -384,7 +417,7 @@ export class Submission {
         if (now.localState === 'submitting') {
           throw new TaskClientError(
             'leased-elsewhere',
-            `idempotency key ${record.idempotencyKey} is being submitted by ${now.leaseOwner}`,
+            `idempotency key ${record.idempotencyKey} is being submitted by ${now.leaseHolder}`,
             { record: now },
           );
         }
@@ -399,7 +432,7 @@ export class Submission {
         if (handle) return handle;
         throw new TaskClientError(
           'leased-elsewhere',
-          `idempotency key ${record.idempotencyKey}: task ${record.taskId} is followed by ${record.leaseOwner}`,
+          `idempotency key ${record.idempotencyKey}: task ${record.taskId} is followed by ${record.leaseHolder}`,
           { record },
         );
       }

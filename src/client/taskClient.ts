@@ -8,7 +8,7 @@
  *   failures and records them, and stops at the first terminal status;
  * - input: `inputRequests` go to the application's handlers once per key, answers stored before they are sent;
  * - recover: `resumeAll()` takes up every open record after a crash, querying each once before anything else;
- * - one owner: a lease per record keeps two processes from driving one task.
+ * - one holder: a lease per record keeps two processes from driving one task.
  *
  * This file is the front: the options, and the TaskClient that delegates to `submission.ts` (submit, idempotency),
  * `following.ts` (polling, close-out, resume, cancel) and `taskRequests.ts` (the task requests and their checks),
@@ -51,8 +51,8 @@ export interface TaskClientOptions {
    * as `closed` events. Default: off (records are taken up by `resumeAll()` and `attach()` only).
    */
   takeOverEveryMs?: number | undefined;
-  /** This process's lease owner id. Default: host, pid and a random suffix. */
-  owner?: string | undefined;
+  /** This process's lease holder id. Default: host, pid and a random suffix. */
+  leaseHolder?: string | undefined;
   /** Timeout of each tools/call and tasks/* request. Default 60 s. */
   requestTimeoutMs?: number | undefined;
   /** A stored input answer the server still lists is sent again after this long. Default 5 s. */
@@ -139,7 +139,7 @@ export function isTaskHandle(value: CallToolResult | TaskHandle): value is TaskH
 
 export class TaskClient {
   readonly endpoint: string;
-  readonly owner: string;
+  readonly leaseHolder: string;
   readonly ledger: Ledger;
   readonly client: Client;
   private readonly core: ClientCore;
@@ -155,11 +155,11 @@ export class TaskClient {
     this.client = core.client;
     this.ledger = core.ledger;
     this.endpoint = core.endpoint;
-    this.owner = core.owner;
+    this.leaseHolder = core.leaseHolder;
     const requests = new TaskRequests(core);
     this.inputs = new InputRouter({
       ledger: core.ledger,
-      owner: core.owner,
+      leaseHolder: core.leaseHolder,
       handlers: core.telemetry.traceHandlers(options.inputHandlers ?? {}),
       now: () => core.clock.now(),
       sendUpdate: (taskId, inputResponses) => requests.send(TASK_METHODS.update, { taskId, inputResponses }),
@@ -240,7 +240,7 @@ export class TaskClient {
         record,
       });
     }
-    if (record.leaseOwner !== this.owner) {
+    if (record.leaseHolder !== this.leaseHolder) {
       throw new TaskClientError('leased-elsewhere', `attach task ${record.taskId} before answering its input`, {
         record,
       });

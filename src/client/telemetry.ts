@@ -12,7 +12,6 @@ import {
   type MeterProvider,
   metrics,
   type Span,
-  type SpanContext,
   SpanKind,
   SpanStatusCode,
   trace,
@@ -20,8 +19,15 @@ import {
   type TracerProvider,
 } from '@opentelemetry/api';
 
-import { TASK_METHODS } from '../protocol/index.js';
-import { formatTraceparent, TRACEPARENT_META_KEY, TRACESTATE_META_KEY } from '../protocol/traceContext.js';
+import { TASK_STATUS_NOTIFICATION_METHOD } from '../protocol/constants.js';
+import { TASK_METHODS, TASK_STATUSES } from '../protocol/index.js';
+import {
+  BAGGAGE_META_KEY,
+  type TraceCarrier,
+  TRACEPARENT_META_KEY,
+  TRACESTATE_META_KEY,
+} from '../protocol/traceContext.js';
+import { carrierOf, contextOf } from '../telemetryContext.js';
 import type { TaskInputHandlers } from './inputRouter.js';
 import type { Ledger, LocalState, TaskRecord } from './ledger/ledger.js';
 import { LOCAL_STATES } from './ledger/ledger.js';
@@ -45,6 +51,12 @@ const ATTR = {
   localState: 'closeout.record.local_state',
 } as const;
 
+/** A submission's span context, and its trace context as the ledger keeps it (undefined: no span, no SDK). */
+export interface CallTrace {
+  context: Context;
+  carrier: TraceCarrier | undefined;
+}
+
 /** Open tasks remembered for joining their polls to the trace of their tools/call (this process only). */
 const MAX_REMEMBERED_TRACES = 10_000;
 
@@ -53,11 +65,15 @@ export class ClientTelemetry {
   private readonly operationDuration;
   private readonly polls;
   private readonly pollErrors;
+  private readonly notifications;
   private readonly closeouts;
   private readonly lateness;
   private readonly unknownOutcomes;
-  /** taskId -> the tools/call span that created it, so later polls in this process join that trace. */
-  private readonly taskTraces = new Map<string, SpanContext>();
+  /**
+   * taskId -> the context of the call that created the task (its span, and the caller's baggage): every later request
+   * about the task joins it. Filled by the call in this process, or from the ledger by `follow` after a restart.
+   */
+  private readonly taskTraces = new Map<string, Context>();
 
   constructor(options: ClientTelemetryOptions, ledger: Ledger, endpoint: string) {
     this.tracer = (options.tracerProvider ?? trace.getTracerProvider()).getTracer(CLIENT_TELEMETRY_SCOPE);
@@ -69,6 +85,9 @@ export class ClientTelemetry {
     this.polls = meter.createCounter('closeout.client.polls', { description: 'tasks/get sent to follow a task' });
     this.pollErrors = meter.createCounter('closeout.client.poll.errors', {
       description: 'tasks/get that got no usable answer (transport failure, JSON-RPC error, bad output)',
+    });
+    this.notifications = meter.createCounter('closeout.client.notifications', {
+      description: 'notifications/tasks handled (pushed task states of followed tasks)',
     });
     this.closeouts = meter.createCounter('closeout.client.closeouts', {
       description: 'Records closed out, by local state (terminal, expired, unknown-outcome)',
@@ -103,25 +122,26 @@ export class ClientTelemetry {
     attributes: Attributes,
     meta: Record<string, unknown>,
     send: () => Promise<T>,
-    accepted?: (error: unknown, span: Span) => boolean,
+    accepted?: (error: unknown) => boolean,
+    call?: CallTrace,
   ): Promise<T> {
     const taskId = attributes[ATTR.taskId];
-    const known = typeof taskId === 'string' ? this.taskTraces.get(taskId) : undefined;
-    const parent: Context = known ? trace.setSpanContext(context.active(), known) : context.active();
+    const parent =
+      call?.context ?? (typeof taskId === 'string' ? this.taskTraces.get(taskId) : undefined) ?? context.active();
     const toolName = attributes[ATTR.toolName];
     const span = this.tracer.startSpan(
       toolName === undefined ? method : `${method} ${String(toolName)}`,
       { kind: SpanKind.CLIENT, attributes: { [ATTR.methodName]: method, ...attributes } },
       parent,
     );
-    inject(span, meta);
+    inject(trace.setSpan(parent, span), meta);
     if (method === TASK_METHODS.get) this.polls.add(1);
     const startedAt = performance.now();
     let errorType: string | undefined;
     try {
       return await context.with(trace.setSpan(parent, span), send);
     } catch (error) {
-      if (!accepted?.(error, span)) {
+      if (!accepted?.(error)) {
         errorType = errorTypeOf(error);
         span.setAttribute(ATTR.errorType, errorType);
         span.setStatus({ code: SpanStatusCode.ERROR });
@@ -138,37 +158,68 @@ export class ClientTelemetry {
     }
   }
 
-  /** A task the server created in answer to the tools/call of `span`: its later requests join that trace. */
-  taskCreated(taskId: string, span: Span | undefined): void {
-    const spanContext = span?.spanContext();
-    if (!spanContext || !trace.isSpanContextValid(spanContext)) return;
-    if (this.taskTraces.size >= MAX_REMEMBERED_TRACES) this.taskTraces.delete(this.taskTraces.keys().next().value!);
-    this.taskTraces.set(taskId, spanContext);
+  /**
+   * One submission (`callTool`, `resubmit`): a span from the intent to the handle or result, under the application's
+   * active context. `work` gets the span's context, to pass to `request` and `taskCreated`, and its trace context
+   * (with the caller's baggage) to keep with the record, so the task's polls and close-out join this trace in whichever
+   * process follows it (undefined without an SDK).
+   */
+  async call<T>(toolName: string, work: (call: CallTrace) => Promise<T>): Promise<T> {
+    const span = this.tracer.startSpan(`call ${toolName}`, { attributes: { [ATTR.toolName]: toolName } });
+    return inSpan(span, context.active(), (callContext) =>
+      work({ context: callContext, carrier: carrierOf(callContext) }),
+    );
   }
 
-  /** The active span (inside `request`), to hand to `taskCreated`. */
-  activeSpan(): Span | undefined {
-    return trace.getSpan(context.active());
+  /** A task the server created for a call: its later requests in this process join the call's trace. */
+  taskCreated(taskId: string, call: CallTrace): void {
+    if (call.carrier) this.remember(taskId, call.context);
+  }
+
+  /** A record this process follows (resumed, attached, taken over): its requests join the trace the ledger kept. */
+  follow(record: TaskRecord): void {
+    if (record.taskId === undefined || this.taskTraces.has(record.taskId)) return;
+    const stored = contextOf(record.traceContext);
+    if (stored) this.remember(record.taskId, stored);
+  }
+
+  private remember(taskId: string, traceContext: Context): void {
+    if (this.taskTraces.size >= MAX_REMEMBERED_TRACES) this.taskTraces.delete(this.taskTraces.keys().next().value!);
+    this.taskTraces.set(taskId, traceContext);
+  }
+
+  /**
+   * One `notifications/tasks` handled (recorded like a poll's answer): a CONSUMER span in the call's trace, like a
+   * poll's. Only the status goes into it, and only when it is one of the spec's.
+   */
+  notification<T>(taskId: string, status: unknown, handle: () => Promise<T>): Promise<T> {
+    const parent = this.taskTraces.get(taskId) ?? context.active();
+    const known = TASK_STATUSES.find((s) => s === status);
+    const span = this.tracer.startSpan(
+      TASK_STATUS_NOTIFICATION_METHOD,
+      {
+        kind: SpanKind.CONSUMER,
+        attributes: {
+          [ATTR.methodName]: TASK_STATUS_NOTIFICATION_METHOD,
+          [ATTR.taskId]: taskId,
+          ...(known !== undefined && { [ATTR.status]: known }),
+        },
+      },
+      parent,
+    );
+    this.notifications.add(1);
+    return inSpan(span, parent, handle);
   }
 
   /** One call of an application's input handler for a task's input request. */
   async inputHandler<T>(taskId: string | undefined, key: string, method: string, call: () => Promise<T>): Promise<T> {
-    const known = taskId === undefined ? undefined : this.taskTraces.get(taskId);
-    const parent = known ? trace.setSpanContext(context.active(), known) : context.active();
+    const parent = (taskId === undefined ? undefined : this.taskTraces.get(taskId)) ?? context.active();
     const span = this.tracer.startSpan(
       `input ${method}`,
       { attributes: { [ATTR.inputKey]: key, ...(taskId !== undefined && { [ATTR.taskId]: taskId }) } },
       parent,
     );
-    try {
-      return await context.with(trace.setSpan(parent, span), call);
-    } catch (error) {
-      span.setAttribute(ATTR.errorType, errorTypeOf(error));
-      span.setStatus({ code: SpanStatusCode.ERROR });
-      throw error;
-    } finally {
-      span.end();
-    }
+    return inSpan(span, parent, call);
   }
 
   /** The application's input handlers, each call under a span of its own. */
@@ -193,7 +244,8 @@ export class ClientTelemetry {
   /** A record closed out (result or error stored, expired, or unknown outcome): a span and the close-out metrics. */
   closedOut(record: TaskRecord, now: number): void {
     const taskId = record.taskId;
-    const known = taskId === undefined ? undefined : this.taskTraces.get(taskId);
+    // the call's trace: as this process remembers it, else as the ledger kept it (a record it never followed)
+    const known = (taskId === undefined ? undefined : this.taskTraces.get(taskId)) ?? contextOf(record.traceContext);
     const span = this.tracer.startSpan(
       'closeout',
       {
@@ -204,7 +256,7 @@ export class ClientTelemetry {
           ...(record.status !== undefined && { [ATTR.status]: record.status }),
         },
       },
-      known ? trace.setSpanContext(context.active(), known) : context.active(),
+      known ?? context.active(),
     );
     span.end();
     if (taskId !== undefined) this.taskTraces.delete(taskId);
@@ -221,13 +273,31 @@ const OPEN_STATES: LocalState[] = LOCAL_STATES.filter(
   (s) => s === 'submitting' || s === 'tracking' || s === 'detached',
 );
 
-/** Adds the span's W3C trace context to a request's `_meta` (nothing when the span has none: no SDK, no parent). */
-function inject(span: Span, meta: Record<string, unknown>): void {
-  const spanContext = span.spanContext();
-  if (!trace.isSpanContextValid(spanContext)) return;
-  meta[TRACEPARENT_META_KEY] = formatTraceparent(spanContext.traceId, spanContext.spanId, spanContext.traceFlags);
-  const tracestate = spanContext.traceState?.serialize();
-  if (tracestate) meta[TRACESTATE_META_KEY] = tracestate;
+/**
+ * Adds the W3C trace context of the span in `spanContext` to a request's `_meta` (nothing when the span has none: no
+ * SDK, no parent), and the context's baggage (spec 2026-07-28, basic/index: `baggage` is reserved for W3C Baggage),
+ * as the application's registered propagator writes it.
+ */
+function inject(spanContext: Context, meta: Record<string, unknown>): void {
+  const carrier = carrierOf(spanContext);
+  if (!carrier) return;
+  meta[TRACEPARENT_META_KEY] = carrier.traceparent;
+  if (carrier.tracestate) meta[TRACESTATE_META_KEY] = carrier.tracestate;
+  if (carrier.baggage) meta[BAGGAGE_META_KEY] = carrier.baggage;
+}
+
+/** Runs `work` with `span` current under `parent`; a failure marks the span, which ends either way. */
+async function inSpan<T>(span: Span, parent: Context, work: (spanContext: Context) => Promise<T>): Promise<T> {
+  const spanContext = trace.setSpan(parent, span);
+  try {
+    return await context.with(spanContext, () => work(spanContext));
+  } catch (error) {
+    span.setAttribute(ATTR.errorType, errorTypeOf(error));
+    span.setStatus({ code: SpanStatusCode.ERROR });
+    throw error;
+  } finally {
+    span.end();
+  }
 }
 
 function errorTypeOf(error: unknown): string {

@@ -1,16 +1,21 @@
 /**
- * W3C Trace Context in `_meta` (spec 2026-07-28, basic/index, "OpenTelemetry trace context": the keys `traceparent`
- * and `tracestate` are reserved and MUST follow the W3C Trace Context format). Plain strings only, so both halves
+ * W3C Trace Context in `_meta` (spec 2026-07-28, basic/index, "OpenTelemetry trace context": the keys `traceparent`,
+ * `tracestate` and `baggage` are reserved and MUST follow the W3C Trace Context and W3C Baggage formats). Plain strings only, so both halves
  * share it and it needs no telemetry library; the halves turn it into OpenTelemetry contexts in their telemetry.ts.
  */
 
 export const TRACEPARENT_META_KEY = 'traceparent';
 export const TRACESTATE_META_KEY = 'tracestate';
+export const BAGGAGE_META_KEY = 'baggage';
+/** W3C Baggage limits the whole header to 8192 bytes: a longer value is not baggage and is dropped. */
+const MAX_BAGGAGE_LENGTH = 8192;
 
 /** A trace context as it travels in `_meta` and as a task keeps it in its store. */
 export interface TraceCarrier {
   traceparent: string;
   tracestate?: string | undefined;
+  /** W3C Baggage as sent; kept and forwarded as it is, read through the application's propagator. */
+  baggage?: string | undefined;
 }
 
 export interface ParsedTraceparent {
@@ -44,8 +49,10 @@ export function traceCarrierOf(meta: unknown): TraceCarrier | undefined {
   const traceparent = (meta as Record<string, unknown>)[TRACEPARENT_META_KEY];
   if (!parseTraceparent(traceparent)) return undefined;
   const tracestate = (meta as Record<string, unknown>)[TRACESTATE_META_KEY];
+  const baggage = (meta as Record<string, unknown>)[BAGGAGE_META_KEY];
   return {
     traceparent: (traceparent as string).trim(),
     ...(typeof tracestate === 'string' && tracestate.length <= 512 && { tracestate }),
+    ...(typeof baggage === 'string' && baggage.length <= MAX_BAGGAGE_LENGTH && { baggage }),
   };
 }

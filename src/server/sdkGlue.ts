@@ -240,7 +240,7 @@ async function callAsTask(
     principal,
     idempotencyKey,
     inputCapabilitiesOf(clientCapabilitiesOf(ctx)),
-    carrierOfSpan(span),
+    carrierOfSpan(span, meta),
   );
 }
 

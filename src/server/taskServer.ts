@@ -8,7 +8,7 @@ import type { CallToolResult } from '@modelcontextprotocol/server';
 import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
 import type * as z from 'zod/v4';
 
-import { isDeadLocalOwner, newLeaseOwner } from '../leaseOwner.js';
+import { isDeadLocalHolder, newLeaseHolder } from '../leaseHolder.js';
 import type {
   CreateTaskResult,
   DetailedTask,
@@ -160,7 +160,7 @@ export class TaskServer {
   private closed = false;
 
   constructor(options: TaskServerOptions) {
-    this.instanceId = options.instanceId ?? newLeaseOwner();
+    this.instanceId = options.instanceId ?? newLeaseHolder();
     this.telemetry = new ServerTelemetry(options.telemetry ?? {}, () => runViews(this.running));
     this.store = this.telemetry.instrumentStore(options.store);
     this.limits = resolveLimits(options);
@@ -218,7 +218,7 @@ export class TaskServer {
     this.started = true;
     await this.store.syncClock?.();
     this.unsubscribe = this.store.subscribe?.((signal) => void this.onSignal(signal));
-    const deadHolders = (await this.store.leaseHolders()).filter((holder) => isDeadLocalOwner(holder));
+    const deadHolders = (await this.store.leaseHolders()).filter((holder) => isDeadLocalHolder(holder));
     await this.sweep(deadHolders);
     await this.housekeep();
     this.sweepTimer = setInterval(() => {

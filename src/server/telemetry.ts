@@ -12,7 +12,6 @@ import {
   type Attributes,
   type Context,
   context,
-  createTraceState,
   type Histogram,
   type Meter,
   type MeterProvider,
@@ -26,7 +25,8 @@ import {
   type TracerProvider,
 } from '@opentelemetry/api';
 
-import { formatTraceparent, parseTraceparent, type TraceCarrier, traceCarrierOf } from '../protocol/traceContext.js';
+import { type TraceCarrier, traceCarrierOf } from '../protocol/traceContext.js';
+import { carrierOf, contextOf } from '../telemetryContext.js';
 import type { StoredTask, TaskStore, TerminalOutcome } from './store/taskStore.js';
 
 /** The instrumentation scope of every span and metric of the server half. */
@@ -162,7 +162,7 @@ export class ServerTelemetry {
     const target = attributes[ATTR.toolName] ?? attributes[ATTR.taskId];
     const carrier = traceCarrierOf(meta);
     // the caller's trace when it sent one, else whatever the application's own instrumentation made current
-    const parent = carrier ? contextOf(carrier) : context.active();
+    const parent = contextOf(carrier) ?? context.active();
     const span = this.tracer.startSpan(
       target === undefined || method.startsWith('tasks/') ? method : `${method} ${String(target)}`,
       { kind: SpanKind.SERVER, attributes: { [ATTR.methodName]: method, ...attributes } },
@@ -269,7 +269,7 @@ export class RunTelemetry {
   /** Starts the run's span and makes it the active one while `handler` runs, so the handler's own spans nest in it. */
   within<T>(handler: () => T | PromiseLike<T>): Promise<T> {
     const task = this.task;
-    this.parent = contextOf(task.traceContext);
+    this.parent = contextOf(task.traceContext) ?? ROOT_CONTEXT;
     this.span = this.telemetry.tracer.startSpan(
       `task.run ${task.toolName}`,
       {
@@ -329,26 +329,15 @@ export class RunTelemetry {
   }
 }
 
-/** The trace context of a span, to keep with a task; undefined when the span has none (no SDK and no caller's). */
-export function carrierOfSpan(span: Span): TraceCarrier | undefined {
-  const spanContext = span.spanContext();
-  if (!trace.isSpanContextValid(spanContext)) return undefined;
-  const tracestate = spanContext.traceState?.serialize();
-  return {
-    traceparent: formatTraceparent(spanContext.traceId, spanContext.spanId, spanContext.traceFlags),
-    ...(tracestate && { tracestate }),
-  };
-}
-
-/** A remote parent context from a stored or received trace context; the root context without one. */
-function contextOf(carrier: TraceCarrier | undefined): Context {
-  const parsed = carrier && parseTraceparent(carrier.traceparent);
-  if (!parsed) return ROOT_CONTEXT;
-  return trace.setSpanContext(ROOT_CONTEXT, {
-    ...parsed,
-    isRemote: true,
-    ...(carrier.tracestate !== undefined && { traceState: createTraceState(carrier.tracestate) }),
-  });
+/**
+ * The trace context of a span, to keep with a task, with the caller's baggage from the request's `_meta` (spec
+ * 2026-07-28, basic/index: `baggage` is reserved for W3C Baggage); undefined when the span has none (no SDK and no
+ * caller's).
+ */
+export function carrierOfSpan(span: Span, meta?: unknown): TraceCarrier | undefined {
+  const carrier = carrierOf(trace.setSpan(ROOT_CONTEXT, span));
+  const baggage = traceCarrierOf(meta)?.baggage;
+  return carrier && baggage !== undefined ? { ...carrier, baggage } : carrier;
 }
 
 /** `error.type`: the JSON-RPC code of a protocol error, else the error's class name. */

@@ -62,7 +62,7 @@ async function expectResumable(handle: TaskHandle): Promise<void> {
   const ledger = new SqliteLedger(harness.ledgerPath);
   try {
     const record = await ledger.get(handle.recordId);
-    expect(record).toMatchObject({ taskId: handle.taskId, localState: 'tracking', leaseOwner: undefined });
+    expect(record).toMatchObject({ taskId: handle.taskId, localState: 'tracking', leaseHolder: undefined });
   } finally {
     await ledger.dispose();
   }

@@ -93,7 +93,7 @@ describe('one server under two URL spellings', () => {
         argumentsDigest: argumentsDigest(ARGS),
         idempotencyKey: KEY,
         submittedAt: past + index,
-        leaseOwner: 'earlier-build',
+        leaseHolder: 'earlier-build',
         leaseExpiresAt: past + 1_000,
       });
       await old.markSent(recordId, 'earlier-build', past + index);

@@ -31,7 +31,7 @@ async function lostCall(recordId: string, args: Record<string, string> = {}): Pr
       argumentsDigest: argumentsDigest(args),
       idempotencyKey: `key-${recordId}`,
       submittedAt: Date.now() - 60_000,
-      leaseOwner: 'dead-process',
+      leaseHolder: 'dead-process',
       leaseExpiresAt: Date.now() - 30_000,
     });
     await ledger.markSent(recordId, 'dead-process', Date.now() - 59_000);
@@ -79,7 +79,7 @@ describe('resubmission', () => {
         arguments: {},
         argumentsDigest: argumentsDigest({}),
         submittedAt: 1,
-        leaseOwner: 'p',
+        leaseHolder: 'p',
         leaseExpiresAt: 2,
       });
       const next = await ledger.recordResubmission('open', {
@@ -89,7 +89,7 @@ describe('resubmission', () => {
         arguments: {},
         argumentsDigest: argumentsDigest({}),
         submittedAt: 3,
-        leaseOwner: 'p',
+        leaseHolder: 'p',
         leaseExpiresAt: 4,
         resubmittedFrom: 'open',
       });

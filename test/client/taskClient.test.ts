@@ -296,7 +296,7 @@ describe('TaskClient on an SDK client the application connected itself', () => {
     const other = await harness.connect();
     expect((await other.resumeAll()).leasedElsewhere.map((record) => record.taskId)).toEqual([handle.taskId]);
     const record = await client.get(handle.taskId);
-    expect(record?.leaseOwner).toBe(client.owner);
+    expect(record?.leaseHolder).toBe(client.leaseHolder);
     expect(record?.nextPollAt).toBeGreaterThan(Date.now() - 1_000);
     await handle.cancel();
     expect(await handle.outcome()).toMatchObject({ kind: 'cancelled' });
@@ -427,7 +427,7 @@ describe('TaskClient recovery', () => {
       argumentsDigest: argumentsDigest({}),
       idempotencyKey: 'job-9',
       submittedAt: Date.now() - 60_000,
-      leaseOwner: 'dead-process',
+      leaseHolder: 'dead-process',
       leaseExpiresAt: Date.now() - 30_000,
     });
     await ledger.markSent('lost', 'dead-process', Date.now() - 59_000);
@@ -454,7 +454,7 @@ describe('TaskClient recovery', () => {
   it('re-sends a stored input answer after a restart instead of asking again', async () => {
     let asked = 0;
     const first = await harness.connect({
-      owner: 'first',
+      leaseHolder: 'first',
       inputHandlers: {
         elicitation: () => {
           asked += 1;

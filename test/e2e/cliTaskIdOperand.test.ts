@@ -31,7 +31,7 @@ beforeAll(async () => {
         arguments: {},
         argumentsDigest: argumentsDigest({}),
         submittedAt: Date.now(),
-        leaseOwner: 'test',
+        leaseHolder: 'test',
         leaseExpiresAt: Date.now() + 60_000,
       });
       const at = new Date().toISOString();

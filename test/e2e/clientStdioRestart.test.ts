@@ -103,7 +103,7 @@ describe('a stdio server that dies mid-task', () => {
 
     await expect(within('the handle', handle.outcome(), 10_000)).rejects.toMatchObject({ code: 'disconnected' });
     const record = await client.get(handle.taskId);
-    expect(record).toMatchObject({ localState: 'tracking', leaseOwner: undefined });
+    expect(record).toMatchObject({ localState: 'tracking', leaseHolder: undefined });
     expect(record?.lastError?.message).toMatch(/connection to the server closed/);
     const seen = events.length;
     await new Promise((resolve) => setTimeout(resolve, 500));

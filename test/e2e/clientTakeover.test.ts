@@ -246,7 +246,7 @@ describe('a live holder keeps its records', { timeout: 4 * PATIENCE_MS }, () => 
   /** The holder still holds the record's lease, and its task runs on. */
   async function stillHeldBy(ledger: string, holder: Holder, owner: string): Promise<void> {
     const record = await recordOf(ledger, () => true);
-    expect(record).toMatchObject({ localState: 'tracking', leaseOwner: owner });
+    expect(record).toMatchObject({ localState: 'tracking', leaseHolder: owner });
     expect(holder.child.exitCode).toBeNull();
     expect(holder.events().find((e) => e['event'] === 'error')).toBeUndefined();
   }
@@ -265,7 +265,7 @@ describe('a live holder keeps its records', { timeout: 4 * PATIENCE_MS }, () => 
     );
     expect(called.code).not.toBe(0);
     expect(called.stderr).toMatch(FOLLOWED_ELSEWHERE);
-    await stillHeldBy(ledger, holder, record.leaseOwner!);
+    await stillHeldBy(ledger, holder, record.leaseHolder!);
   });
 
   it('resume in another PID namespace on the same ledger leaves a live holder of the same host name alone', async () => {
@@ -282,6 +282,6 @@ describe('a live holder keeps its records', { timeout: 4 * PATIENCE_MS }, () => 
     const events = jsonLines(run.stdout);
     expect(events.find((e) => e['event'] === 'resumed')).toBeUndefined();
     expect(events.find((e) => e['event'] === 'elsewhere')).toMatchObject({ taskId: record.taskId });
-    await stillHeldBy(ledger, holder, record.leaseOwner!);
+    await stillHeldBy(ledger, holder, record.leaseHolder!);
   });
 });

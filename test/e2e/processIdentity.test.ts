@@ -10,12 +10,12 @@ import { fileURLToPath } from 'node:url';
 
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 
-import { isDeadLocalOwner } from '../../src/leaseOwner.js';
+import { isDeadLocalHolder } from '../../src/leaseHolder.js';
 import { inNewPidNamespace, requirePidNamespaces } from '../support/processWrappers.js';
 import { waitFor } from '../support/waitFor.js';
 
 const HOLDER = fileURLToPath(new URL('./fixtures/leaseHolder.mjs', import.meta.url));
-const BUILT = fileURLToPath(new URL('../../dist/leaseOwner.js', import.meta.url));
+const BUILT = fileURLToPath(new URL('../../dist/leaseHolder.js', import.meta.url));
 
 const started: ChildProcess[] = [];
 
@@ -64,11 +64,11 @@ const processState = (pid: number) => {
 describe('the fast proof that a lease holder is dead', () => {
   it('a live holder is alive; SIGKILLed and reaped it is dead', async () => {
     const { child, value } = await holder();
-    expect(isDeadLocalOwner(value.owner)).toBe(false);
+    expect(isDeadLocalHolder(value.owner)).toBe(false);
     const exited = once(child, 'exit');
     child.kill('SIGKILL');
     await exited;
-    expect(isDeadLocalOwner(value.owner)).toBe(true);
+    expect(isDeadLocalHolder(value.owner)).toBe(true);
   });
 
   it('a SIGKILLed holder that its parent has not reaped (a zombie) is dead', async () => {
@@ -78,10 +78,10 @@ describe('the fast proof that a lease holder is dead', () => {
       '-c',
       `"${process.execPath}" "${HOLDER}" hold & exec sleep 120`,
     ]);
-    expect(isDeadLocalOwner(value.owner)).toBe(false);
+    expect(isDeadLocalHolder(value.owner)).toBe(false);
     process.kill(value.pid, 'SIGKILL');
     await waitFor('the holder to be a zombie', () => (processState(value.pid) === 'Z' ? true : undefined));
-    expect(isDeadLocalOwner(value.owner)).toBe(true);
+    expect(isDeadLocalHolder(value.owner)).toBe(true);
     parent.kill('SIGKILL');
   });
 
@@ -105,7 +105,7 @@ describe('the fast proof that a lease holder is dead', () => {
     // same host name, and the namespaced holder's pid is small while ours is not present over there
     expect(there.value.owner.startsWith(`${hostname()}:`)).toBe(true);
     expect(await checkFrom(inNewPidNamespace([]), [here.value.owner])).toEqual([false]);
-    expect(isDeadLocalOwner(there.value.owner)).toBe(false);
+    expect(isDeadLocalHolder(there.value.owner)).toBe(false);
   });
 
   it('a dead holder of another PID namespace is left to its lease: nothing over there can be proven from here', async () => {
@@ -130,7 +130,7 @@ describe('the fast proof that a lease holder is dead', () => {
       '',
       `${value.owner}x`,
     ]) {
-      expect(isDeadLocalOwner(owner), owner).toBe(false);
+      expect(isDeadLocalHolder(owner), owner).toBe(false);
     }
   });
 });

@@ -19,8 +19,12 @@ export interface ClientWorker {
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
-export function startClientWorker(config: Record<string, unknown>): ClientWorker {
-  const child = spawn(process.execPath, [WORKER, JSON.stringify(config)], { stdio: ['ignore', 'pipe', 'pipe'] });
+/** `env` is added to this process's environment (e.g. NODE_OPTIONS to preload the OpenTelemetry SDK). */
+export function startClientWorker(config: Record<string, unknown>, env: Record<string, string> = {}): ClientWorker {
+  const child = spawn(process.execPath, [WORKER, JSON.stringify(config)], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, ...env },
+  });
   const events: WorkerEvent[] = [];
   const waiters: Array<() => void> = [];
   let buffer = '';

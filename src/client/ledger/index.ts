@@ -7,13 +7,13 @@ export type {
   Closing,
   HistoryEntry,
   InputAnswer,
-  IntentOutcome,
   Ledger,
   LedgerFilter,
   LocalState,
   NewSubmission,
   ObservedTask,
   RecordedError,
+  RecordedIntent,
   TaskRecord,
 } from './ledger.js';
 export { FOLLOWABLE_STATES, isFollowable, LOCAL_STATES } from './ledger.js';

@@ -8,6 +8,7 @@
  * (deferred bookkeeping, see there).
  */
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import type { TraceCarrier } from '../../protocol/traceContext.js';
 
 /**
  * Where a submission stands from the client's point of view.
@@ -113,7 +114,7 @@ export interface TaskRecord {
   /** Explicit resubmission links (S13: never automatic). */
   resubmittedFrom: string | undefined;
   supersededBy: string | undefined;
-  leaseOwner: string | undefined;
+  leaseHolder: string | undefined;
   leaseExpiresAt: number | undefined;
   updatedAt: number;
   /**
@@ -121,6 +122,12 @@ export interface TaskRecord {
    * followed it (time when none did is not counted): the TTL backstop's measure (docs/DESIGN.md, rule 2).
    */
   observedAgeMs: number | undefined;
+  /**
+   * The call's W3C trace context (and baggage) when telemetry was on: the polls and the close-out of whichever process
+   * follows the task join the call's trace (README.md, "Observability"). Undefined on records older than ledger
+   * schema 4 (PostgreSQL ledger: 2).
+   */
+  traceContext: TraceCarrier | undefined;
   /** Every input key seen for the task, in the order first seen. */
   inputs: InputAnswer[];
 }
@@ -151,9 +158,11 @@ export interface NewSubmission {
   credential?: string | undefined;
   submittedAt: number;
   /** The recording process holds the lease from the start, so nobody else takes the submission for dead. */
-  leaseOwner: string;
+  leaseHolder: string;
   leaseExpiresAt: number;
   resubmittedFrom?: string | undefined;
+  /** The call's trace context, kept with the record (`TaskRecord.traceContext`). */
+  traceContext?: TraceCarrier | undefined;
 }
 
 /** A task state as the server reported it (CreateTaskResult or tasks/get), already validated. */
@@ -210,12 +219,12 @@ export interface ScheduleNote {
  * resubmission is also refused (`refused`) when the old record is still open, or was resubmitted already (`record`
  * is then the resubmission that won).
  */
-export type IntentOutcome =
+export type RecordedIntent =
   | { created: true; record: TaskRecord }
   | { created: false; record: TaskRecord; refused?: 'still-open' | 'already-resubmitted' | undefined };
 
 /**
- * Writes that drive a task (`owner` parameter) apply only while `owner` holds the record's lease and return
+ * Writes that drive a task (`holder` parameter) apply only while `holder` holds the record's lease and return
  * `false` otherwise: a process that lost its lease stops driving the task instead of fighting over it.
  */
 export interface Ledger {
@@ -223,80 +232,80 @@ export interface Ledger {
    * Record the intent before `tools/call` is sent. When a record with the same endpoint and idempotency key is
    * already current (not superseded), nothing is inserted and that record comes back instead.
    */
-  recordIntent(submission: NewSubmission): Promise<IntentOutcome>;
+  recordIntent(submission: NewSubmission): Promise<RecordedIntent>;
   /**
    * Record an explicit resubmission: a new record, and the old one marked superseded by it, in one transaction that
    * first checks the old record is closed and not superseded yet, so of two concurrent resubmissions one goes through.
    */
-  recordResubmission(previousRecordId: string, submission: NewSubmission): Promise<IntentOutcome>;
+  recordResubmission(previousRecordId: string, submission: NewSubmission): Promise<RecordedIntent>;
   /** `tools/call` is about to leave: from here on, silence means `unknown-outcome`. */
-  markSent(recordId: string, owner: string, at: number): Promise<boolean>;
+  markSent(recordId: string, holder: string, at: number): Promise<boolean>;
   /**
    * The first thing done with a handle: commit its taskId and seed state (S4). An answer that arrived is a fact
    * (docs/DESIGN.md rule 10): it is recorded on a record still `submitting` or already settled `unknown-outcome`,
-   * whoever held the lease, and `owner` holds the lease from then on (until `leaseExpiresAt`, when given). `true` when
+   * whoever held the lease, and `holder` holds the lease from then on (until `leaseExpiresAt`, when given). `true` when
    * the record holds the taskId now; `false` when the record is gone, holds another task, or another record of the
    * endpoint holds this task already (a resubmission with the same idempotency key: `findByTaskId` names it).
    */
   commitTask(
     recordId: string,
-    owner: string,
+    holder: string,
     task: ObservedTask,
     at: number,
     leaseExpiresAt?: number,
   ): Promise<boolean>;
   /** A `tasks/get` answer: status fields, result or error, a history line when the status changed. */
-  recordObservation(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean>;
+  recordObservation(recordId: string, holder: string, task: ObservedTask, at: number): Promise<boolean>;
   /** A poll happened (or failed): the last poll time and, when something went wrong, the error. */
-  recordPoll(recordId: string, owner: string, at: number, lastError: RecordedError | undefined): Promise<boolean>;
+  recordPoll(recordId: string, holder: string, at: number, lastError: RecordedError | undefined): Promise<boolean>;
   /**
    * Schedule bookkeeping: a successful poll's time and when the next poll is planned. The one deferred write: it may
    * be committed later, together with others (SqliteLedger: with its next transaction, at most `deferMs` later), and
    * a crash may lose it, because nothing is decided from it: after a crash every open task is queried before
-   * anything else (S7). Reads of this ledger object see it at once. Applies only while `owner` holds the lease;
+   * anything else (S7). Reads of this ledger object see it at once. Applies only while `holder` holds the lease;
    * `nextPollAt` only while the record is tracked.
    */
-  noteSchedule(recordId: string, owner: string, note: ScheduleNote): void;
+  noteSchedule(recordId: string, holder: string, note: ScheduleNote): void;
   /** Record an error without a poll (input handlers, server output of cancel/update, storage). Any process. */
   recordError(recordId: string, lastError: RecordedError): Promise<void>;
   /**
    * Close a record out: it leaves the open states (an `expired` record may come back with `reopen`). Not to be
    * confused with `dispose()`, which closes the storage.
    */
-  closeOut(recordId: string, owner: string, closing: Closing, at: number): Promise<boolean>;
+  closeOut(recordId: string, holder: string, closing: Closing, at: number): Promise<boolean>;
   /**
-   * An `expired` record whose task the server still knows (it was checked again): tracked again, with `owner`
+   * An `expired` record whose task the server still knows (it was checked again): tracked again, with `holder`
    * holding the lease. False when the record is not expired.
    */
-  reopen(recordId: string, owner: string, leaseExpiresAt: number, at: number, note: string): Promise<boolean>;
+  reopen(recordId: string, holder: string, leaseExpiresAt: number, at: number, note: string): Promise<boolean>;
   /** Mark records stuck in `submitting` whose lease expired as `unknown-outcome` (S13: surfaced, never re-sent). */
   settleAbandonedSubmissions(endpoint: string, now: number, reason: string): Promise<TaskRecord[]>;
   /** Let go of a followed task without closing it. */
-  detach(recordId: string, owner: string, at: number): Promise<boolean>;
+  detach(recordId: string, holder: string, at: number): Promise<boolean>;
   /** The application asked for cancellation (any process may). */
   recordCancelRequest(recordId: string, at: number): Promise<void>;
 
   /** Take the lease when it is free, expired, or already ours. Reattaching a detached record makes it tracked. */
-  claim(recordId: string, owner: string, leaseExpiresAt: number, now: number): Promise<boolean>;
+  claim(recordId: string, holder: string, leaseExpiresAt: number, now: number): Promise<boolean>;
   /** `claim` for many records in one transaction; resolves with the ids claimed, in the order given. */
-  claimAll(recordIds: readonly string[], owner: string, leaseExpiresAt: number, now: number): Promise<string[]>;
-  /** Whether `owner` holds the lease on the record and it is still tracked (the cheap check before a poll). */
-  isTrackedBy(recordId: string, owner: string): Promise<boolean>;
-  /** Extend every lease `owner` holds on open records. */
-  renewLeases(owner: string, leaseExpiresAt: number): Promise<number>;
-  release(recordId: string, owner: string): Promise<void>;
-  /** Free every lease `owner` holds (its process is known to be dead); resolves with how many. */
-  releaseAllOf(owner: string): Promise<number>;
+  claimAll(recordIds: readonly string[], holder: string, leaseExpiresAt: number, now: number): Promise<string[]>;
+  /** Whether `holder` holds the lease on the record and it is still tracked (the cheap check before a poll). */
+  isTrackedBy(recordId: string, holder: string): Promise<boolean>;
+  /** Extend every lease `holder` holds on open records. */
+  renewLeases(holder: string, leaseExpiresAt: number): Promise<number>;
+  release(recordId: string, holder: string): Promise<void>;
+  /** Free every lease `holder` holds (its process is known to be dead); resolves with how many. */
+  releaseAllOf(holder: string): Promise<number>;
 
   /** Remember an input key before its handler is called (so a crash mid-handler is known). */
-  recordInputAsked(recordId: string, owner: string, key: string, request: InputRequest, at: number): Promise<boolean>;
+  recordInputAsked(recordId: string, holder: string, key: string, request: InputRequest, at: number): Promise<boolean>;
   /**
    * Store an answer, whoever holds the lease (docs/DESIGN.md rule 10: the holder sends stored answers); the first
    * stored answer for a key wins and is returned; undefined when the record is gone.
    */
   recordInputAnswer(
     recordId: string,
-    owner: string,
+    holder: string,
     key: string,
     request: InputRequest,
     response: InputResponse,

@@ -7,7 +7,7 @@
  * - one current record per server and idempotency key: a unique index decides two workers' race, the loser reads the
  *   winner's record and sends nothing (docs/REQUIREMENTS.md S16);
  * - a record is driven only by its lease holder, and every driving write checks the holder in the same statement (or
- *   under the row lock), so a worker whose lease was taken over has every late write refused: the lease owner id,
+ *   under the row lock), so a worker whose lease was taken over has every late write refused: the lease holder id,
  *   unique per process start, is the fence;
  * - `claimAll` takes records `FOR UPDATE SKIP LOCKED`: workers resuming together split the open records, each record
  *   to one of them, which then queries it once;
@@ -22,24 +22,35 @@ import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 
 import { inTransaction } from '../../postgresTransaction.js';
-import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import type { InputRequest, InputResponse, TaskStatus } from '../../protocol/index.js';
 import { abandonedReason, applyObservedTask, commitNote, taskHeldElsewhereNote } from './closing.js';
 import { endpointIdentity } from './endpointIdentity.js';
 import type {
   Closing,
   HistoryEntry,
   InputAnswer,
-  IntentOutcome,
   Ledger,
   LedgerFilter,
   LocalState,
   NewSubmission,
   ObservedTask,
   RecordedError,
+  RecordedIntent,
   ScheduleNote,
   TaskRecord,
 } from './ledger.js';
 import { isPostgresLocation, redactConnectionString } from './ledgerLocation.js';
+import type { HistoryLine, HistoryRow, InputRow, PendingNote, SubmissionRow as Row } from './records.js';
+import {
+  applyNote,
+  localChangeLine,
+  mergeNote,
+  observedLine,
+  optionalNumber,
+  toHistoryEntry,
+  toInputAnswer,
+  toRecord,
+} from './records.js';
 
 /** Versioned schema: entry i takes the database from version i to i + 1. Never edit a shipped entry; append. */
 const MIGRATIONS: readonly string[] = [
@@ -134,6 +145,9 @@ const MIGRATIONS: readonly string[] = [
      id     INTEGER PRIMARY KEY CHECK (id = 1),
      secret BYTEA NOT NULL
    );`,
+  // 1 -> 2: the call's W3C trace context (and baggage), JSON text: a worker that resumes the record joins its trace
+  // (README.md, "Observability")
+  `ALTER TABLE closeout_ledger_submissions ADD COLUMN trace_context TEXT;`,
 ];
 
 /** The ledger schema version this build writes. */
@@ -163,8 +177,8 @@ const SQL = {
   // intents: the unique indexes decide; a losing insert then reads the winner (a new statement sees its commit)
   insert: `INSERT INTO closeout_ledger_submissions (record_id, endpoint, endpoint_identity, tool_name, arguments,
              arguments_digest, correlation_id, idempotency_key, wire_idempotency_key, credential, local_state,
-             submitted_at, resubmitted_from, lease_owner, lease_expires_at, updated_at)
-           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'submitting', $11, $12, $13, $14, $11)
+             submitted_at, resubmitted_from, lease_owner, lease_expires_at, updated_at, trace_context)
+           VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'submitting', $11, $12, $13, $14, $11, $15)
            ON CONFLICT DO NOTHING
            RETURNING record_id`,
   // one atomic step (issue 13 item 3): only a closed record nobody resubmitted yet is superseded; the row lock makes
@@ -219,8 +233,8 @@ const SQL = {
                  observed_age_ms = CASE WHEN n.observed_age_ms IS NULL THEN s.observed_age_ms
                                         ELSE GREATEST(COALESCE(s.observed_age_ms, 0), n.observed_age_ms) END
                FROM unnest($1::text[], $2::text[], $3::bigint[], $4::boolean[], $5::bigint[], $6::bigint[])
-                 AS n (record_id, owner, polled_at, set_next, next_poll_at, observed_age_ms)
-               WHERE s.record_id = n.record_id AND s.lease_owner = n.owner`,
+                 AS n (record_id, holder, polled_at, set_next, next_poll_at, observed_age_ms)
+               WHERE s.record_id = n.record_id AND s.lease_owner = n.holder`,
   recordError: `UPDATE closeout_ledger_submissions SET last_error = $2, updated_at = $3 WHERE record_id = $1`,
   close: `UPDATE closeout_ledger_submissions SET local_state = $3, terminal_reason = $4, terminal_at = $5,
             result = COALESCE($6, result), error = COALESCE($7, error), last_error = COALESCE($8, last_error),
@@ -301,64 +315,10 @@ const SQL = {
   insertSecret: `INSERT INTO closeout_ledger_secret (id, secret) VALUES (1, $1) ON CONFLICT (id) DO NOTHING`,
 } as const;
 
-interface SubmissionRow {
-  record_id: string;
-  endpoint: string;
-  tool_name: string;
-  arguments: string;
-  arguments_digest: string;
-  correlation_id: string | null;
-  idempotency_key: string | null;
-  wire_idempotency_key: string | null;
-  credential: string | null;
-  task_id: string | null;
-  local_state: LocalState;
-  status: TaskStatus | null;
-  status_message: string | null;
-  created_at: string | null;
-  last_updated_at: string | null;
-  // BIGINT arrives as a string
-  ttl_ms: string | null;
-  poll_interval_ms: string | null;
-  submitted_at: string;
-  sent_at: string | null;
-  last_poll_at: string | null;
-  next_poll_at: string | null;
-  last_error: string | null;
-  result: string | null;
-  error: string | null;
-  terminal_reason: string | null;
-  terminal_at: string | null;
-  cancel_requested_at: string | null;
-  resubmitted_from: string | null;
-  superseded_by: string | null;
-  lease_owner: string | null;
-  lease_expires_at: string | null;
-  updated_at: string;
-  observed_age_ms: string | null;
+/** PostgreSQL hands BIGINT over as a string; WITH_INPUTS adds the record's input rows. */
+interface SubmissionRow extends Row<string> {
   /** Present where the statement reads WITH_INPUTS; json_build_object turns BIGINT into a JSON number. */
   inputs?: InputRow[] | null;
-}
-
-interface InputRow {
-  key: string;
-  request: string;
-  asked_at: number | string | null;
-  response: string | null;
-  answered_at: number | string | null;
-  sent_at: number | string | null;
-}
-
-interface HistoryRow {
-  seq: string;
-  record_id: string;
-  task_id: string | null;
-  status: TaskStatus | null;
-  status_message: string | null;
-  local_state: LocalState;
-  server_updated_at: string | null;
-  observed_at: string;
-  note: string | null;
 }
 
 interface ClaimedRow {
@@ -367,14 +327,6 @@ interface ClaimedRow {
   task_id: string | null;
   status: TaskStatus | null;
   status_message: string | null;
-}
-
-/** A schedule note waiting to be committed; `nextPollAt` undefined: not part of the note. */
-interface PendingNote {
-  owner: string;
-  polledAt: number | undefined;
-  nextPollAt: number | null | undefined;
-  observedAgeMs: number | undefined;
 }
 
 export interface PostgresLedgerOptions {
@@ -481,12 +433,12 @@ export class PostgresLedger implements Ledger {
     });
   }
 
-  async recordIntent(submission: NewSubmission): Promise<IntentOutcome> {
+  async recordIntent(submission: NewSubmission): Promise<RecordedIntent> {
     return this.transaction('recordIntent', (client) => this.insertIntent(client, submission));
   }
 
-  async recordResubmission(previousRecordId: string, submission: NewSubmission): Promise<IntentOutcome> {
-    return this.transaction('recordResubmission', async (client): Promise<IntentOutcome> => {
+  async recordResubmission(previousRecordId: string, submission: NewSubmission): Promise<RecordedIntent> {
+    return this.transaction('recordResubmission', async (client): Promise<RecordedIntent> => {
       // supersede first so the new record may carry the same idempotency key
       const superseded = await client.query(SQL.supersede, [
         submission.recordId,
@@ -504,7 +456,7 @@ export class PostgresLedger implements Ledger {
     });
   }
 
-  private async insertIntent(client: pg.PoolClient, submission: NewSubmission): Promise<IntentOutcome> {
+  private async insertIntent(client: pg.PoolClient, submission: NewSubmission): Promise<RecordedIntent> {
     const identity = endpointIdentity(submission.endpoint);
     const inserted = await client.query(SQL.insert, [
       submission.recordId,
@@ -519,8 +471,9 @@ export class PostgresLedger implements Ledger {
       submission.credential ?? null,
       submission.submittedAt,
       submission.resubmittedFrom ?? null,
-      submission.leaseOwner,
+      submission.leaseHolder,
       submission.leaseExpiresAt,
+      submission.traceContext ? JSON.stringify(submission.traceContext) : null,
     ]);
     if (inserted.rowCount !== 1) {
       // the key is held: another worker's intent won the race (or was there before); theirs is the submission
@@ -539,28 +492,28 @@ export class PostgresLedger implements Ledger {
     return { created: true, record: await this.mustRead(client, submission.recordId) };
   }
 
-  async markSent(recordId: string, owner: string, at: number): Promise<boolean> {
+  async markSent(recordId: string, holder: string, at: number): Promise<boolean> {
     return this.write(
       'markSent',
-      async (client) => (await client.query(SQL.markSent, [recordId, owner, at])).rowCount === 1,
+      async (client) => (await client.query(SQL.markSent, [recordId, holder, at])).rowCount === 1,
     );
   }
 
   async commitTask(
     recordId: string,
-    owner: string,
+    holder: string,
     task: ObservedTask,
     at: number,
     leaseExpiresAt?: number,
   ): Promise<boolean> {
-    // two records committing one task at once: the unique index refuses the second, which then finds the holder
+    // two records committing one task at once: the unique index refuses the second, which then finds the other
     return this.retryOnUniqueViolation(() =>
       this.transaction('commitTask', async (client): Promise<boolean> => {
         const before = (await client.query<SubmissionRow>(SQL.lock, [recordId])).rows[0];
         if (!before) return false;
         if (before.task_id === task.taskId) return true;
-        const holder = await this.read(client, SQL.byTaskId, [endpointIdentity(before.endpoint), task.taskId]);
-        if (holder) {
+        const other = await this.read(client, SQL.byTaskId, [endpointIdentity(before.endpoint), task.taskId]);
+        if (other) {
           // another record got the same task first (a resubmission that reused the idempotency key): say so here
           if (before.task_id === null) {
             await this.appendLocalChange(
@@ -568,7 +521,7 @@ export class PostgresLedger implements Ledger {
               before,
               before.local_state,
               at,
-              taskHeldElsewhereNote(task.taskId, holder.recordId),
+              taskHeldElsewhereNote(task.taskId, other.recordId),
             );
           }
           return false;
@@ -576,7 +529,7 @@ export class PostgresLedger implements Ledger {
         const applied = applyObservedTask(task);
         const changed = await client.query(SQL.commitTask, [
           recordId,
-          owner,
+          holder,
           ...this.taskParams(task, applied, at),
           leaseExpiresAt ?? null,
           at,
@@ -589,12 +542,12 @@ export class PostgresLedger implements Ledger {
     );
   }
 
-  async recordObservation(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean> {
+  async recordObservation(recordId: string, holder: string, task: ObservedTask, at: number): Promise<boolean> {
     return this.transaction('recordObservation', async (client): Promise<boolean> => {
       const before = (await client.query<SubmissionRow>(SQL.lock, [recordId])).rows[0];
       if (!before) return false;
       const applied = applyObservedTask(task);
-      const changed = await client.query(SQL.observe, [recordId, owner, ...this.taskParams(task, applied, at), at]);
+      const changed = await client.query(SQL.observe, [recordId, holder, ...this.taskParams(task, applied, at), at]);
       if (changed.rowCount !== 1) return false;
       if (before.status !== task.status) await this.appendObserved(client, recordId, task, applied.localState, at);
       return true;
@@ -603,25 +556,16 @@ export class PostgresLedger implements Ledger {
 
   async recordPoll(
     recordId: string,
-    owner: string,
+    holder: string,
     at: number,
     lastError: RecordedError | undefined,
   ): Promise<boolean> {
-    const params = [recordId, owner, at, lastError ? JSON.stringify(lastError) : null];
+    const params = [recordId, holder, at, lastError ? JSON.stringify(lastError) : null];
     return this.write('recordPoll', async (client) => (await client.query(SQL.recordPoll, params)).rowCount === 1);
   }
 
-  noteSchedule(recordId: string, owner: string, note: ScheduleNote): void {
-    const pending = this.pendingNotes.get(recordId);
-    const merged: PendingNote =
-      pending && pending.owner === owner
-        ? pending
-        : { owner, polledAt: undefined, nextPollAt: undefined, observedAgeMs: undefined };
-    if (note.polledAt !== undefined) merged.polledAt = Math.max(merged.polledAt ?? note.polledAt, note.polledAt);
-    if (note.nextPollAt !== undefined) merged.nextPollAt = note.nextPollAt;
-    if (note.observedAgeMs !== undefined) {
-      merged.observedAgeMs = Math.max(merged.observedAgeMs ?? note.observedAgeMs, note.observedAgeMs);
-    }
+  noteSchedule(recordId: string, holder: string, note: ScheduleNote): void {
+    const merged = mergeNote(this.pendingNotes.get(recordId), holder, note);
     this.pendingNotes.set(recordId, merged);
     if (this.noteTimer === undefined && !this.disposed) {
       this.noteTimer = setTimeout(() => void this.flushNotes(), this.deferMs);
@@ -636,13 +580,13 @@ export class PostgresLedger implements Ledger {
     );
   }
 
-  async closeOut(recordId: string, owner: string, closing: Closing, at: number): Promise<boolean> {
+  async closeOut(recordId: string, holder: string, closing: Closing, at: number): Promise<boolean> {
     return this.transaction('close', async (client): Promise<boolean> => {
       const before = (await client.query<SubmissionRow>(SQL.lock, [recordId])).rows[0];
       if (!before) return false;
       const changed = await client.query(SQL.close, [
         recordId,
-        owner,
+        holder,
         closing.localState,
         closing.reason,
         at,
@@ -656,11 +600,11 @@ export class PostgresLedger implements Ledger {
     });
   }
 
-  async reopen(recordId: string, owner: string, leaseExpiresAt: number, at: number, note: string): Promise<boolean> {
+  async reopen(recordId: string, holder: string, leaseExpiresAt: number, at: number, note: string): Promise<boolean> {
     return this.transaction('reopen', async (client): Promise<boolean> => {
       const before = (await client.query<SubmissionRow>(SQL.lock, [recordId])).rows[0];
       if (!before) return false;
-      if ((await client.query(SQL.reopen, [recordId, owner, leaseExpiresAt, at])).rowCount !== 1) return false;
+      if ((await client.query(SQL.reopen, [recordId, holder, leaseExpiresAt, at])).rowCount !== 1) return false;
       await this.appendLocalChange(client, before, 'tracking', at, note);
       return true;
     });
@@ -686,10 +630,10 @@ export class PostgresLedger implements Ledger {
     });
   }
 
-  async detach(recordId: string, owner: string, at: number): Promise<boolean> {
+  async detach(recordId: string, holder: string, at: number): Promise<boolean> {
     return this.transaction('detach', async (client): Promise<boolean> => {
       const before = (await client.query<SubmissionRow>(SQL.lock, [recordId])).rows[0];
-      if (!before || (await client.query(SQL.detach, [recordId, owner, at])).rowCount !== 1) return false;
+      if (!before || (await client.query(SQL.detach, [recordId, holder, at])).rowCount !== 1) return false;
       await this.appendLocalChange(client, before, 'detached', at, 'detached by the application');
       return true;
     });
@@ -699,18 +643,18 @@ export class PostgresLedger implements Ledger {
     await this.write('recordCancelRequest', (client) => client.query(SQL.cancelRequest, [recordId, at]));
   }
 
-  async claim(recordId: string, owner: string, leaseExpiresAt: number, now: number): Promise<boolean> {
+  async claim(recordId: string, holder: string, leaseExpiresAt: number, now: number): Promise<boolean> {
     return this.transaction('claim', async (client) => {
-      const { rows } = await client.query<ClaimedRow>(SQL.claimOne, [recordId, owner, leaseExpiresAt, now]);
+      const { rows } = await client.query<ClaimedRow>(SQL.claimOne, [recordId, holder, leaseExpiresAt, now]);
       await this.noteAttached(client, rows, now);
       return rows.length === 1;
     });
   }
 
-  async claimAll(recordIds: readonly string[], owner: string, leaseExpiresAt: number, now: number): Promise<string[]> {
+  async claimAll(recordIds: readonly string[], holder: string, leaseExpiresAt: number, now: number): Promise<string[]> {
     if (recordIds.length === 0) return [];
     return this.transaction('claimAll', async (client) => {
-      const { rows } = await client.query<ClaimedRow>(SQL.claim, [[...recordIds], owner, leaseExpiresAt, now]);
+      const { rows } = await client.query<ClaimedRow>(SQL.claim, [[...recordIds], holder, leaseExpiresAt, now]);
       await this.noteAttached(client, rows, now);
       const claimed = new Set(rows.map((row) => row.record_id));
       return recordIds.filter((recordId) => claimed.has(recordId));
@@ -733,38 +677,38 @@ export class PostgresLedger implements Ledger {
     }
   }
 
-  async isTrackedBy(recordId: string, owner: string): Promise<boolean> {
+  async isTrackedBy(recordId: string, holder: string): Promise<boolean> {
     return this.guard(
       'isTrackedBy',
-      async () => (await this.pool.query(SQL.trackedBy, [recordId, owner])).rowCount === 1,
+      async () => (await this.pool.query(SQL.trackedBy, [recordId, holder])).rowCount === 1,
     );
   }
 
-  async renewLeases(owner: string, leaseExpiresAt: number): Promise<number> {
+  async renewLeases(holder: string, leaseExpiresAt: number): Promise<number> {
     return this.write(
       'renewLeases',
-      async (client) => (await client.query(SQL.renewLeases, [owner, leaseExpiresAt])).rowCount ?? 0,
+      async (client) => (await client.query(SQL.renewLeases, [holder, leaseExpiresAt])).rowCount ?? 0,
     );
   }
 
-  async release(recordId: string, owner: string): Promise<void> {
-    await this.write('release', (client) => client.query(SQL.release, [recordId, owner]));
+  async release(recordId: string, holder: string): Promise<void> {
+    await this.write('release', (client) => client.query(SQL.release, [recordId, holder]));
   }
 
-  async releaseAllOf(owner: string): Promise<number> {
-    return this.write('releaseAllOf', async (client) => (await client.query(SQL.releaseAllOf, [owner])).rowCount ?? 0);
+  async releaseAllOf(holder: string): Promise<number> {
+    return this.write('releaseAllOf', async (client) => (await client.query(SQL.releaseAllOf, [holder])).rowCount ?? 0);
   }
 
   async recordInputAsked(
     recordId: string,
-    owner: string,
+    holder: string,
     key: string,
     request: InputRequest,
     at: number,
   ): Promise<boolean> {
     return this.transaction('recordInputAsked', async (client): Promise<boolean> => {
       // the lease is checked under the row lock, so no worker takes the record over between check and write
-      if ((await client.query(SQL.lockHeld, [recordId, owner])).rowCount !== 1) return false;
+      if ((await client.query(SQL.lockHeld, [recordId, holder])).rowCount !== 1) return false;
       await client.query(SQL.insertInput, [recordId, key, JSON.stringify(request), at, null, null]);
       await client.query(SQL.markAsked, [recordId, key, at]);
       return true;
@@ -773,7 +717,7 @@ export class PostgresLedger implements Ledger {
 
   async recordInputAnswer(
     recordId: string,
-    owner: string,
+    holder: string,
     key: string,
     request: InputRequest,
     response: InputResponse,
@@ -827,17 +771,7 @@ export class PostgresLedger implements Ledger {
   async history(recordId: string): Promise<HistoryEntry[]> {
     return this.guard('history', async () => {
       const { rows } = await this.pool.query<HistoryRow>(SQL.history, [recordId]);
-      return rows.map((row) => ({
-        seq: Number(row.seq),
-        recordId: row.record_id,
-        taskId: row.task_id ?? undefined,
-        status: row.status ?? undefined,
-        statusMessage: row.status_message ?? undefined,
-        localState: row.local_state,
-        serverUpdatedAt: row.server_updated_at ?? undefined,
-        observedAt: Number(row.observed_at),
-        note: row.note ?? undefined,
-      }));
+      return rows.map(toHistoryEntry);
     });
   }
 
@@ -907,7 +841,7 @@ export class PostgresLedger implements Ledger {
     this.pendingNotes.clear();
     const params = [
       notes.map(([recordId]) => recordId),
-      notes.map(([, note]) => note.owner),
+      notes.map(([, note]) => note.holder),
       notes.map(([, note]) => note.polledAt ?? null),
       notes.map(([, note]) => note.nextPollAt !== undefined),
       notes.map(([, note]) => note.nextPollAt ?? null),
@@ -965,16 +899,7 @@ export class PostgresLedger implements Ledger {
     at: number,
     note?: string,
   ): Promise<void> {
-    await this.appendHistory(client, {
-      recordId,
-      taskId: task.taskId,
-      status: task.status,
-      statusMessage: task.statusMessage,
-      localState,
-      serverUpdatedAt: task.lastUpdatedAt,
-      observedAt: at,
-      note,
-    });
+    await this.appendHistory(client, observedLine(recordId, task, localState, at, note));
   }
 
   private async appendLocalChange(
@@ -984,30 +909,10 @@ export class PostgresLedger implements Ledger {
     observedAt: number,
     note: string,
   ): Promise<void> {
-    await this.appendHistory(client, {
-      recordId: before.record_id,
-      taskId: before.task_id ?? undefined,
-      status: before.status ?? undefined,
-      statusMessage: before.status_message ?? undefined,
-      localState,
-      observedAt,
-      note,
-    });
+    await this.appendHistory(client, localChangeLine(before, localState, observedAt, note));
   }
 
-  private async appendHistory(
-    client: pg.PoolClient,
-    entry: {
-      recordId: string;
-      localState: LocalState;
-      observedAt: number;
-      taskId?: string | undefined;
-      status?: TaskStatus | undefined;
-      statusMessage?: string | undefined;
-      serverUpdatedAt?: string | undefined;
-      note?: string | undefined;
-    },
-  ): Promise<void> {
+  private async appendHistory(client: pg.PoolClient, entry: HistoryLine): Promise<void> {
     await client.query(SQL.appendHistory, [
       entry.recordId,
       entry.taskId ?? null,
@@ -1021,47 +926,10 @@ export class PostgresLedger implements Ledger {
   }
 
   private toRecord(row: SubmissionRow): TaskRecord {
-    const record: TaskRecord = {
-      recordId: row.record_id,
-      endpoint: row.endpoint,
-      toolName: row.tool_name,
-      arguments: JSON.parse(row.arguments) as JsonObject,
-      argumentsDigest: row.arguments_digest,
-      correlationId: row.correlation_id ?? undefined,
-      idempotencyKey: row.idempotency_key ?? undefined,
-      wireIdempotencyKey: row.wire_idempotency_key ?? undefined,
-      credential: row.credential ?? undefined,
-      taskId: row.task_id ?? undefined,
-      localState: row.local_state,
-      status: row.status ?? undefined,
-      statusMessage: row.status_message ?? undefined,
-      createdAt: row.created_at ?? undefined,
-      lastUpdatedAt: row.last_updated_at ?? undefined,
-      // NULL means "unlimited" only once a task was seen
-      ttlMs: row.task_id === null ? undefined : (optionalNumber(row.ttl_ms) ?? null),
-      pollIntervalMs: optionalNumber(row.poll_interval_ms),
-      submittedAt: Number(row.submitted_at),
-      sentAt: optionalNumber(row.sent_at),
-      lastPollAt: optionalNumber(row.last_poll_at),
-      nextPollAt: optionalNumber(row.next_poll_at),
-      lastError: row.last_error ? (JSON.parse(row.last_error) as RecordedError) : undefined,
-      result: row.result ? (JSON.parse(row.result) as JsonObject) : undefined,
-      error: row.error ? (JSON.parse(row.error) as JsonRpcError) : undefined,
-      terminalReason: row.terminal_reason ?? undefined,
-      terminalAt: optionalNumber(row.terminal_at),
-      cancelRequestedAt: optionalNumber(row.cancel_requested_at),
-      resubmittedFrom: row.resubmitted_from ?? undefined,
-      supersededBy: row.superseded_by ?? undefined,
-      leaseOwner: row.lease_owner ?? undefined,
-      leaseExpiresAt: optionalNumber(row.lease_expires_at),
-      updatedAt: Number(row.updated_at),
-      observedAgeMs: optionalNumber(row.observed_age_ms),
-      inputs: (row.inputs ?? []).map(toInputAnswer),
-    };
+    const record = toRecord(row, (row.inputs ?? []).map(toInputAnswer));
     // what this object noted but has not committed yet, as the write will apply it (the older notes first)
-    for (const note of [this.writingNotes.get(record.recordId), this.pendingNotes.get(record.recordId)]) {
-      if (note && note.owner === record.leaseOwner) applyNote(record, note);
-    }
+    applyNote(record, this.writingNotes.get(record.recordId));
+    applyNote(record, this.pendingNotes.get(record.recordId));
     return record;
   }
 
@@ -1094,35 +962,6 @@ export class PostgresLedger implements Ledger {
     for (const password of this.passwords) scrubbed = scrubbed.split(password).join('***');
     return scrubbed;
   }
-}
-
-/** A schedule note on a record read back, as `applyNotes` will write it. */
-function applyNote(record: TaskRecord, note: PendingNote): void {
-  if (note.polledAt !== undefined) {
-    record.lastPollAt = Math.max(record.lastPollAt ?? note.polledAt, note.polledAt);
-    record.updatedAt = Math.max(record.updatedAt, note.polledAt);
-  }
-  if (note.nextPollAt !== undefined && record.localState === 'tracking') {
-    record.nextPollAt = note.nextPollAt ?? undefined;
-  }
-  if (note.observedAgeMs !== undefined) {
-    record.observedAgeMs = Math.max(record.observedAgeMs ?? 0, note.observedAgeMs);
-  }
-}
-
-function optionalNumber(value: string | number | null | undefined): number | undefined {
-  return value === null || value === undefined ? undefined : Number(value);
-}
-
-function toInputAnswer(row: InputRow): InputAnswer {
-  return {
-    key: row.key,
-    request: JSON.parse(row.request) as InputRequest,
-    askedAt: optionalNumber(row.asked_at),
-    response: row.response ? (JSON.parse(row.response) as InputResponse) : undefined,
-    answeredAt: optionalNumber(row.answered_at),
-    sentAt: optionalNumber(row.sent_at),
-  };
 }
 
 function asError(error: unknown): Error {

@@ -8,7 +8,7 @@ import { randomBytes } from 'node:crypto';
 
 import type Database from 'better-sqlite3';
 
-import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
+import type { InputRequest, InputResponse } from '../../protocol/index.js';
 import type { Migration } from '../../sqliteFile.js';
 import { openSqliteFile } from '../../sqliteFile.js';
 import type { SqliteSynchronous } from '../../sqliteSynchronous.js';
@@ -18,16 +18,29 @@ import type {
   Closing,
   HistoryEntry,
   InputAnswer,
-  IntentOutcome,
   Ledger,
   LedgerFilter,
   LocalState,
   NewSubmission,
   ObservedTask,
   RecordedError,
+  RecordedIntent,
   ScheduleNote,
   TaskRecord,
 } from './ledger.js';
+import type { HistoryLine, HistoryRow, InputRow, PendingNote, SubmissionRow as Row } from './records.js';
+import {
+  applyNote,
+  localChangeLine,
+  mergeNote,
+  observedLine,
+  toHistoryEntry,
+  toInputAnswer,
+  toRecord,
+} from './records.js';
+
+/** SQLite hands integer columns over as numbers. */
+type SubmissionRow = Row<number>;
 
 /**
  * Versioned migrations: entry i brings `user_version` from i to i + 1. Never edit a shipped entry; append. Its status
@@ -121,6 +134,9 @@ const MIGRATIONS: readonly Migration[] = [
   // 2 -> 3: entry 0 was edited after it shipped (`superseded_by` became deferrable), so files written by the first
   // build kept an immediate reference and could not resubmit ("FOREIGN KEY constraint failed", issue 13 item 11)
   deferSupersededBy,
+  // 3 -> 4: the call's W3C trace context (and baggage), JSON: a process that resumes the record joins its trace
+  // (README.md, "Observability")
+  `ALTER TABLE submissions ADD COLUMN trace_context TEXT;`,
 ];
 
 /**
@@ -146,63 +162,6 @@ function deferSupersededBy(db: Database.Database): void {
   for (const index of indexes) db.exec(index.sql);
 }
 
-interface SubmissionRow {
-  record_id: string;
-  endpoint: string;
-  tool_name: string;
-  arguments: string;
-  arguments_digest: string;
-  correlation_id: string | null;
-  idempotency_key: string | null;
-  task_id: string | null;
-  local_state: LocalState;
-  status: TaskStatus | null;
-  status_message: string | null;
-  created_at: string | null;
-  last_updated_at: string | null;
-  ttl_ms: number | null;
-  poll_interval_ms: number | null;
-  submitted_at: number;
-  sent_at: number | null;
-  last_poll_at: number | null;
-  next_poll_at: number | null;
-  last_error: string | null;
-  result: string | null;
-  error: string | null;
-  terminal_reason: string | null;
-  terminal_at: number | null;
-  cancel_requested_at: number | null;
-  resubmitted_from: string | null;
-  superseded_by: string | null;
-  lease_owner: string | null;
-  lease_expires_at: number | null;
-  updated_at: number;
-  observed_age_ms: number | null;
-  credential: string | null;
-  wire_idempotency_key: string | null;
-}
-
-interface InputRow {
-  key: string;
-  request: string;
-  asked_at: number | null;
-  response: string | null;
-  answered_at: number | null;
-  sent_at: number | null;
-}
-
-interface HistoryRow {
-  seq: number;
-  record_id: string;
-  task_id: string | null;
-  status: TaskStatus | null;
-  status_message: string | null;
-  local_state: LocalState;
-  server_updated_at: string | null;
-  observed_at: number;
-  note: string | null;
-}
-
 export interface SqliteLedgerOptions {
   /** How long to wait for another process's write lock before failing. Default 5000 ms. */
   busyTimeoutMs?: number;
@@ -214,14 +173,6 @@ export interface SqliteLedgerOptions {
    * before a power cut or an OS crash may be lost. See `SqliteSynchronous`.
    */
   synchronous?: SqliteSynchronous;
-}
-
-/** A schedule note waiting to be committed; `nextPollAt` undefined: not part of the note. */
-interface PendingNote {
-  owner: string;
-  polledAt: number | undefined;
-  nextPollAt: number | null | undefined;
-  observedAgeMs: number | undefined;
 }
 
 /** The ledger schema version this build writes. */
@@ -253,10 +204,10 @@ export class SqliteLedger implements Ledger {
       insert: db.prepare(
         `INSERT INTO submissions (record_id, endpoint, tool_name, arguments, arguments_digest, correlation_id,
            idempotency_key, wire_idempotency_key, credential, local_state, submitted_at, resubmitted_from,
-           lease_owner, lease_expires_at, updated_at)
+           lease_owner, lease_expires_at, updated_at, trace_context)
          VALUES (@recordId, @endpoint, @toolName, @arguments, @argumentsDigest, @correlationId,
            @idempotencyKey, @wireIdempotencyKey, @credential, 'submitting', @submittedAt, @resubmittedFrom,
-           @leaseOwner, @leaseExpiresAt, @submittedAt)`,
+           @leaseHolder, @leaseExpiresAt, @submittedAt, @traceContext)`,
       ),
       // one atomic step (issue 13 item 3): only a closed record nobody resubmitted yet is superseded
       supersede: db.prepare(
@@ -284,7 +235,7 @@ export class SqliteLedger implements Ledger {
       holdsLease: db.prepare(`SELECT 1 FROM submissions WHERE record_id = ? AND lease_owner = ?`),
       markSent: db.prepare(
         `UPDATE submissions SET sent_at = @at, updated_at = @at
-         WHERE record_id = @recordId AND lease_owner = @owner AND local_state = 'submitting'`,
+         WHERE record_id = @recordId AND lease_owner = @holder AND local_state = 'submitting'`,
       ),
       // the first thing done with a handle (docs/REQUIREMENTS.md S4): the taskId and the seed state, in the same row as
       // the intent. An answer that arrived is a fact (docs/DESIGN.md rule 10): it is recorded whoever held the lease,
@@ -294,7 +245,7 @@ export class SqliteLedger implements Ledger {
         `UPDATE submissions SET task_id = @taskId, local_state = @localState, status = @status,
            status_message = @statusMessage, created_at = @createdAt, last_updated_at = @lastUpdatedAt,
            ttl_ms = @ttlMs, poll_interval_ms = @pollIntervalMs, result = @result, error = @error,
-           terminal_reason = @terminalReason, terminal_at = @terminalAt, lease_owner = @owner,
+           terminal_reason = @terminalReason, terminal_at = @terminalAt, lease_owner = @holder,
            lease_expires_at = COALESCE(@leaseExpiresAt, lease_expires_at), updated_at = @at
          WHERE record_id = @recordId AND task_id IS NULL AND local_state IN ('submitting','unknown-outcome')`,
       ),
@@ -304,11 +255,11 @@ export class SqliteLedger implements Ledger {
            poll_interval_ms = COALESCE(@pollIntervalMs, poll_interval_ms), result = @result, error = @error,
            terminal_reason = @terminalReason, terminal_at = @terminalAt,
            next_poll_at = CASE WHEN @localState = 'terminal' THEN NULL ELSE next_poll_at END, updated_at = @at
-         WHERE record_id = @recordId AND lease_owner = @owner AND local_state = 'tracking' AND task_id = @taskId`,
+         WHERE record_id = @recordId AND lease_owner = @holder AND local_state = 'tracking' AND task_id = @taskId`,
       ),
       recordPoll: db.prepare(
         `UPDATE submissions SET last_poll_at = @at, last_error = COALESCE(@lastError, last_error), updated_at = @at
-         WHERE record_id = @recordId AND lease_owner = @owner`,
+         WHERE record_id = @recordId AND lease_owner = @holder`,
       ),
       // a late note never moves last_poll_at backwards; next_poll_at only means something while tracked
       applyNote: db.prepare(
@@ -319,7 +270,7 @@ export class SqliteLedger implements Ledger {
            next_poll_at = CASE WHEN @setNext = 1 AND local_state = 'tracking' THEN @nextPollAt ELSE next_poll_at END,
            observed_age_ms = CASE WHEN @observedAgeMs IS NULL THEN observed_age_ms
                                   ELSE MAX(COALESCE(observed_age_ms, 0), @observedAgeMs) END
-         WHERE record_id = @recordId AND lease_owner = @owner`,
+         WHERE record_id = @recordId AND lease_owner = @holder`,
       ),
       recordError: db.prepare(`UPDATE submissions SET last_error = ?, updated_at = ? WHERE record_id = ?`),
       close: db.prepare(
@@ -327,7 +278,7 @@ export class SqliteLedger implements Ledger {
            result = COALESCE(@result, result), error = COALESCE(@error, error),
            last_error = COALESCE(@lastError, last_error), next_poll_at = NULL,
            lease_owner = NULL, lease_expires_at = NULL, updated_at = @at
-         WHERE record_id = @recordId AND lease_owner = @owner AND local_state IN ('submitting','tracking')`,
+         WHERE record_id = @recordId AND lease_owner = @holder AND local_state IN ('submitting','tracking')`,
       ),
       // every spelling an endpoint is stored under, the first used first (issue 13 item 6)
       endpointSpellings: db.prepare(
@@ -347,7 +298,7 @@ export class SqliteLedger implements Ledger {
       // checked again: the server still knows the task, so it is followed again by the one checking
       reopen: db.prepare(
         `UPDATE submissions SET local_state = 'tracking', terminal_reason = NULL, terminal_at = NULL,
-           lease_owner = @owner, lease_expires_at = @leaseExpiresAt, updated_at = @at
+           lease_owner = @holder, lease_expires_at = @leaseExpiresAt, updated_at = @at
          WHERE record_id = @recordId AND local_state = 'expired' AND task_id IS NOT NULL`,
       ),
       secret: db.prepare(`SELECT secret FROM ledger_secret WHERE id = 1`),
@@ -364,7 +315,7 @@ export class SqliteLedger implements Ledger {
       detach: db.prepare(
         `UPDATE submissions SET local_state = 'detached', lease_owner = NULL, lease_expires_at = NULL,
            next_poll_at = NULL, updated_at = @at
-         WHERE record_id = @recordId AND lease_owner = @owner AND local_state = 'tracking'`,
+         WHERE record_id = @recordId AND lease_owner = @holder AND local_state = 'tracking'`,
       ),
       cancelRequest: db.prepare(
         `UPDATE submissions SET cancel_requested_at = COALESCE(cancel_requested_at, ?), updated_at = ?
@@ -372,10 +323,10 @@ export class SqliteLedger implements Ledger {
       ),
       // a lease is free when nobody holds it, it is ours, or its holder stopped renewing it
       claim: db.prepare(
-        `UPDATE submissions SET lease_owner = @owner, lease_expires_at = @leaseExpiresAt,
+        `UPDATE submissions SET lease_owner = @holder, lease_expires_at = @leaseExpiresAt,
            local_state = CASE local_state WHEN 'detached' THEN 'tracking' ELSE local_state END
          WHERE record_id = @recordId AND local_state IN ('tracking','detached')
-           AND (lease_owner IS NULL OR lease_owner = @owner OR lease_expires_at < @now)`,
+           AND (lease_owner IS NULL OR lease_owner = @holder OR lease_expires_at < @now)`,
       ),
       renewLeases: db.prepare(
         `UPDATE submissions SET lease_expires_at = ?
@@ -433,12 +384,12 @@ export class SqliteLedger implements Ledger {
     });
   }
 
-  async recordIntent(submission: NewSubmission): Promise<IntentOutcome> {
+  async recordIntent(submission: NewSubmission): Promise<RecordedIntent> {
     return this.write(() => this.insertIntent(submission));
   }
 
-  async recordResubmission(previousRecordId: string, submission: NewSubmission): Promise<IntentOutcome> {
-    return this.write((): IntentOutcome => {
+  async recordResubmission(previousRecordId: string, submission: NewSubmission): Promise<RecordedIntent> {
+    return this.write((): RecordedIntent => {
       // supersede first so the new record may carry the same idempotency key
       if (this.stmt.supersede.run(submission.recordId, submission.submittedAt, previousRecordId).changes !== 1) {
         const previous = this.stmt.get.get(previousRecordId) as SubmissionRow | undefined;
@@ -451,7 +402,7 @@ export class SqliteLedger implements Ledger {
     });
   }
 
-  private insertIntent(submission: NewSubmission): IntentOutcome {
+  private insertIntent(submission: NewSubmission): RecordedIntent {
     // inside the write transaction: two processes that reach a new server under two spellings make one spelling
     const endpoint = this.spelling(submission.endpoint);
     if (submission.idempotencyKey !== undefined) {
@@ -470,8 +421,9 @@ export class SqliteLedger implements Ledger {
       credential: submission.credential ?? null,
       submittedAt: submission.submittedAt,
       resubmittedFrom: submission.resubmittedFrom ?? null,
-      leaseOwner: submission.leaseOwner,
+      leaseHolder: submission.leaseHolder,
       leaseExpiresAt: submission.leaseExpiresAt,
+      traceContext: submission.traceContext ? JSON.stringify(submission.traceContext) : null,
     });
     this.appendHistory({
       recordId: submission.recordId,
@@ -482,13 +434,13 @@ export class SqliteLedger implements Ledger {
     return { created: true, record: this.mustGet(submission.recordId) };
   }
 
-  async markSent(recordId: string, owner: string, at: number): Promise<boolean> {
-    return this.write(() => this.stmt.markSent.run({ recordId, owner, at }).changes === 1);
+  async markSent(recordId: string, holder: string, at: number): Promise<boolean> {
+    return this.write(() => this.stmt.markSent.run({ recordId, holder, at }).changes === 1);
   }
 
   async commitTask(
     recordId: string,
-    owner: string,
+    holder: string,
     task: ObservedTask,
     at: number,
     leaseExpiresAt?: number,
@@ -497,15 +449,15 @@ export class SqliteLedger implements Ledger {
       const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
       if (!before) return false;
       if (before.task_id === task.taskId) return true;
-      const holder = this.stmt.byTaskId.get(before.endpoint, task.taskId) as SubmissionRow | undefined;
-      if (holder) {
+      const other = this.stmt.byTaskId.get(before.endpoint, task.taskId) as SubmissionRow | undefined;
+      if (other) {
         // another record got the same task first (a resubmission that reused the idempotency key): say so here
         if (before.task_id === null) {
-          this.appendLocalChange(before, before.local_state, at, taskHeldElsewhereNote(task.taskId, holder.record_id));
+          this.appendLocalChange(before, before.local_state, at, taskHeldElsewhereNote(task.taskId, other.record_id));
         }
         return false;
       }
-      const localState = this.applyTask(this.stmt.commitTask, recordId, owner, task, at, {
+      const localState = this.applyTask(this.stmt.commitTask, recordId, holder, task, at, {
         leaseExpiresAt: leaseExpiresAt ?? null,
       });
       if (localState === undefined) return false;
@@ -515,11 +467,11 @@ export class SqliteLedger implements Ledger {
     });
   }
 
-  async recordObservation(recordId: string, owner: string, task: ObservedTask, at: number): Promise<boolean> {
+  async recordObservation(recordId: string, holder: string, task: ObservedTask, at: number): Promise<boolean> {
     return this.write((): boolean => {
       const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
       if (!before) return false;
-      const localState = this.applyTask(this.stmt.observe, recordId, owner, task, at);
+      const localState = this.applyTask(this.stmt.observe, recordId, holder, task, at);
       if (localState === undefined) return false;
       if (before.status !== task.status) this.appendObserved(recordId, task, localState, at);
       return true;
@@ -528,25 +480,16 @@ export class SqliteLedger implements Ledger {
 
   async recordPoll(
     recordId: string,
-    owner: string,
+    holder: string,
     at: number,
     lastError: RecordedError | undefined,
   ): Promise<boolean> {
-    const params = { recordId, owner, at, lastError: lastError ? JSON.stringify(lastError) : null };
+    const params = { recordId, holder, at, lastError: lastError ? JSON.stringify(lastError) : null };
     return this.write(() => this.stmt.recordPoll.run(params).changes === 1);
   }
 
-  noteSchedule(recordId: string, owner: string, note: ScheduleNote): void {
-    const pending = this.pendingNotes.get(recordId);
-    const merged: PendingNote =
-      pending && pending.owner === owner
-        ? pending
-        : { owner, polledAt: undefined, nextPollAt: undefined, observedAgeMs: undefined };
-    if (note.polledAt !== undefined) merged.polledAt = Math.max(merged.polledAt ?? note.polledAt, note.polledAt);
-    if (note.nextPollAt !== undefined) merged.nextPollAt = note.nextPollAt;
-    if (note.observedAgeMs !== undefined) {
-      merged.observedAgeMs = Math.max(merged.observedAgeMs ?? note.observedAgeMs, note.observedAgeMs);
-    }
+  noteSchedule(recordId: string, holder: string, note: ScheduleNote): void {
+    const merged = mergeNote(this.pendingNotes.get(recordId), holder, note);
     this.pendingNotes.set(recordId, merged);
     if (this.noteTimer === undefined) {
       this.noteTimer = setTimeout(() => this.flushNotes(), this.deferMs);
@@ -559,13 +502,13 @@ export class SqliteLedger implements Ledger {
     this.write(() => this.stmt.recordError.run(JSON.stringify(lastError), lastError.at, recordId));
   }
 
-  async closeOut(recordId: string, owner: string, closing: Closing, at: number): Promise<boolean> {
+  async closeOut(recordId: string, holder: string, closing: Closing, at: number): Promise<boolean> {
     return this.write((): boolean => {
       const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
       if (!before) return false;
       const changed = this.stmt.close.run({
         recordId,
-        owner,
+        holder,
         at,
         localState: closing.localState,
         reason: closing.reason,
@@ -579,10 +522,10 @@ export class SqliteLedger implements Ledger {
     });
   }
 
-  async reopen(recordId: string, owner: string, leaseExpiresAt: number, at: number, note: string): Promise<boolean> {
+  async reopen(recordId: string, holder: string, leaseExpiresAt: number, at: number, note: string): Promise<boolean> {
     return this.write((): boolean => {
       const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
-      if (!before || this.stmt.reopen.run({ recordId, owner, leaseExpiresAt, at }).changes !== 1) return false;
+      if (!before || this.stmt.reopen.run({ recordId, holder, leaseExpiresAt, at }).changes !== 1) return false;
       this.appendLocalChange(before, 'tracking', at, note);
       return true;
     });
@@ -608,10 +551,10 @@ export class SqliteLedger implements Ledger {
     });
   }
 
-  async detach(recordId: string, owner: string, at: number): Promise<boolean> {
+  async detach(recordId: string, holder: string, at: number): Promise<boolean> {
     return this.write((): boolean => {
       const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
-      if (!before || this.stmt.detach.run({ recordId, owner, at }).changes !== 1) return false;
+      if (!before || this.stmt.detach.run({ recordId, holder, at }).changes !== 1) return false;
       this.appendLocalChange(before, 'detached', at, 'detached by the application');
       return true;
     });
@@ -621,39 +564,39 @@ export class SqliteLedger implements Ledger {
     this.write(() => this.stmt.cancelRequest.run(at, at, recordId));
   }
 
-  async claim(recordId: string, owner: string, leaseExpiresAt: number, now: number): Promise<boolean> {
-    return this.write(() => this.claimOne(recordId, owner, leaseExpiresAt, now));
+  async claim(recordId: string, holder: string, leaseExpiresAt: number, now: number): Promise<boolean> {
+    return this.write(() => this.claimOne(recordId, holder, leaseExpiresAt, now));
   }
 
-  async claimAll(recordIds: readonly string[], owner: string, leaseExpiresAt: number, now: number): Promise<string[]> {
-    return this.write(() => recordIds.filter((recordId) => this.claimOne(recordId, owner, leaseExpiresAt, now)));
+  async claimAll(recordIds: readonly string[], holder: string, leaseExpiresAt: number, now: number): Promise<string[]> {
+    return this.write(() => recordIds.filter((recordId) => this.claimOne(recordId, holder, leaseExpiresAt, now)));
   }
 
-  async isTrackedBy(recordId: string, owner: string): Promise<boolean> {
-    return this.stmt.trackedBy.get(recordId, owner) !== undefined;
+  async isTrackedBy(recordId: string, holder: string): Promise<boolean> {
+    return this.stmt.trackedBy.get(recordId, holder) !== undefined;
   }
 
-  async renewLeases(owner: string, leaseExpiresAt: number): Promise<number> {
-    return this.write(() => this.stmt.renewLeases.run(leaseExpiresAt, owner).changes);
+  async renewLeases(holder: string, leaseExpiresAt: number): Promise<number> {
+    return this.write(() => this.stmt.renewLeases.run(leaseExpiresAt, holder).changes);
   }
 
-  async release(recordId: string, owner: string): Promise<void> {
-    this.write(() => this.stmt.release.run(recordId, owner));
+  async release(recordId: string, holder: string): Promise<void> {
+    this.write(() => this.stmt.release.run(recordId, holder));
   }
 
-  async releaseAllOf(owner: string): Promise<number> {
-    return this.write(() => this.stmt.releaseAllOf.run(owner).changes);
+  async releaseAllOf(holder: string): Promise<number> {
+    return this.write(() => this.stmt.releaseAllOf.run(holder).changes);
   }
 
   async recordInputAsked(
     recordId: string,
-    owner: string,
+    holder: string,
     key: string,
     request: InputRequest,
     at: number,
   ): Promise<boolean> {
     return this.write((): boolean => {
-      if (!this.stmt.holdsLease.get(recordId, owner)) return false;
+      if (!this.stmt.holdsLease.get(recordId, holder)) return false;
       this.stmt.insertInput.run({
         recordId,
         key,
@@ -669,7 +612,7 @@ export class SqliteLedger implements Ledger {
 
   async recordInputAnswer(
     recordId: string,
-    owner: string,
+    holder: string,
     key: string,
     request: InputRequest,
     response: InputResponse,
@@ -739,17 +682,7 @@ export class SqliteLedger implements Ledger {
   }
 
   async history(recordId: string): Promise<HistoryEntry[]> {
-    return (this.stmt.history.all(recordId) as HistoryRow[]).map((row) => ({
-      seq: row.seq,
-      recordId: row.record_id,
-      taskId: row.task_id ?? undefined,
-      status: row.status ?? undefined,
-      statusMessage: row.status_message ?? undefined,
-      localState: row.local_state,
-      serverUpdatedAt: row.server_updated_at ?? undefined,
-      observedAt: row.observed_at,
-      note: row.note ?? undefined,
-    }));
+    return (this.stmt.history.all(recordId) as HistoryRow[]).map(toHistoryEntry);
   }
 
   async dispose(): Promise<void> {
@@ -805,7 +738,7 @@ export class SqliteLedger implements Ledger {
     for (const [recordId, note] of this.pendingNotes) {
       this.stmt.applyNote.run({
         recordId,
-        owner: note.owner,
+        holder: note.holder,
         polledAt: note.polledAt ?? null,
         setNext: note.nextPollAt === undefined ? 0 : 1,
         nextPollAt: note.nextPollAt ?? null,
@@ -817,9 +750,9 @@ export class SqliteLedger implements Ledger {
     this.noteTimer = undefined;
   }
 
-  private claimOne(recordId: string, owner: string, leaseExpiresAt: number, now: number): boolean {
+  private claimOne(recordId: string, holder: string, leaseExpiresAt: number, now: number): boolean {
     const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
-    if (!before || this.stmt.claim.run({ recordId, owner, leaseExpiresAt, now }).changes !== 1) return false;
+    if (!before || this.stmt.claim.run({ recordId, holder, leaseExpiresAt, now }).changes !== 1) return false;
     if (before.local_state === 'detached') {
       this.appendLocalChange(before, 'tracking', now, 'attached');
     }
@@ -830,7 +763,7 @@ export class SqliteLedger implements Ledger {
   private applyTask(
     statement: Database.Statement,
     recordId: string,
-    owner: string,
+    holder: string,
     task: ObservedTask,
     at: number,
     extra: Record<string, unknown> = {},
@@ -839,7 +772,7 @@ export class SqliteLedger implements Ledger {
     const changed = statement.run({
       ...extra,
       recordId,
-      owner,
+      holder,
       at,
       localState: applied.localState,
       taskId: task.taskId,
@@ -865,41 +798,15 @@ export class SqliteLedger implements Ledger {
     at: number,
     note?: string,
   ): void {
-    this.appendHistory({
-      recordId,
-      taskId: task.taskId,
-      status: task.status,
-      statusMessage: task.statusMessage,
-      localState,
-      serverUpdatedAt: task.lastUpdatedAt,
-      observedAt: at,
-      note,
-    });
+    this.appendHistory(observedLine(recordId, task, localState, at, note));
   }
 
   /** A history line for a change of the local state, with the task state the row last observed. */
   private appendLocalChange(before: SubmissionRow, localState: LocalState, observedAt: number, note: string): void {
-    this.appendHistory({
-      recordId: before.record_id,
-      taskId: before.task_id ?? undefined,
-      status: before.status ?? undefined,
-      statusMessage: before.status_message ?? undefined,
-      localState,
-      observedAt,
-      note,
-    });
+    this.appendHistory(localChangeLine(before, localState, observedAt, note));
   }
 
-  private appendHistory(entry: {
-    recordId: string;
-    localState: LocalState;
-    observedAt: number;
-    taskId?: string | undefined;
-    status?: TaskStatus | undefined;
-    statusMessage?: string | undefined;
-    serverUpdatedAt?: string | undefined;
-    note?: string | undefined;
-  }): void {
+  private appendHistory(entry: HistoryLine): void {
     this.stmt.appendHistory.run({
       recordId: entry.recordId,
       taskId: entry.taskId ?? null,
@@ -922,65 +829,9 @@ export class SqliteLedger implements Ledger {
     row: SubmissionRow,
     inputs: InputAnswer[] = (this.stmt.inputs.all(row.record_id) as InputRow[]).map(toInputAnswer),
   ): TaskRecord {
+    const record = toRecord(row, inputs);
     // what this object noted but has not committed yet, as the write will apply it
-    const note = this.pendingNotes.get(row.record_id);
-    if (note && note.owner === row.lease_owner) {
-      if (note.polledAt !== undefined) {
-        row.last_poll_at = Math.max(row.last_poll_at ?? note.polledAt, note.polledAt);
-        row.updated_at = Math.max(row.updated_at, note.polledAt);
-      }
-      if (note.nextPollAt !== undefined && row.local_state === 'tracking') row.next_poll_at = note.nextPollAt;
-      if (note.observedAgeMs !== undefined) {
-        row.observed_age_ms = Math.max(row.observed_age_ms ?? 0, note.observedAgeMs);
-      }
-    }
-    return {
-      recordId: row.record_id,
-      endpoint: row.endpoint,
-      toolName: row.tool_name,
-      arguments: JSON.parse(row.arguments) as JsonObject,
-      argumentsDigest: row.arguments_digest,
-      correlationId: row.correlation_id ?? undefined,
-      idempotencyKey: row.idempotency_key ?? undefined,
-      wireIdempotencyKey: row.wire_idempotency_key ?? undefined,
-      credential: row.credential ?? undefined,
-      taskId: row.task_id ?? undefined,
-      localState: row.local_state,
-      status: row.status ?? undefined,
-      statusMessage: row.status_message ?? undefined,
-      createdAt: row.created_at ?? undefined,
-      lastUpdatedAt: row.last_updated_at ?? undefined,
-      // NULL means "unlimited" only once a task was seen
-      ttlMs: row.task_id === null ? undefined : row.ttl_ms,
-      pollIntervalMs: row.poll_interval_ms ?? undefined,
-      submittedAt: row.submitted_at,
-      sentAt: row.sent_at ?? undefined,
-      lastPollAt: row.last_poll_at ?? undefined,
-      nextPollAt: row.next_poll_at ?? undefined,
-      lastError: row.last_error ? (JSON.parse(row.last_error) as RecordedError) : undefined,
-      result: row.result ? (JSON.parse(row.result) as JsonObject) : undefined,
-      error: row.error ? (JSON.parse(row.error) as JsonRpcError) : undefined,
-      terminalReason: row.terminal_reason ?? undefined,
-      terminalAt: row.terminal_at ?? undefined,
-      cancelRequestedAt: row.cancel_requested_at ?? undefined,
-      resubmittedFrom: row.resubmitted_from ?? undefined,
-      supersededBy: row.superseded_by ?? undefined,
-      leaseOwner: row.lease_owner ?? undefined,
-      leaseExpiresAt: row.lease_expires_at ?? undefined,
-      updatedAt: row.updated_at,
-      observedAgeMs: row.observed_age_ms ?? undefined,
-      inputs,
-    };
+    applyNote(record, this.pendingNotes.get(row.record_id));
+    return record;
   }
-}
-
-function toInputAnswer(row: InputRow): InputAnswer {
-  return {
-    key: row.key,
-    request: JSON.parse(row.request) as InputRequest,
-    askedAt: row.asked_at ?? undefined,
-    response: row.response ? (JSON.parse(row.response) as InputResponse) : undefined,
-    answeredAt: row.answered_at ?? undefined,
-    sentAt: row.sent_at ?? undefined,
-  };
 }

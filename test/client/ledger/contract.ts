@@ -38,7 +38,7 @@ function submission(overrides: Partial<NewSubmission> = {}): NewSubmission {
     argumentsDigest: argumentsDigest(args),
     correlationId: 'order-42',
     submittedAt: T0,
-    leaseOwner: 'p1',
+    leaseHolder: 'p1',
     leaseExpiresAt: T0 + 30_000,
     ...overrides,
   };
@@ -89,6 +89,21 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       expect(await ledger.get('b')).toBeUndefined();
     });
 
+    it('keeps the call’s trace context with the record, for whichever process follows it', async () => {
+      // invariant: README.md, "Observability": a resumed record joins the trace of its call
+      const traceContext = {
+        traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
+        tracestate: 'vendor=x',
+        baggage: 'tenant=acme',
+      };
+      await ledger.recordIntent(submission({ recordId: 'traced', traceContext }));
+      await ledger.recordIntent(submission({ recordId: 'untraced' }));
+      const other = await openSecond();
+      expect((await other.get('traced'))?.traceContext).toEqual(traceContext);
+      expect((await other.list()).find((r) => r.recordId === 'traced')?.traceContext).toEqual(traceContext);
+      expect((await other.get('untraced'))?.traceContext).toBeUndefined();
+    });
+
     it('treats spellings of one server as one endpoint for keys, tasks and lists', async () => {
       // invariant: issue 13 item 6: one idempotency key makes one record whichever spelling of the URL is used
       await ledger.recordIntent(
@@ -108,8 +123,8 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       for (let round = 0; round < 10; round++) {
         const key = `order-${round}`;
         const [a, b] = await Promise.all([
-          ledger.recordIntent(submission({ recordId: `a-${round}`, idempotencyKey: key, leaseOwner: 'p1' })),
-          other.recordIntent(submission({ recordId: `b-${round}`, idempotencyKey: key, leaseOwner: 'p2' })),
+          ledger.recordIntent(submission({ recordId: `a-${round}`, idempotencyKey: key, leaseHolder: 'p1' })),
+          other.recordIntent(submission({ recordId: `b-${round}`, idempotencyKey: key, leaseHolder: 'p2' })),
         ]);
         expect([a.created, b.created].sort()).toEqual([false, true]);
         expect(a.record.recordId).toBe(b.record.recordId);
@@ -201,7 +216,7 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       expect(await ledger.commitTask('late', 'p2', task({ taskId: 't-late' }), T0 + 60_001, T0 + 90_000)).toBe(true);
       expect(await ledger.get('late')).toMatchObject({
         localState: 'tracking',
-        leaseOwner: 'p2',
+        leaseHolder: 'p2',
         leaseExpiresAt: T0 + 90_000,
       });
       expect((await ledger.history('late')).at(-1)?.note).toMatch(/arrived after the record was settled/);
@@ -240,7 +255,7 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       expect(await other.claim('l', 'p2', T0 + 60_000, T0 + 39_999)).toBe(false);
       // p1 stopped renewing: its lease runs out and p2 takes over
       expect(await other.claim('l', 'p2', T0 + 100_000, T0 + 40_001)).toBe(true);
-      expect((await ledger.get('l'))?.leaseOwner).toBe('p2');
+      expect((await ledger.get('l'))?.leaseHolder).toBe('p2');
     });
 
     it('refuses every driving write of a holder whose lease was taken over (the fence)', async () => {
@@ -262,7 +277,7 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       expect(await other.get('fence')).toMatchObject({
         localState: 'tracking',
         status: 'input_required',
-        leaseOwner: 'p2',
+        leaseHolder: 'p2',
         leaseExpiresAt: T0 + 100_000,
         inputs: [],
       });
@@ -309,7 +324,7 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       await ledger.release('c3', 'p1');
       // c2 is still p1's (lease until T0 + 30 s); c1 is detached, c3 free
       expect(await ledger.claimAll(['c3', 'c2', 'c1', 'missing'], 'p2', T0 + 60_000, T0 + 2)).toEqual(['c3', 'c1']);
-      expect(await ledger.get('c1')).toMatchObject({ localState: 'tracking', leaseOwner: 'p2' });
+      expect(await ledger.get('c1')).toMatchObject({ localState: 'tracking', leaseHolder: 'p2' });
       expect((await ledger.history('c1')).at(-1)).toMatchObject({ localState: 'tracking', note: 'attached' });
       expect(await ledger.isTrackedBy('c1', 'p2')).toBe(true);
       expect(await ledger.isTrackedBy('c1', 'p1')).toBe(false);
@@ -326,7 +341,7 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       for (let i = 0; i < 40; i++) {
         const recordId = `s${i}`;
         ids.push(recordId);
-        await ledger.recordIntent(submission({ recordId, leaseOwner: 'dead', leaseExpiresAt: T0 + 1 }));
+        await ledger.recordIntent(submission({ recordId, leaseHolder: 'dead', leaseExpiresAt: T0 + 1 }));
         await ledger.commitTask(recordId, 'dead', task({ taskId: `task-${recordId}` }), T0, T0 + 1);
       }
       const claimers = [ledger, await openSecond(), await openSecond()];
@@ -335,7 +350,7 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       );
       expect(claimed.flat().sort()).toEqual([...ids].sort());
       for (const [index, mine] of claimed.entries()) {
-        for (const recordId of mine) expect((await ledger.get(recordId))?.leaseOwner).toBe(`w${index}`);
+        for (const recordId of mine) expect((await ledger.get(recordId))?.leaseHolder).toBe(`w${index}`);
       }
     });
 
@@ -411,9 +426,9 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       await ledger.recordIntent(submission({ recordId: 'd' }));
       await ledger.commitTask('d', 'p1', task(), T0);
       expect(await ledger.detach('d', 'p1', T0 + 1)).toBe(true);
-      expect(await ledger.get('d')).toMatchObject({ localState: 'detached', leaseOwner: undefined });
+      expect(await ledger.get('d')).toMatchObject({ localState: 'detached', leaseHolder: undefined });
       expect(await ledger.claim('d', 'p2', T0 + 60_000, T0 + 2)).toBe(true);
-      expect(await ledger.get('d')).toMatchObject({ localState: 'tracking', leaseOwner: 'p2' });
+      expect(await ledger.get('d')).toMatchObject({ localState: 'tracking', leaseHolder: 'p2' });
       expect((await ledger.history('d')).map((entry) => entry.note ?? '')).toContain('attached');
     });
 
@@ -430,13 +445,13 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
         terminalAt: T0 + 4,
         cancelRequestedAt: T0 + 1,
         lastError: { kind: 'input', message: 'no handler' },
-        leaseOwner: undefined,
+        leaseHolder: undefined,
       });
       expect(await ledger.reopen('e', 'p2', T0 + 60_000, T0 + 5, 'checked again')).toBe(true);
       expect(await ledger.get('e')).toMatchObject({
         localState: 'tracking',
         terminalReason: undefined,
-        leaseOwner: 'p2',
+        leaseHolder: 'p2',
       });
       expect(await ledger.reopen('e', 'p2', T0 + 60_000, T0 + 6, 'again')).toBe(false);
       expect((await ledger.history('e')).at(-1)).toMatchObject({ localState: 'tracking', note: 'checked again' });

@@ -54,7 +54,7 @@ function submission(recordId: string, idempotencyKey?: string) {
     argumentsDigest: 'd',
     idempotencyKey,
     submittedAt: T0,
-    leaseOwner: 'p1',
+    leaseHolder: 'p1',
     leaseExpiresAt: T0 + 30_000,
   };
 }

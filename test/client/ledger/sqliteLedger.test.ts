@@ -60,7 +60,7 @@ function submission(overrides: Partial<NewSubmission> = {}): NewSubmission {
     arguments: args,
     argumentsDigest: argumentsDigest(args),
     submittedAt: T0,
-    leaseOwner: 'p1',
+    leaseHolder: 'p1',
     leaseExpiresAt: T0 + 30_000,
     ...overrides,
   };

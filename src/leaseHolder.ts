@@ -25,20 +25,20 @@ const PROOF = /^(.*):(\d+):([\w-]+):linux\/([0-9a-f-]{36})\/(\d+)\/(\d+)\/(\d+)$
 
 let self: ProcessIdentity | null | undefined;
 
-export function newLeaseOwner(): string {
+export function newLeaseHolder(): string {
   const base = `${hostname()}:${process.pid}:${randomBytes(6).toString('base64url')}`;
   const me = ownIdentity();
   return me ? `${base}:linux/${me.bootId}/${me.pidNamespace}/${me.timeNamespace}/${me.startTicks}` : base;
 }
 
 /**
- * True only when `owner`'s process is proven gone: it names this boot and this process's own PID and time
+ * True only when `holder`'s process is proven gone: it names this boot and this process's own PID and time
  * namespaces, and its pid is free, or is a zombie (killed, not yet reaped), or belongs to a process started at
  * another time (the pid was reused). Anything else (another namespace or host, an id without the proof, a /proc
  * that hides the process) is false: the caller waits for the holder's lease to run out.
  */
-export function isDeadLocalOwner(owner: string): boolean {
-  const match = PROOF.exec(owner);
+export function isDeadLocalHolder(holder: string): boolean {
+  const match = PROOF.exec(holder);
   const me = ownIdentity();
   if (!match || !me) return false;
   const [, , pidText, , bootId, pidNamespace, timeNamespace, startTicks] = match;
