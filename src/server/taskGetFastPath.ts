@@ -58,13 +58,14 @@ export function mayBeTaskGet(req: IncomingMessage): boolean {
 export function taskGetFastPath(tasks: TaskServer, options: TaskGetFastPathOptions): TaskGetFastPath {
   const serverInfo = { ...options.serverInfo };
   return async (req, res, authInfo, fallback) => {
+    // a declared length (a chunked body is not what a poll sends), small, of JSON: else nothing is read here
     const declared = Number(req.headers['content-length']);
     if (!(declared <= MAX_FAST_BODY_BYTES) || !isJsonContentType(req.headers['content-type'] ?? null)) {
       return fallback(req);
     }
-    const body = await readAtMost(req, MAX_FAST_BODY_BYTES);
-    const ordinary = body.complete ? ordinaryTaskGet(req, Buffer.concat(body.chunks).toString('utf8')) : undefined;
-    if (!ordinary) return fallback(replayed(req, body));
+    const chunks = await readBody(req);
+    const ordinary = ordinaryTaskGet(req, Buffer.concat(chunks).toString('utf8'));
+    if (!ordinary) return fallback(replayed(req, chunks));
     let status = 200;
     let message: unknown;
     try {
@@ -128,43 +129,21 @@ function ordinaryTaskGet(req: IncomingMessage, text: string): OrdinaryTaskGet | 
   return { id, params: parsed.data, clientCapabilities: meta[CLIENT_CAPABILITIES_META_KEY] };
 }
 
-interface BodyRead {
-  chunks: Buffer[];
-  /** Whether the whole body was read (else `rest` holds the remainder, not yet read). */
-  complete: boolean;
-  rest: AsyncIterator<Buffer>;
-}
-
-async function readAtMost(req: IncomingMessage, maxBytes: number): Promise<BodyRead> {
-  const rest = req[Symbol.asyncIterator]() as AsyncIterator<Buffer>;
+/** The body, whose length the caller checked against its declared Content-Length (node's parser holds it to it). */
+async function readBody(req: IncomingMessage): Promise<Buffer[]> {
   const chunks: Buffer[] = [];
-  let received = 0;
-  for (;;) {
-    const next = await rest.next();
-    if (next.done) return { chunks, complete: true, rest };
-    chunks.push(next.value);
-    received += next.value.length;
-    if (received > maxBytes) return { chunks, complete: false, rest };
-  }
+  for await (const chunk of req) chunks.push(chunk as Buffer);
+  return chunks;
 }
 
 /**
- * The request again, its body replayed from the bytes already read (and the rest of the stream, if any), for the
- * SDK's Node adapter, which reads the request line, the headers, `auth` and the body stream.
+ * The request again, its body replayed from the bytes already read, for the SDK's Node adapter, which reads the
+ * request line, the headers, `auth` and the body stream.
  */
-function replayed(req: IncomingMessage, body: BodyRead): IncomingMessage {
-  async function* bytes(): AsyncGenerator<Buffer> {
-    try {
-      yield* body.chunks;
-      if (body.complete) return;
-      for (let next = await body.rest.next(); !next.done; next = await body.rest.next()) yield next.value;
-    } finally {
-      if (!body.complete) await body.rest.return?.();
-    }
-  }
+function replayed(req: IncomingMessage, chunks: Buffer[]): IncomingMessage {
   const { headers, rawHeaders, method, url, httpVersion, socket } = req;
   const auth = (req as { auth?: AuthInfo }).auth;
-  return Object.assign(Readable.from(bytes(), { objectMode: false }), {
+  return Object.assign(Readable.from(chunks, { objectMode: false }), {
     headers,
     rawHeaders,
     method,
