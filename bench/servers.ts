@@ -7,7 +7,13 @@ import type { AddressInfo } from 'node:net';
 
 import { toNodeHandler } from '@modelcontextprotocol/node';
 import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
-import { serveTaskServer, TaskServer, type TaskServerOptions, type TaskStore } from 'closeout/server';
+import {
+  type ServeOptions,
+  serveTaskServer,
+  TaskServer,
+  type TaskServerOptions,
+  type TaskStore,
+} from 'closeout/server';
 import * as z from 'zod/v4';
 
 export interface RunningServer {
@@ -74,10 +80,14 @@ export async function startFloorServer(responseBody: string, contentType: string
   );
 }
 
-/** (b), (c): Closeout over `store`, serving `echo` as an optional task tool and `hold`. */
+/**
+ * (b), (c): Closeout over `store`, serving `echo` as an optional task tool and `hold`; `taskGetFastPath: false` serves
+ * every `tasks/get` through the SDK's per-request server (c.sdk).
+ */
 export async function startCloseoutServer(
   store: TaskStore,
   telemetry?: TaskServerOptions['telemetry'],
+  serve: Pick<ServeOptions, 'taskGetFastPath'> = {},
 ): Promise<RunningServer & { tasks: TaskServer; errors: Error[] }> {
   const errors: Error[] = [];
   const tasks = new TaskServer({ store, onError: (error) => errors.push(error), ...(telemetry && { telemetry }) });
@@ -90,6 +100,6 @@ export async function startCloseoutServer(
         ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason as Error), { once: true });
       }),
   );
-  const serving = await serveTaskServer(tasks, { port: 0, onerror: (error) => errors.push(error) });
+  const serving = await serveTaskServer(tasks, { port: 0, onerror: (error) => errors.push(error), ...serve });
   return { url: serving.url, tasks, errors, close: () => serving.close() };
 }

@@ -13,8 +13,11 @@ import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
 import { CLIENT_CAPABILITIES_META_KEY, SUBSCRIPTIONS_LISTEN_METHOD } from '../protocol/constants.js';
 import { guardJsonDepth } from './jsonDepthGuard.js';
 import { type AttachOptions, attachTasks, declaresTasksIn, defaultPrincipal } from './sdkGlue.js';
+import { mayBeTaskGet, taskGetFastPath } from './taskGetFastPath.js';
 import type { ListenRequest } from './taskPush.js';
 import type { TaskServer } from './taskServer.js';
+
+const DEFAULT_SERVER_INFO = { name: 'closeout', version: '0.1.0' };
 
 /** The Node response an exchange is served on, when serveTaskServer serves it: a push stream cut ends its socket. */
 const servingResponse = new AsyncLocalStorage<ServerResponse>();
@@ -31,7 +34,7 @@ export interface TaskHandlerOptions extends AttachOptions {
 
 /** A web-standard `{ fetch }` MCP handler serving the task tools of `tasks` beside whatever `setup` registers. */
 export function createTaskMcpHandler(tasks: TaskServer, options: TaskHandlerOptions = {}): McpHttpHandler {
-  const info = options.serverInfo ?? { name: 'closeout', version: '0.1.0' };
+  const info = options.serverInfo ?? DEFAULT_SERVER_INFO;
   const principalOf = options.principal ?? defaultPrincipal;
   /** Listen requests for task notifications on their way through the SDK, and the principal once it accepted them. */
   const taskListens = new WeakMap<Request, { principal?: string }>();
@@ -94,6 +97,11 @@ export interface ServeOptions extends TaskHandlerOptions {
   path?: string;
   /** Bearer tokens and the principal each stands for; when given, every request must carry one (else 401). */
   tokens?: Record<string, string>;
+  /**
+   * @internal Answer ordinary `tasks/get` requests without the SDK's per-request server (taskGetFastPath.ts). Default
+   * true; the differential test turns it off to compare the two paths.
+   */
+  taskGetFastPath?: boolean;
 }
 
 export interface ServingTaskServer {
@@ -107,6 +115,13 @@ export async function serveTaskServer(tasks: TaskServer, options: ServeOptions =
   const path = options.path ?? '/mcp';
   const handler = createTaskMcpHandler(tasks, options);
   const node = toNodeHandler(handler, { ...(options.onerror && { onerror: options.onerror }) });
+  const fastGet =
+    options.taskGetFastPath === false
+      ? undefined
+      : taskGetFastPath(tasks, {
+          serverInfo: options.serverInfo ?? DEFAULT_SERVER_INFO,
+          principal: options.principal ?? defaultPrincipal,
+        });
   await tasks.start();
   const http = createServer((req, res) => {
     const url = new URL(req.url ?? '/', 'http://localhost');
@@ -122,12 +137,13 @@ export async function serveTaskServer(tasks: TaskServer, options: ServeOptions =
       return;
     }
     const nodeReq = authInfo ? Object.assign(req, { auth: authInfo }) : req;
-    servingResponse
-      .run(res, () => node(nodeReq, res))
-      .catch((error: unknown) => {
+    const serve = (request: IncomingMessage) => servingResponse.run(res, () => node(request, res));
+    (fastGet && mayBeTaskGet(nodeReq) ? fastGet(nodeReq, res, authInfo, serve) : serve(nodeReq)).catch(
+      (error: unknown) => {
         options.onerror?.(error instanceof Error ? error : new Error(String(error)));
         if (!res.headersSent) res.writeHead(500).end();
-      });
+      },
+    );
   });
   await new Promise<void>((resolve, reject) => {
     http.once('error', reject);

@@ -40,7 +40,7 @@ export function guardJsonDepth(handler: McpHttpHandler): McpHttpHandler {
 }
 
 /** Whether JSON text nests deeper than `max`, in one pass without parsing (strings and escapes skipped). */
-function textNestsDeeperThan(text: string, max: number): boolean {
+export function textNestsDeeperThan(text: string, max: number): boolean {
   let depth = 0;
   let inString = false;
   for (let i = 0; i < text.length; i++) {

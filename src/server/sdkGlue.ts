@@ -10,7 +10,7 @@ import { MissingRequiredClientCapabilityError, ProtocolError, ProtocolErrorCode 
 import type { Span } from '@opentelemetry/api';
 import * as z from 'zod/v4';
 
-import type { InputResponse, JsonObject } from '../protocol/index.js';
+import type { DetailedTask, GetTaskParams, InputResponse, JsonObject } from '../protocol/index.js';
 import {
   CancelTaskParamsSchema,
   CLIENT_CAPABILITIES_META_KEY,
@@ -131,23 +131,13 @@ export function attachTasks(mcp: McpServer, tasks: TaskServer, options: AttachOp
 function registerTaskMethods(mcp: McpServer, tasks: TaskServer, principal: (ctx: ServerContext) => string): void {
   const guard = (ctx: ServerContext) => {
     // spec: MUST return -32021 for tasks/* from a client that did not declare the extension
-    if (!declaresTasks(ctx)) {
-      throw new MissingRequiredClientCapabilityError(
-        requiredTasksCapabilityData(),
-        'tasks/* requests must declare the io.modelcontextprotocol/tasks extension in their client capabilities',
-      );
-    }
+    if (!declaresTasks(ctx)) throw missingTasksCapability();
   };
 
   mcp.server.setRequestHandler(
     TASK_METHODS.get,
     { params: GetTaskParamsSchema, result: GetTaskResultSchema },
-    async (params, ctx) => {
-      return tasks.telemetry.request(TASK_METHODS.get, params._meta, { [ATTR.taskId]: params.taskId }, async () => {
-        guard(ctx);
-        return tasks.getTask(params.taskId, principal(ctx));
-      });
-    },
+    async (params, ctx) => answerTaskGet(tasks, params, clientCapabilitiesOf(ctx), () => principal(ctx)),
   );
   mcp.server.setRequestHandler(
     TASK_METHODS.update,
@@ -170,6 +160,30 @@ function registerTaskMethods(mcp: McpServer, tasks: TaskServer, principal: (ctx:
         return {};
       });
     },
+  );
+}
+
+/**
+ * `tasks/get` (SEP-2663 "Getting Tasks"), the one set of rules both the SDK's per-request server and the fast path
+ * (taskGetFastPath.ts) answer it with: a span and a metric, the capability check, and the principal-bound read.
+ */
+export function answerTaskGet(
+  tasks: TaskServer,
+  params: GetTaskParams,
+  clientCapabilities: unknown,
+  principal: () => string,
+): Promise<DetailedTask> {
+  return tasks.telemetry.request(TASK_METHODS.get, params._meta, { [ATTR.taskId]: params.taskId }, async () => {
+    // spec: MUST return -32021 for tasks/* from a client that did not declare the extension
+    if (!declaresTasksIn(clientCapabilities)) throw missingTasksCapability();
+    return tasks.getTask(params.taskId, principal());
+  });
+}
+
+function missingTasksCapability(): MissingRequiredClientCapabilityError {
+  return new MissingRequiredClientCapabilityError(
+    requiredTasksCapabilityData(),
+    'tasks/* requests must declare the io.modelcontextprotocol/tasks extension in their client capabilities',
   );
 }
 
