@@ -7,10 +7,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 
-import Database from 'better-sqlite3';
 import { afterAll, expect, it } from 'vitest';
 
-import { SqliteTaskStore } from '../../../src/server/store/sqliteTaskStore.js';
+import { sqliteStoreHolding } from '../../support/heldLeases.js';
 
 const OWNER = 'instance-a';
 const HELD = 12_000;
@@ -19,25 +18,6 @@ const MAX_STEP = 1000;
 const dir = mkdtempSync(join(tmpdir(), 'closeout-renew-block-'));
 
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
-
-/** A store on which the instance holds HELD open leases, seeded with one bulk insert. */
-async function storeHolding(): Promise<SqliteTaskStore> {
-  const path = join(dir, 'held.db');
-  await new SqliteTaskStore(path).close();
-  const now = Date.now();
-  const seed = new Database(path);
-  seed
-    .prepare(
-      `WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ? - 1)
-       INSERT INTO tasks (task_id, owner, tool_name, arguments, status, created_at, last_updated_at, poll_interval_ms,
-                          resumable, lease_owner, lease_expires_at, fence, attempt)
-       SELECT 'task-' || i, 'caller-' || (i % 64), 'hold', '{}', 'working', ?, ?, 1000, 0, ?, ?, 1, 1 FROM n`,
-    )
-    .run(HELD, now, now, OWNER, now + 10_000);
-  seed.close();
-  // commits not synced: the fsync of a loaded disk is not what this measures, the statement's own work is
-  return new SqliteTaskStore(path, { synchronous: 'normal' });
-}
 
 /** Runs `work` while a setImmediate chain ticks beside it: how often the loop turned, and its longest stall. */
 async function watchLoop(work: () => Promise<unknown>): Promise<{ turns: number; longestMs: number }> {
@@ -60,7 +40,7 @@ async function watchLoop(work: () => Promise<unknown>): Promise<{ turns: number;
 }
 
 it('renews 12,000 leases in steps of at most 1,000, handing the event loop back between two', async () => {
-  const store = await storeHolding();
+  const store = await sqliteStoreHolding(dir, HELD, OWNER);
   try {
     const leases = Array.from({ length: HELD }, (_, i) => ({ taskId: `task-${i}`, fence: 1 }));
     const renewal = await watchLoop(async () => {

@@ -8,10 +8,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 
-import Database from 'better-sqlite3';
 import { afterAll, expect, it } from 'vitest';
 
-import { SqliteTaskStore } from '../../../src/server/store/sqliteTaskStore.js';
+import type { SqliteTaskStore } from '../../../src/server/store/sqliteTaskStore.js';
+import { sqliteStoreHolding } from '../../support/heldLeases.js';
 
 const OWNER = 'instance-a';
 const STEP = 500;
@@ -19,28 +19,9 @@ const dir = mkdtempSync(join(tmpdir(), 'closeout-renew-cost-'));
 
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-/** A store on which the instance holds `held` open leases, seeded with one bulk insert. */
-async function storeHolding(held: number): Promise<SqliteTaskStore> {
-  const path = join(dir, `held-${held}.db`);
-  await new SqliteTaskStore(path).close();
-  const now = Date.now();
-  const seed = new Database(path);
-  seed
-    .prepare(
-      `WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ? - 1)
-       INSERT INTO tasks (task_id, owner, tool_name, arguments, status, created_at, last_updated_at, poll_interval_ms,
-                          resumable, lease_owner, lease_expires_at, fence, attempt)
-       SELECT 'task-' || i, 'caller-' || (i % 64), 'hold', '{}', 'working', ?, ?, 1000, 0, ?, ?, 1, 1 FROM n`,
-    )
-    .run(held, now, now, OWNER, now + 10_000);
-  seed.close();
-  // commits not synced: the fsync of a loaded disk is not what this measures
-  return new SqliteTaskStore(path, { synchronous: 'normal' });
-}
-
 it('renews a step of leases in the same time whether the instance holds 500 leases or 48,000', async () => {
-  const few = await storeHolding(STEP);
-  const many = await storeHolding(48_000);
+  const few = await sqliteStoreHolding(dir, STEP, OWNER);
+  const many = await sqliteStoreHolding(dir, 48_000, OWNER);
   try {
     const leases = Array.from({ length: STEP }, (_, i) => ({ taskId: `task-${i}`, fence: 1 }));
     const renew = async (store: SqliteTaskStore, round: number) => {
