@@ -26,6 +26,7 @@ import type {
   TaskSignal,
   TaskSteps,
   TaskStore,
+  TaskVersion,
   TerminalOutcome,
 } from './taskStore.js';
 import { checkStepLimits, OpenTaskLimitError, StoredTaskLimitError } from './taskStore.js';
@@ -301,6 +302,11 @@ export class SqliteTaskStore implements TaskStore {
       tombstone: db.prepare(`INSERT OR REPLACE INTO purged_tasks (task_id, owner, purged_at) VALUES (?, ?, ?)`),
       dropTombstones: db.prepare(
         `DELETE FROM purged_tasks WHERE rowid IN (SELECT rowid FROM purged_tasks WHERE purged_at < ? LIMIT ?)`,
+      ),
+      // push's periodic check: the ids as one JSON array, each looked up by primary key; no arguments, result or inputs
+      versions: db.prepare(
+        `SELECT task_id, status, last_updated_at, expires_at FROM tasks
+         WHERE task_id IN (SELECT value FROM json_each(?))`,
       ),
     };
     if (path !== ':memory:' && options.backgroundCheckpoints !== false) {
@@ -630,6 +636,22 @@ export class SqliteTaskStore implements TaskStore {
         row.input_capabilities === null ? undefined : (JSON.parse(row.input_capabilities) as InputCapabilities),
       traceContext: row.trace_context === null ? undefined : (JSON.parse(row.trace_context) as TraceCarrier),
     };
+  }
+
+  async taskVersions(taskIds: string[]): Promise<TaskVersion[]> {
+    if (taskIds.length === 0) return [];
+    const rows = this.stmt.versions.all(JSON.stringify(taskIds)) as {
+      task_id: string;
+      status: TaskStatus;
+      last_updated_at: number;
+      expires_at: number | null;
+    }[];
+    return rows.map((r) => ({
+      taskId: r.task_id,
+      status: r.status,
+      lastUpdatedAt: r.last_updated_at,
+      expiresAt: r.expires_at ?? undefined,
+    }));
   }
 }
 
