@@ -9,7 +9,7 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
-import { connectHttpTaskClient, isTaskHandle } from 'closeout/client';
+import { connectHttpTaskClient, createHttpFetch, isTaskHandle } from 'closeout/client';
 
 export interface PushFollowClientConfig {
   name: string;
@@ -104,10 +104,13 @@ async function main(config: PushFollowClientConfig): Promise<void> {
   const closedAt: Record<string, number> = {};
   let covered = false;
   const callUrl = config.callUrl;
+  // idle sockets are let go well before the server's 5 s keep-alive ends, so a loaded machine's late timers never
+  // send a tools/call on a socket the server is closing (a call that got no answer is not resent by design)
+  const http = createHttpFetch({ keepAliveTimeout: 1000, keepAliveTimeoutThreshold: 0 });
   const routed: typeof fetch = (input, init) => {
     const method = new Headers(init?.headers).get('mcp-method');
     if (method) sent[method] = (sent[method] ?? 0) + 1;
-    return fetch(method === 'tools/call' && callUrl ? callUrl : input, init);
+    return http.fetch(method === 'tools/call' && callUrl ? callUrl : input, init);
   };
   const client = await connectHttpTaskClient(config.url, {
     ledger: config.ledgerPath,
