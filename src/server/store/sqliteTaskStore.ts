@@ -103,6 +103,9 @@ const MIGRATIONS: readonly string[] = [
    );`,
   // the W3C trace context of the creating tools/call (JSON text; NULL without one), so every run joins its trace
   `ALTER TABLE tasks ADD COLUMN trace_context TEXT;`,
+  // push's periodic check reads a task's version from this index alone: read from the row, it would walk past the
+  // task's arguments (overflow pages), a cost that grows with what the task holds (docs/DESIGN.md rule 8)
+  `CREATE INDEX tasks_version ON tasks (task_id, status, last_updated_at, expires_at);`,
 ];
 
 /** The task store schema version this build writes. */
@@ -303,9 +306,10 @@ export class SqliteTaskStore implements TaskStore {
       dropTombstones: db.prepare(
         `DELETE FROM purged_tasks WHERE rowid IN (SELECT rowid FROM purged_tasks WHERE purged_at < ? LIMIT ?)`,
       ),
-      // push's periodic check: the ids as one JSON array, each looked up by primary key; no arguments, result or inputs
+      // push's periodic check: the ids as one JSON array, each looked up in the covering index tasks_version, never in
+      // the row (the planner, without statistics, would pick the primary key's index and read the row)
       versions: db.prepare(
-        `SELECT task_id, status, last_updated_at, expires_at FROM tasks
+        `SELECT task_id, status, last_updated_at, expires_at FROM tasks INDEXED BY tasks_version
          WHERE task_id IN (SELECT value FROM json_each(?))`,
       ),
     };
