@@ -104,9 +104,9 @@ async function main(config: PushFollowClientConfig): Promise<void> {
   const closedAt: Record<string, number> = {};
   let covered = false;
   const callUrl = config.callUrl;
-  // idle sockets are let go well before the server's 5 s keep-alive ends, so a loaded machine's late timers never
-  // send a tools/call on a socket the server is closing (a call that got no answer is not resent by design)
-  const http = createHttpFetch({ keepAliveTimeout: 1000, keepAliveTimeoutThreshold: 0 });
+  // idle sockets are let go well before the server's 5 s keep-alive ends (its hint capped too), so a loaded machine's
+  // late timers never send a tools/call on a socket the server is closing (a call without an answer is not resent)
+  const http = createHttpFetch({ keepAliveTimeout: 1000, keepAliveMaxTimeout: 1000 });
   const routed: typeof fetch = (input, init) => {
     const method = new Headers(init?.headers).get('mcp-method');
     if (method) sent[method] = (sent[method] ?? 0) + 1;
