@@ -27,7 +27,7 @@ export interface PushFollowClientConfig {
 
 export type PushFollowClientMessage =
   /** `taskIds[i]`: the task made with `args[i]`. */
-  | { type: 'submitted'; taskIds: string[] }
+  | { type: 'submitted'; taskIds: string[]; resent: number }
   /** Push covers every task submitted (its stream acknowledged them all). */
   | { type: 'covered'; tasks: number }
   | { type: 'sample'; cpuTotalUs: number; sent: Record<string, number> }
@@ -134,20 +134,32 @@ async function main(config: PushFollowClientConfig): Promise<void> {
   });
 
   const taskIds: string[] = [];
+  let resent = 0;
   const outcomes: Promise<unknown>[] = [];
   let next = 0;
   await Promise.all(
     Array.from({ length: config.submitConcurrency }, async () => {
       while (next < config.args.length) {
         const index = next++;
-        const answer = await client.callTool(config.tool, config.args[index]!);
+        let answer;
+        for (let attempt = 1; ; attempt++) {
+          try {
+            answer = await client.callTool(config.tool, config.args[index]!);
+            break;
+          } catch (error) {
+            // a tools/call that got no answer (the loaded machine's server closed the socket) is sent again, counted;
+            // a task it may have made stays unfollowed on the server
+            if (attempt >= 3) throw error;
+            resent++;
+          }
+        }
         if (!isTaskHandle(answer)) throw new Error(`${config.tool} answered without a task`);
         taskIds[index] = answer.taskId;
         outcomes.push(answer.outcome());
       }
     }),
   );
-  await send({ type: 'submitted', taskIds });
+  await send({ type: 'submitted', taskIds, resent });
   await Promise.all(outcomes);
   await send({ type: 'done', closedAt, sent: { ...sent } });
   // the client keeps timers (leases, the stream) alive: this process is done

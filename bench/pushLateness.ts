@@ -17,7 +17,7 @@
  * and a settling pause has passed, its CPU and the tasks/get it sends are measured over `--wait-ms`.
  *
  *   node dist/bench/bench/pushLateness.js [--smoke] [--tasks 1000] [--poll-ms 1000] [--spread-ms 5000]
- *     [--stores sqlite,postgres] [--waiting 10000] [--wait-ms 60000]
+ *     [--stores sqlite,postgres] [--parts lateness,waiting] [--waiting 10000] [--wait-ms 60000]
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -41,6 +41,7 @@ const { values: flags } = parseArgs({
     stores: { type: 'string' },
     waiting: { type: 'string' },
     'wait-ms': { type: 'string' },
+    parts: { type: 'string' },
   },
 });
 const tasks = positive(flags.tasks, flags.smoke ? 20 : 1000);
@@ -49,6 +50,7 @@ const spreadMs = positive(flags['spread-ms'], flags.smoke ? 500 : 5000);
 const waiting = positive(flags.waiting, flags.smoke ? 50 : 10_000);
 const waitMs = positive(flags['wait-ms'], flags.smoke ? 1000 : 60_000);
 const stores = (flags.stores ?? 'sqlite,postgres').split(',');
+const parts = (flags.parts ?? 'lateness,waiting').split(',');
 for (const store of stores) {
   if (store !== 'sqlite' && store !== 'postgres') throw new Error(`--stores: sqlite or postgres, got ${store}`);
 }
@@ -84,7 +86,10 @@ interface Instance {
 async function instance(store: TaskStore): Promise<Instance> {
   const server = new TaskServer({
     store,
-    maxOpenTasksPerPrincipal: 4 * Math.max(tasks, waiting),
+    // the per-principal task limits are off: their check (a count under a per-principal lock on PostgreSQL) is not
+    // what is measured here, and every task of the run has one principal
+    maxOpenTasksPerPrincipal: Infinity,
+    maxStoredTasksPerPrincipal: Infinity,
     maxSubscribedTasksPerPrincipal: 4 * Math.max(tasks, waiting),
     onError: (error) => console.error(`[server] ${error.message}`),
   });
@@ -129,6 +134,8 @@ async function lateness(dir: string, label: string, followUrl: string, callUrl: 
     await sleep(Math.max(500, pollMs));
     release();
     const done = await Promise.all(clients.map((client) => withDeadline('every task closed out', client.next('done'))));
+    const resent = submitted.reduce((n, each) => n + each.resent, 0);
+    if (resent > 0) console.log(`(${resent} tools/call sent again after no answer)`);
     return names.map((name, i) => {
       const nOf = new Map(submitted[i]!.taskIds.map((taskId, n) => [taskId, n]));
       const late: number[] = [];
@@ -164,7 +171,8 @@ async function waitingCost(dir: string, url: string) {
     submitConcurrency: SUBMIT_CONCURRENCY,
   });
   try {
-    await withDeadline('the waiting tasks submitted', client.next('submitted'));
+    const { resent } = await withDeadline('the waiting tasks submitted', client.next('submitted'));
+    if (resent > 0) console.log(`(${resent} tools/call sent again after no answer)`);
     await withDeadline('push to cover every waiting task', client.next('covered'));
     await sleep(SETTLE_MS);
     const before = await client.sample();
@@ -211,26 +219,32 @@ try {
     const store = new SqliteTaskStore(join(dir, 'server.db'));
     const server = await instance(store);
     try {
-      const rows = await lateness(dir, 'sqlite', server.url, server.url);
-      console.log(`\n${tasks} tasks per client, pollIntervalMs ${pollMs}, finishing over ${spreadMs} ms, SQLite store`);
-      console.log(table(HEADER, rows));
-      console.log(verdict(rows, 'sqlite'));
-      const wait = await waitingCost(dir, server.url);
-      console.log(
-        `\n${waiting} tasks waiting on one client with push, SQLite store, measured over ${fixed(wait.ms / 1000, 1)} s`,
-      );
-      console.log(
-        table(
-          ['figure', 'value'],
-          [
-            ['client cpu % of one core', fixed(wait.corePercent, 2)],
-            ['tasks/get per second', fixed(wait.getsPerSecond, 2)],
-            ['tasks/get', String(wait.gets)],
-            ['subscriptions/listen', String(wait.listens)],
-          ],
-        ),
-      );
-      console.log(`target: at most 1% of a core while waiting, ${wait.corePercent <= 1 ? 'met' : 'NOT MET'}`);
+      if (parts.includes('lateness')) {
+        const rows = await lateness(dir, 'sqlite', server.url, server.url);
+        console.log(
+          `\n${tasks} tasks per client, pollIntervalMs ${pollMs}, finishing over ${spreadMs} ms, SQLite store`,
+        );
+        console.log(table(HEADER, rows));
+        console.log(verdict(rows, 'sqlite'));
+      }
+      if (parts.includes('waiting')) {
+        const wait = await waitingCost(dir, server.url);
+        console.log(
+          `\n${waiting} tasks waiting on one client with push, SQLite store, measured over ${fixed(wait.ms / 1000, 1)} s`,
+        );
+        console.log(
+          table(
+            ['figure', 'value'],
+            [
+              ['client cpu % of one core', fixed(wait.corePercent, 2)],
+              ['tasks/get per second', fixed(wait.getsPerSecond, 2)],
+              ['tasks/get', String(wait.gets)],
+              ['subscriptions/listen', String(wait.listens)],
+            ],
+          ),
+        );
+        console.log(`target: at most 1% of a core while waiting, ${wait.corePercent <= 1 ? 'met' : 'NOT MET'}`);
+      }
     } finally {
       await server.close();
       await store.close();
