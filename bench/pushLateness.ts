@@ -171,7 +171,12 @@ async function waitingCost(dir: string, url: string) {
     submitConcurrency: SUBMIT_CONCURRENCY,
   });
   try {
-    const { resent } = await withDeadline('the waiting tasks submitted', client.next('submitted'));
+    // ten thousand creates, each on disk before it is answered, on a loaded machine: minutes
+    const { resent } = await withDeadline(
+      'the waiting tasks submitted',
+      client.next('submitted'),
+      300_000 + 100 * waiting,
+    );
     if (resent > 0) console.log(`(${resent} tools/call sent again after no answer)`);
     await withDeadline('push to cover every waiting task', client.next('covered'));
     await sleep(SETTLE_MS);
@@ -193,12 +198,12 @@ async function waitingCost(dir: string, url: string) {
   }
 }
 
-function withDeadline<T>(what: string, promise: Promise<T>): Promise<T> {
+function withDeadline<T>(what: string, promise: Promise<T>, deadlineMs = DEADLINE_MS): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   return Promise.race([
     promise.finally(() => clearTimeout(timer)),
     new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`pushLateness: timed out waiting for ${what}`)), DEADLINE_MS);
+      timer = setTimeout(() => reject(new Error(`pushLateness: timed out waiting for ${what}`)), deadlineMs);
     }),
   ]);
 }
