@@ -1,13 +1,23 @@
 /**
- * Benchmark 7 (issue 15): close-out lateness, push against polling, in one run. A Closeout server on SQLite (in this
- * process) runs N tasks for each of two TaskClients (the same SQLite ledger file kind, the same offsets): one follows
- * by push (`subscriptions/listen`, the default), the other with push off, polling at the server's `pollIntervalMs`.
- * Every task stays `working` until both clients have submitted all of theirs, then finishes at its offset. Lateness of
- * a task: from its handler returning (the server's terminal write follows at once) to the client's `closed` event
- * (after the ledger commit), both on this process's monotonic clock. Also counted: tasks/get and subscriptions/listen
- * each client sent.
+ * Benchmark 7 (issue 15, "Measured"): close-out lateness, push against polling, in one run, and what a client waiting on
+ * 10,000 pushed tasks costs. The Closeout server runs in this process; every client runs in a process of its own
+ * (`pushFollowClient.ts`), so the clients do not compete with the server for its thread, and each one's CPU is its own.
+ *
+ * Lateness, per store:
+ * - SQLite: one server; a client with push (the default: one `subscriptions/listen` stream) and one with push off
+ *   (polling at the server's `pollIntervalMs`) each submit the same N tasks;
+ * - PostgreSQL: two instances on one database; each client sends `tools/call` to instance A (the handler and its
+ *   terminal write are on A) and follows on instance B (tasks/get and the stream are on B: NOTIFY from A, then B's read).
+ * Every task stays `working` until both clients have submitted all of theirs, then finishes at the same seeded offset
+ * for both. Lateness of a task: from its handler returning (the terminal write follows at once) to the client's
+ * `closed` event (after its ledger commit), on the host's monotonic clock. Also counted: tasks/get and
+ * subscriptions/listen each client sent.
+ *
+ * Waiting (SQLite): one client with push submits `--waiting` tasks that stay `working`; once its stream covers them all
+ * and a settling pause has passed, its CPU and the tasks/get it sends are measured over `--wait-ms`.
  *
  *   node dist/bench/bench/pushLateness.js [--smoke] [--tasks 1000] [--poll-ms 1000] [--spread-ms 5000]
+ *     [--stores sqlite,postgres] [--parts lateness,waiting] [--waiting 10000] [--wait-ms 60000]
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -15,11 +25,12 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 
-import type { TaskClient } from 'closeout/client';
-import { connectHttpTaskClient, isTaskHandle } from 'closeout/client';
-import { serveTaskServer, SqliteTaskStore, TaskServer } from 'closeout/server';
+import { PostgresTaskStore, serveTaskServer, SqliteTaskStore, TaskServer, type TaskStore } from 'closeout/server';
 
+import { startPostgres } from '../test/support/postgres.js';
 import { fixed, machineLine, percentile, table } from './figures.js';
+import { positive } from './flags.js';
+import { monotonicMs, type PushFollowClientProcess, startPushFollowClient } from './pushFollowClient.js';
 
 const { values: flags } = parseArgs({
   options: {
@@ -27,20 +38,27 @@ const { values: flags } = parseArgs({
     tasks: { type: 'string' },
     'poll-ms': { type: 'string' },
     'spread-ms': { type: 'string' },
+    stores: { type: 'string' },
+    waiting: { type: 'string' },
+    'wait-ms': { type: 'string' },
+    parts: { type: 'string' },
   },
 });
-const positive = (value: string | undefined, fallback: number) => {
-  const n = value === undefined ? fallback : Number(value);
-  if (!Number.isInteger(n) || n <= 0) throw new Error(`expected a positive integer, got ${value}`);
-  return n;
-};
 const tasks = positive(flags.tasks, flags.smoke ? 20 : 1000);
 const pollMs = positive(flags['poll-ms'], flags.smoke ? 300 : 1000);
 const spreadMs = positive(flags['spread-ms'], flags.smoke ? 500 : 5000);
-const DEADLINE_MS = spreadMs + 10 * pollMs + 120_000;
+const waiting = positive(flags.waiting, flags.smoke ? 50 : 10_000);
+const waitMs = positive(flags['wait-ms'], flags.smoke ? 1000 : 60_000);
+const stores = (flags.stores ?? 'sqlite,postgres').split(',');
+const parts = (flags.parts ?? 'lateness,waiting').split(',');
+for (const store of stores) {
+  if (store !== 'sqlite' && store !== 'postgres') throw new Error(`--stores: sqlite or postgres, got ${store}`);
+}
+const DEADLINE_MS = spreadMs + 10 * pollMs + 300_000;
 const SUBMIT_CONCURRENCY = 16;
-
-const now = () => performance.now();
+/** After push covers every waiting task: the first notification of each (the stream's current state) comes first. */
+const SETTLE_MS = flags.smoke ? 500 : 5000;
+const TARGET_P99_MS = { sqlite: 50, postgres: 250 } as const;
 
 /** Offsets in [0, spreadMs), the same for both clients (mulberry32, fixed seed). */
 function offsets(count: number, seed = 15): number[] {
@@ -55,101 +73,227 @@ function offsets(count: number, seed = 15): number[] {
   return Array.from({ length: count }, () => Math.floor(next() * spreadMs));
 }
 
-const dir = mkdtempSync(join(tmpdir(), 'closeout-bench-push-'));
-const store = new SqliteTaskStore(join(dir, 'server.db'));
-const server = new TaskServer({ store, maxOpenTasksPerPrincipal: 4 * tasks });
-/** When each task's handler returned, by `${client}:${n}`. */
+/** When each task's handler returned (monotonic ms), by `${client}:${n}`. */
 const finishedAt = new Map<string, number>();
 let release: () => void = () => undefined;
-const released = new Promise<void>((resolve) => (release = resolve));
-server.registerTool('timed', { task: { support: 'required', pollIntervalMs: pollMs } }, async (args) => {
-  await released;
-  await sleep(Number(args['atMs']));
-  finishedAt.set(`${String(args['client'])}:${String(args['n'])}`, now());
-  return { content: [{ type: 'text', text: 'done' }] };
-});
-const serving = await serveTaskServer(server, { port: 0, host: '127.0.0.1' });
+let released = new Promise<void>((resolve) => (release = resolve));
 
-interface Follower {
-  name: 'push' | 'polling';
-  client: TaskClient;
-  sent: Map<string, number>;
-  closedAt: Map<string, number>;
-  nOf: Map<string, number>;
+interface Instance {
+  url: string;
+  close(): Promise<void>;
 }
 
-async function follower(name: Follower['name']): Promise<Follower> {
-  const sent = new Map<string, number>();
-  const closedAt = new Map<string, number>();
-  const counting: typeof fetch = (input, init) => {
-    const method = new Headers(init?.headers).get('mcp-method');
-    if (method) sent.set(method, (sent.get(method) ?? 0) + 1);
-    return fetch(input, init);
-  };
-  const client = await connectHttpTaskClient(serving.url, {
-    ledger: join(dir, `${name}.db`),
-    fetch: counting,
-    push: { enabled: name === 'push' },
-    onEvent: (event) => {
-      if (event.type === 'closed' && event.record.taskId) closedAt.set(event.record.taskId, now());
-    },
+async function instance(store: TaskStore): Promise<Instance> {
+  const server = new TaskServer({
+    store,
+    // the per-principal task limits are off: their check (a count under a per-principal lock on PostgreSQL) is not
+    // what is measured here, and every task of the run has one principal
+    maxOpenTasksPerPrincipal: Infinity,
+    maxStoredTasksPerPrincipal: Infinity,
+    maxSubscribedTasksPerPrincipal: 4 * Math.max(tasks, waiting),
+    onError: (error) => console.error(`[server] ${error.message}`),
   });
-  return { name, client, sent, closedAt, nOf: new Map() };
+  server.registerTool('timed', { task: { support: 'required', pollIntervalMs: pollMs } }, async (args) => {
+    await released;
+    await sleep(Number(args['atMs']));
+    finishedAt.set(`${String(args['client'])}:${String(args['n'])}`, monotonicMs());
+    return { content: [{ type: 'text', text: 'done' }] };
+  });
+  server.registerTool('hold', { task: { support: 'required', pollIntervalMs: pollMs } }, async (_args, ctx) => {
+    await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve, { once: true }));
+    return { content: [] };
+  });
+  const serving = await serveTaskServer(server, { port: 0, host: '127.0.0.1' });
+  return { url: serving.url, close: () => serving.close() };
 }
 
-const followers = [await follower('push'), await follower('polling')];
-const atMs = offsets(tasks);
-const handles: Array<Promise<unknown>> = [];
-for (const each of followers) {
-  for (let start = 0; start < tasks; start += SUBMIT_CONCURRENCY) {
-    const batch = [];
-    for (let n = start; n < Math.min(tasks, start + SUBMIT_CONCURRENCY); n++) {
-      batch.push(
-        each.client.callTool('timed', { n, client: each.name, atMs: atMs[n]! }).then((answer) => {
-          if (!isTaskHandle(answer)) throw new Error('timed answered without a task');
-          each.nOf.set(answer.taskId, n);
-          handles.push(answer.outcome());
-        }),
-      );
+type Row = string[];
+
+/** Both clients submit the same N tasks, then every task finishes at its offset; one row per client. */
+async function lateness(dir: string, label: string, followUrl: string, callUrl: string): Promise<Row[]> {
+  finishedAt.clear();
+  released = new Promise<void>((resolve) => (release = resolve));
+  const atMs = offsets(tasks);
+  const names = ['push', 'polling'] as const;
+  const clients = names.map((name) =>
+    startPushFollowClient({
+      name,
+      url: followUrl,
+      ...(callUrl !== followUrl && { callUrl }),
+      ledgerPath: join(dir, `${label}-${name}.db`),
+      push: name === 'push',
+      tool: 'timed',
+      args: atMs.map((offset, n) => ({ n, client: name, atMs: offset })),
+      submitConcurrency: SUBMIT_CONCURRENCY,
+    }),
+  );
+  try {
+    const submitted = await Promise.all(clients.map((client) => client.next('submitted')));
+    // the push client covers every task (its stream acknowledged them), and both have polled once, before any finishes
+    await withDeadline('push to cover every task', clients[0]!.next('covered'));
+    await sleep(Math.max(500, pollMs));
+    release();
+    const done = await Promise.all(clients.map((client) => withDeadline('every task closed out', client.next('done'))));
+    const resent = submitted.reduce((n, each) => n + each.resent, 0);
+    if (resent > 0) console.log(`(${resent} tools/call sent again after no answer)`);
+    return names.map((name, i) => {
+      const nOf = new Map(submitted[i]!.taskIds.map((taskId, n) => [taskId, n]));
+      const late: number[] = [];
+      for (const [taskId, closed] of Object.entries(done[i]!.closedAt)) {
+        const finished = finishedAt.get(`${name}:${nOf.get(taskId)}`);
+        if (finished !== undefined) late.push(closed - finished);
+      }
+      late.sort((x, y) => x - y);
+      return [
+        name,
+        String(late.length),
+        fixed(percentile(late, 50), 1),
+        fixed(percentile(late, 99), 1),
+        fixed(late.at(-1) ?? Number.NaN, 1),
+        fixed((done[i]!.sent['tasks/get'] ?? 0) / tasks, 2),
+        String(done[i]!.sent['subscriptions/listen'] ?? 0),
+      ];
+    });
+  } finally {
+    await Promise.all(clients.map((client) => client.kill()));
+  }
+}
+
+/** One push client waiting on `waiting` held tasks: its CPU and its tasks/get over `waitMs`. */
+async function waitingCost(dir: string, url: string) {
+  const client: PushFollowClientProcess = startPushFollowClient({
+    name: 'waiting',
+    url,
+    ledgerPath: join(dir, 'waiting.db'),
+    push: true,
+    tool: 'hold',
+    args: Array.from({ length: waiting }, () => ({})),
+    submitConcurrency: SUBMIT_CONCURRENCY,
+  });
+  try {
+    // ten thousand creates, each on disk before it is answered, on a loaded machine: minutes
+    const { resent } = await withDeadline(
+      'the waiting tasks submitted',
+      client.next('submitted'),
+      300_000 + 100 * waiting,
+    );
+    if (resent > 0) console.log(`(${resent} tools/call sent again after no answer)`);
+    await withDeadline('push to cover every waiting task', client.next('covered'));
+    await sleep(SETTLE_MS);
+    const before = await client.sample();
+    const start = performance.now();
+    await sleep(waitMs);
+    const after = await client.sample();
+    const ms = performance.now() - start;
+    const gets = (after.sent['tasks/get'] ?? 0) - (before.sent['tasks/get'] ?? 0);
+    return {
+      corePercent: ((after.cpuTotalUs - before.cpuTotalUs) / 1000 / ms) * 100,
+      getsPerSecond: (gets / ms) * 1000,
+      gets,
+      listens: (after.sent['subscriptions/listen'] ?? 0) - (before.sent['subscriptions/listen'] ?? 0),
+      ms,
+    };
+  } finally {
+    await client.kill();
+  }
+}
+
+function withDeadline<T>(what: string, promise: Promise<T>, deadlineMs = DEADLINE_MS): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    promise.finally(() => clearTimeout(timer)),
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`pushLateness: timed out waiting for ${what}`)), deadlineMs);
+    }),
+  ]);
+}
+
+const HEADER = ['client', 'closed', 'lateness p50 ms', 'p99 ms', 'max ms', 'tasks/get per task', 'listens'];
+const dir = mkdtempSync(join(tmpdir(), 'closeout-bench-push-'));
+let failed = false;
+const verdict = (rows: Row[], store: keyof typeof TARGET_P99_MS) => {
+  const push = rows.find((row) => row[0] === 'push')!;
+  const closed = rows.every((row) => row[1] === String(tasks));
+  if (!closed) failed = true;
+  const p99 = Number(push[3]);
+  return `target: push p99 at most ${TARGET_P99_MS[store]} ms, ${p99 <= TARGET_P99_MS[store] ? 'met' : 'NOT MET'}${closed ? '' : '; NOT every task closed out'}`;
+};
+try {
+  console.log(`pushLateness · ${machineLine()}`);
+  if (stores.includes('sqlite')) {
+    const store = new SqliteTaskStore(join(dir, 'server.db'));
+    const server = await instance(store);
+    try {
+      if (parts.includes('lateness')) {
+        const rows = await lateness(dir, 'sqlite', server.url, server.url);
+        console.log(
+          `\n${tasks} tasks per client, pollIntervalMs ${pollMs}, finishing over ${spreadMs} ms, SQLite store`,
+        );
+        console.log(table(HEADER, rows));
+        console.log(verdict(rows, 'sqlite'));
+      }
+      if (parts.includes('waiting')) {
+        const wait = await waitingCost(dir, server.url);
+        console.log(
+          `\n${waiting} tasks waiting on one client with push, SQLite store, measured over ${fixed(wait.ms / 1000, 1)} s`,
+        );
+        console.log(
+          table(
+            ['figure', 'value'],
+            [
+              ['client cpu % of one core', fixed(wait.corePercent, 2)],
+              ['tasks/get per second', fixed(wait.getsPerSecond, 2)],
+              ['tasks/get', String(wait.gets)],
+              ['subscriptions/listen', String(wait.listens)],
+            ],
+          ),
+        );
+        console.log(`target: at most 1% of a core while waiting, ${wait.corePercent <= 1 ? 'met' : 'NOT MET'}`);
+      }
+    } finally {
+      await server.close();
+      await store.close();
     }
-    await Promise.all(batch);
   }
+  if (stores.includes('postgres')) {
+    let postgres;
+    try {
+      postgres = await startPostgres();
+    } catch (error) {
+      console.log(`\nPostgreSQL skipped: it could not start (${String(error).split('\n')[0]})`);
+    }
+    if (postgres) {
+      const database = await postgres.createDatabase();
+      // connections opened under a loaded machine's scheduling can take seconds: a slow connect is not what is measured
+      const open = () =>
+        PostgresTaskStore.open(database.connectionString, { maxConnections: 20, connectionTimeoutMs: 30_000 });
+      const storeA = await open();
+      const storeB = await open();
+      const a = await instance(storeA);
+      const b = await instance(storeB);
+      try {
+        const rows = await lateness(dir, 'postgres', b.url, a.url);
+        console.log(
+          `\n${tasks} tasks per client, pollIntervalMs ${pollMs}, finishing over ${spreadMs} ms, PostgreSQL: ` +
+            `terminal write on instance A, tasks/get and the stream on instance B`,
+        );
+        console.log(table(HEADER, rows));
+        console.log(verdict(rows, 'postgres'));
+      } finally {
+        await a.close();
+        await b.close();
+        await storeA.close();
+        await storeB.close();
+        await database.drop();
+        await postgres.stop();
+      }
+    }
+  }
+} finally {
+  rmSync(dir, { recursive: true, force: true });
 }
-// both clients follow everything (the push client on its stream) before any task finishes
-await sleep(Math.max(500, pollMs));
-release();
-const deadline = now() + DEADLINE_MS;
-while (followers.some((each) => each.closedAt.size < tasks) && now() < deadline) await sleep(50);
-
-const rows = followers.map((each) => {
-  const lateness: number[] = [];
-  for (const [taskId, closed] of each.closedAt) {
-    const n = each.nOf.get(taskId);
-    const finished = n === undefined ? undefined : finishedAt.get(`${each.name}:${n}`);
-    if (finished !== undefined) lateness.push(closed - finished);
-  }
-  lateness.sort((x, y) => x - y);
-  return [
-    each.name,
-    String(lateness.length),
-    fixed(percentile(lateness, 50), 1),
-    fixed(percentile(lateness, 99), 1),
-    fixed(lateness.at(-1) ?? Number.NaN, 1),
-    fixed((each.sent.get('tasks/get') ?? 0) / tasks, 2),
-    String(each.sent.get('subscriptions/listen') ?? 0),
-  ];
-});
-
-console.log(`pushLateness · ${machineLine()}`);
-console.log(`${tasks} tasks per client, pollIntervalMs ${pollMs}, finishing over ${spreadMs} ms, SQLite store`);
-console.log(table(['client', 'closed', 'lateness p50 ms', 'p99 ms', 'max ms', 'tasks/get per task', 'listens'], rows));
-
-for (const each of followers) await each.client.close();
-await Promise.allSettled(handles);
-await serving.close();
-await store.close();
-rmSync(dir, { recursive: true, force: true });
-if (followers.some((each) => each.closedAt.size < tasks)) {
+if (failed) {
   console.error('pushLateness: not every task closed out before the deadline');
   process.exit(1);
 }
+process.exit(0);

@@ -5,7 +5,9 @@
  * Measured in the server process only:
  *   open      time from the listen request to the consumer holding the acknowledgement and all N first states;
  *   memory    heap and RSS held for the subscription (after GC, stream open, minus before it was opened);
- *   idle      server CPU over a quiet window with all N followed (the periodic check reads them every 5 s);
+ *   idle      server CPU over a quiet window with all N followed (the periodic check compares their versions every
+ *             5 s), against the same window once the stream is gone (what N running tasks cost without push: their
+ *             lease renewals);
  *   change    server CPU per status change (ctx.status of another task each time), with the stream open until the
  *             consumer has a notification for every change, against the same changes with no stream open: the
  *             difference is what push adds to a change.
@@ -139,11 +141,14 @@ try {
   const held = heapOf();
 
   // idle: nothing changes, the periodic check runs
-  const idleCpu = process.cpuUsage();
-  const idleStart = performance.now();
-  await sleep(idleMs);
-  const idleUsage = process.cpuUsage(idleCpu);
-  const idleShare = (idleUsage.user + idleUsage.system) / 1000 / (performance.now() - idleStart);
+  const idleShareOf = async () => {
+    const idleCpu = process.cpuUsage();
+    const idleStart = performance.now();
+    await sleep(idleMs);
+    const idleUsage = process.cpuUsage(idleCpu);
+    return (idleUsage.user + idleUsage.system) / 1000 / (performance.now() - idleStart);
+  };
+  const idleShare = await idleShareOf();
 
   // changes one after the other, each of another task (so none coalesces with another); with the stream open, the
   // count stops once the consumer has a notification for every one of them
@@ -159,6 +164,7 @@ try {
   const withPush = await makeChanges('pushed', true);
   consumer.kill('SIGKILL');
   await until('the stream to be forgotten', () => tasks.push.stats().streams === 0);
+  const idleUnpushedShare = await idleShareOf();
   const withoutPush = await makeChanges('unpushed', false);
 
   console.log(`pushServerCost: ${taskCount} tasks followed on one stream, ${changes} status changes (SQLite)`);
@@ -172,6 +178,8 @@ try {
         ['heap per task B', fixed((held.heapUsed - before.heapUsed) / taskCount)],
         ['rss MiB', fixed((held.rss - before.rss) / 2 ** 20, 1)],
         ['idle cpu %', fixed(idleShare * 100, 2)],
+        ['idle cpu unpushed %', fixed(idleUnpushedShare * 100, 2)],
+        ['push idle cpu %', fixed((idleShare - idleUnpushedShare) * 100, 2)],
         ['change cpu us', fixed(withPush.cpuUs)],
         ['change cpu unpushed us', fixed(withoutPush.cpuUs)],
         ['push cpu per change us', fixed(Math.max(0, withPush.cpuUs - withoutPush.cpuUs))],

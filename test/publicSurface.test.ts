@@ -115,6 +115,7 @@ const PUBLIC: Record<'client' | 'server' | 'protocol', { values: string[]; types
       'TaskSupport',
       'TaskToolConfig',
       'TaskToolOptions',
+      'TaskVersion',
       'TerminalOutcome',
       'ToolArgs',
     ],

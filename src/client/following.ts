@@ -328,7 +328,11 @@ export class Following {
     const outcome = await this.observe(record, query.task);
     if (outcome.kind !== 'continue') return outcome;
     this.push.polled(taskId, sentAt);
-    return { kind: 'continue', pollIntervalMs: this.push.intervalFor(taskId, outcome.pollIntervalMs) };
+    return {
+      kind: 'continue',
+      pollIntervalMs: this.push.intervalFor(taskId, outcome.pollIntervalMs),
+      safety: this.push.covers(taskId),
+    };
   }
 
   /**
@@ -365,7 +369,7 @@ export class Following {
     if (this.scheduler.has(recordId)) {
       this.scheduler.schedule(
         recordId,
-        core.steady.now() + nextPollDelay(interval, this.scheduler.policy, core.random),
+        core.steady.now() + nextPollDelay(interval, this.scheduler.policy, core.random, true),
       );
     }
   }

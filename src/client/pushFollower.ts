@@ -23,8 +23,15 @@ import type { TaskRequests } from './taskRequests.js';
 export interface PushOptions {
   /** Set false to never subscribe: every task is polled, as against a server without push. Default true. */
   enabled?: boolean | undefined;
-  /** How often a task a stream covers is still polled, as a safety net. Default 30 s (capped by the poll policy). */
+  /** How often a task a stream covers is still polled, as a safety net, at most. Default 30 s. */
   safetyPollMs?: number | undefined;
+  /**
+   * The safety polls of every task the stream covers, together, stay under this rate: with many tasks each is polled
+   * less often than `safetyPollMs` (10,000 tasks at the default: each every 33 minutes), so a client waiting on them
+   * costs next to nothing (issue 15: at most 1% of a core for 10,000). The poll policy's `capMs` does not apply to
+   * these polls: the stream carries the task. Default 5.
+   */
+  safetyPollsPerSecond?: number | undefined;
   /** Changes to the set of followed tasks within this long share one renewal of the stream. Default 50 ms. */
   renewDelayMs?: number | undefined;
 }
@@ -46,6 +53,7 @@ export interface PushHooks {
 }
 
 const DEFAULT_SAFETY_POLL_MS = 30_000;
+const DEFAULT_SAFETY_POLLS_PER_SECOND = 5;
 const DEFAULT_RENEW_DELAY_MS = 50;
 const RETRY_BASE_MS = 500;
 const RETRY_CAP_MS = 60_000;
@@ -65,6 +73,7 @@ interface Stream {
 
 export class PushFollower {
   readonly safetyPollMs: number;
+  private readonly safetyPollsPerSecond: number;
   private readonly enabled: boolean;
   private readonly renewDelayMs: number;
   /** Followed tasks: taskId -> recordId. */
@@ -96,6 +105,10 @@ export class PushFollower {
   ) {
     this.enabled = options.enabled ?? true;
     this.safetyPollMs = options.safetyPollMs ?? DEFAULT_SAFETY_POLL_MS;
+    this.safetyPollsPerSecond = options.safetyPollsPerSecond ?? DEFAULT_SAFETY_POLLS_PER_SECOND;
+    if (!(this.safetyPollsPerSecond > 0)) {
+      throw new RangeError(`push.safetyPollsPerSecond must be a positive number (got ${this.safetyPollsPerSecond})`);
+    }
     this.renewDelayMs = options.renewDelayMs ?? DEFAULT_RENEW_DELAY_MS;
     if (!this.enabled) this.unsupported = 'push is turned off for this client';
   }
@@ -128,11 +141,18 @@ export class PushFollower {
 
   /**
    * The interval to poll a task at after an answer that suggested `pollIntervalMs`: while a trusted stream covers it,
-   * the safety interval (never more often than the server asked).
+   * the safety interval, spread so that all the covered tasks together stay under `safetyPollsPerSecond` (and never
+   * more often than the server asked).
    */
   intervalFor(taskId: string, pollIntervalMs: number | undefined): number | undefined {
     if (!this.trusted.has(taskId)) return pollIntervalMs;
-    return Math.max(this.safetyPollMs, pollIntervalMs ?? 0);
+    const spread = (this.trusted.size * 1000) / this.safetyPollsPerSecond;
+    return Math.max(this.safetyPollMs, pollIntervalMs ?? 0, spread);
+  }
+
+  /** Whether a trusted stream covers the task now: its polls are safety polls, not held to the poll policy's cap. */
+  covers(taskId: string): boolean {
+    return this.trusted.has(taskId);
   }
 
   /** A `tasks/get` sent at `sentAt` (steady clock) was answered: it closes the gap when sent after the ack. */

@@ -77,18 +77,30 @@ export const DEFAULT_POLL_POLICY: PollPolicy = {
 /** How one poll went. */
 export type PollVerdict =
   /** The server answered; the task is still open. */
-  | { kind: 'continue'; pollIntervalMs?: number | undefined }
+  | {
+      kind: 'continue';
+      pollIntervalMs?: number | undefined;
+      /** A safety poll of a task a push stream carries: its interval may pass `capMs` (see PushOptions). */
+      safety?: boolean | undefined;
+    }
   /** No usable answer (transport failure, bad server output): back off, never a task failure (S16). */
   | { kind: 'retry'; retryAfterMs?: number | undefined }
   /** Nothing more to poll: terminal, expired, or no longer ours. */
   | { kind: 'done' };
 
 /** Delay before the next poll after an answer that suggested `pollIntervalMs` (S5). */
-export function nextPollDelay(pollIntervalMs: number | undefined, policy: PollPolicy, random: () => number): number {
+export function nextPollDelay(
+  pollIntervalMs: number | undefined,
+  policy: PollPolicy,
+  random: () => number,
+  safety = false,
+): number {
   const suggested = pollIntervalMs ?? policy.defaultIntervalMs;
-  const base = Math.min(policy.capMs, Math.max(policy.floorMs, suggested));
+  // a safety poll of a pushed task is not held to the cap: the stream, not the poll, carries the task
+  const capMs = safety ? Infinity : policy.capMs;
+  const base = Math.min(capMs, Math.max(policy.floorMs, suggested));
   // jitter only adds: polling earlier than the server asked is what its rate limits punish
-  return Math.min(policy.capMs, base + base * policy.jitterRatio * random());
+  return Math.min(capMs, base + base * policy.jitterRatio * random());
 }
 
 /** Delay before retrying after the `failures`-th consecutive failure (1-based). */
@@ -322,7 +334,7 @@ export class PollScheduler {
       let delay: number;
       if (outcome.kind === 'continue') {
         entry.consecutiveFailures = 0;
-        delay = nextPollDelay(outcome.pollIntervalMs, this.policy, this.random);
+        delay = nextPollDelay(outcome.pollIntervalMs, this.policy, this.random, outcome.safety);
       } else {
         entry.consecutiveFailures += 1;
         delay = backoffDelay(entry.consecutiveFailures, outcome.retryAfterMs, this.policy, this.random);

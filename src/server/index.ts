@@ -25,6 +25,7 @@ export type {
   TaskSignal,
   TaskSteps,
   TaskStore,
+  TaskVersion,
   TerminalOutcome,
 } from './store/taskStore.js';
 export { OpenTaskLimitError, StepLimitError, StoredTaskLimitError } from './store/taskStore.js';

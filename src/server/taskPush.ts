@@ -26,7 +26,10 @@ export interface TaskPushOptions {
    * client sees a dropped transport and reconnects), so a slow or dead consumer never grows the heap. Default 1 MiB.
    */
   bufferBytes?: number;
-  /** How often every subscribed task is read again, to catch a change whose hint was lost. Default 5000 ms. */
+  /**
+   * How often the stored version of every subscribed task is compared with the last one sent, to catch a change whose
+   * hint was lost (only changed tasks are read in full). Default 5000 ms.
+   */
   checkIntervalMs?: number;
   /** SSE comment frames this often keep an idle stream open through proxies, as the SDK's streams do. Default 15 s. */
   keepAliveMs?: number;
@@ -60,6 +63,11 @@ export class TaskPush {
   /** Subscribed task id -> the streams that follow it (all of its owner's). */
   private readonly byTask = new Map<string, Set<PushStream>>();
   private readonly usage = new Map<string, PrincipalUsage>();
+  /**
+   * The version (status and lastUpdatedAt, see `versionOf`) of the last state of each followed task sent to all of its
+   * streams: the periodic check reads a task in full only when its stored version differs.
+   */
+  private readonly versions = new Map<string, string>();
   /** Tasks being read for their streams; true when another hint came meanwhile (read again after). */
   private readonly reading = new Map<string, boolean>();
   private readonly bufferBytes: number;
@@ -169,7 +177,10 @@ export class TaskPush {
     for (const taskId of agreed) {
       const row = owned.get(taskId)!;
       try {
-        this.deliverTo(stream, await this.tasks.answerOf(row, principal));
+        const answer = await this.tasks.answerOf(row, principal);
+        // a task other streams follow keeps the version they were sent: if this read is newer, the check sends it to them
+        if (this.byTask.get(taskId)?.size === 1) this.versions.set(taskId, versionOf(answer));
+        this.deliverTo(stream, answer);
       } catch (error) {
         stream.dirty.add(taskId);
         this.report(error);
@@ -247,6 +258,7 @@ export class TaskPush {
   }
 
   private deliver(taskId: string, answer: DetailedTask): void {
+    if (this.byTask.has(taskId)) this.versions.set(taskId, versionOf(answer));
     for (const stream of [...(this.byTask.get(taskId) ?? [])]) {
       if (stream.opening) stream.dirty.add(taskId);
       else this.deliverTo(stream, answer);
@@ -268,7 +280,11 @@ export class TaskPush {
     if (isTerminalStatus(answer.status)) this.unfollow(stream, answer.taskId);
   }
 
-  /** Reads every followed task again, a page at a time, and sends what changed (the net under lost hints). */
+  /**
+   * Compares the stored version of every followed task with the one last sent, a page at a time (one light statement
+   * each), and reads in full only the tasks that changed: the net under lost hints, whose cost while nothing changes
+   * does not grow with what the tasks hold (docs/DESIGN.md, "Rules learned in the field", 8).
+   */
   private startChecking(): void {
     if (this.checkTimer || this.closed) return;
     this.checkTimer = setInterval(() => void this.check(), this.checkIntervalMs);
@@ -287,11 +303,22 @@ export class TaskPush {
       const taskIds = [...this.byTask.keys()];
       for (let i = 0; i < taskIds.length && !this.closed; i += CHECK_PAGE) {
         const page = taskIds.slice(i, i + CHECK_PAGE);
-        const rows = new Map((await this.tasks.readTasks(page)).map((row) => [row.taskId, row]));
+        const stored = new Map((await this.tasks.readVersions(page)).map((version) => [version.taskId, version]));
+        const changed: string[] = [];
         for (const taskId of page) {
-          const row = rows.get(taskId);
-          if (!row) this.forget(taskId);
-          else if (this.byTask.has(taskId)) await this.answerAndDeliver(row);
+          const version = stored.get(taskId);
+          if (!version) this.forget(taskId);
+          else if (!this.byTask.has(taskId) || this.reading.has(taskId)) continue;
+          // overdue: a full read expires it (answerOf), as tasks/get would
+          else if (version.overdue || this.versions.get(taskId) !== versionOf(version)) changed.push(taskId);
+        }
+        if (changed.length > 0) {
+          const rows = new Map((await this.tasks.readTasks(changed)).map((row) => [row.taskId, row]));
+          for (const taskId of changed) {
+            const row = rows.get(taskId);
+            if (!row) this.forget(taskId);
+            else if (this.byTask.has(taskId)) await this.answerAndDeliver(row);
+          }
         }
         await new Promise((resolve) => setImmediate(resolve));
       }
@@ -326,7 +353,10 @@ export class TaskPush {
     if (usage) usage.taskIds--;
     const streams = this.byTask.get(taskId);
     streams?.delete(stream);
-    if (streams?.size === 0) this.byTask.delete(taskId);
+    if (streams?.size === 0) {
+      this.byTask.delete(taskId);
+      this.versions.delete(taskId);
+    }
   }
 
   private forget(taskId: string): void {
@@ -482,6 +512,15 @@ class PushStream {
     if (this.keepAliveTimer) clearInterval(this.keepAliveTimer);
     this.keepAliveTimer = undefined;
   }
+}
+
+/**
+ * What the periodic check compares: every write that changes a task's DetailedTask moves its status or lastUpdatedAt
+ * (the stores' statements; a change within the millisecond of the last one sent is caught by its own hint).
+ */
+function versionOf(task: { status: string; lastUpdatedAt: number | string }): string {
+  const at = typeof task.lastUpdatedAt === 'number' ? task.lastUpdatedAt : Date.parse(task.lastUpdatedAt);
+  return `${task.status}\u0001${at}`;
 }
 
 /** What makes two notifications of one task differ, leaving out pollIntervalMs (it moves with the task's age). */

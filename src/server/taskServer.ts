@@ -29,6 +29,7 @@ import type {
   StoredTask,
   TaskSignal,
   TaskStore,
+  TaskVersion,
   TerminalOutcome,
 } from './store/taskStore.js';
 import { OpenTaskLimitError, StoredTaskLimitError } from './store/taskStore.js';
@@ -391,6 +392,28 @@ export class TaskServer {
       const tasks = await Promise.all(taskIds.map((taskId) => this.store.get(taskId)));
       return tasks.filter((task): task is StoredTask => task !== undefined);
     });
+  }
+
+  /**
+   * The versions of the stored tasks among `taskIds` (push's periodic check), each with whether it is open and past its
+   * TTL by this server's clock (read in full, it would be expired on read: see `answerOf`). A store without
+   * `taskVersions` is read in full.
+   */
+  async readVersions(taskIds: string[]): Promise<Array<TaskVersion & { overdue: boolean }>> {
+    const versions: TaskVersion[] = await this.storeCall(async () => {
+      if (this.store.taskVersions) return this.store.taskVersions(taskIds);
+      return (await this.readTasks(taskIds)).map((task) => ({
+        taskId: task.taskId,
+        status: task.status,
+        lastUpdatedAt: task.lastUpdatedAt,
+        expiresAt: task.ttlMs === null ? undefined : task.createdAt + task.ttlMs,
+      }));
+    });
+    const now = this.now();
+    return versions.map((version) => ({
+      ...version,
+      overdue: !isTerminalStatus(version.status) && version.expiresAt !== undefined && version.expiresAt <= now,
+    }));
   }
 
   /**

@@ -71,7 +71,11 @@ async function startServer(): Promise<ServingTaskServer> {
 /** A client whose every HTTP request is counted by its Mcp-Method and Mcp-Name headers. */
 async function connect(
   url: string | URL,
-  options: { push?: Parameters<typeof connectHttpTaskClient>[1]['push']; events?: TaskClientEvent[] } = {},
+  options: {
+    push?: Parameters<typeof connectHttpTaskClient>[1]['push'];
+    events?: TaskClientEvent[];
+    capMs?: number;
+  } = {},
 ): Promise<{ client: TaskClient; sent: Sent[] }> {
   const sent: Sent[] = [];
   const counting: typeof fetch = (input, init) => {
@@ -83,7 +87,7 @@ async function connect(
   const client = await connectHttpTaskClient(url, {
     ledger: join(dir, 'ledger.db'),
     fetch: counting,
-    pollPolicy: { floorMs: 10, tickMs: 0 },
+    pollPolicy: { floorMs: 10, tickMs: 0, ...(options.capMs !== undefined && { capMs: options.capMs }) },
     push: options.push,
     onEvent: (event) => options.events?.push(event),
   });
@@ -169,6 +173,31 @@ describe('push against a Closeout server', () => {
     expect(elapsed).toBeGreaterThanOrEqual(600);
     openGates();
     expect(textOf(await handle.result())).toBe('eager done');
+  });
+
+  it('spreads the safety polls of many pushed tasks: together at most safetyPollsPerSecond, past the poll cap', async () => {
+    // 10,000 pushed tasks polled every safetyPollMs would cost a client a quarter of a core (bench/RESULTS.md, 11)
+    const server = await startServer();
+    const tasks = 20;
+    const perSecond = 4;
+    const { client, sent } = await connect(server.url, {
+      push: { safetyPollMs: 100, safetyPollsPerSecond: perSecond },
+      // a cap far under the spread interval (tasks / perSecond = 5 s): the stream, not the cap, decides
+      capMs: 300,
+    });
+    for (let i = 0; i < tasks; i++) await task(client, 'eager');
+    await waitFor('the stream to carry every task', () => {
+      const state = client.pushState();
+      return state.mode === 'push' && state.tasks === tasks ? true : undefined;
+    });
+    const polledBefore = count(sent, 'tasks/get');
+    const started = Date.now();
+    await new Promise((resolve) => setTimeout(resolve, 3000));
+    const seconds = (Date.now() - started) / 1000;
+    const polls = count(sent, 'tasks/get') - polledBefore;
+    // at most the rate, plus one poll per task for those scheduled as the stream became trusted for them one by one
+    expect(polls).toBeLessThanOrEqual(Math.ceil(perSecond * seconds) + tasks);
+    openGates();
   });
 
   it('never subscribes with push turned off, and polls as before', async () => {

@@ -29,6 +29,7 @@ import type {
   TaskSignal,
   TaskSteps,
   TaskStore,
+  TaskVersion,
   TerminalOutcome,
 } from './taskStore.js';
 import { checkStepLimits, OpenTaskLimitError, StepLimitError, StoredTaskLimitError } from './taskStore.js';
@@ -391,6 +392,8 @@ const SQL = {
   dropTombstones: `DELETE FROM closeout_purged_tasks WHERE task_id IN (
                      SELECT task_id FROM closeout_purged_tasks WHERE purged_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED
                    )`,
+  // push's periodic check: by primary key, no arguments, result or inputs
+  versions: `SELECT task_id, status, last_updated_at, expires_at FROM closeout_tasks WHERE task_id = ANY ($1::text[])`,
 } as const;
 
 /**
@@ -940,6 +943,25 @@ export class PostgresTaskStore implements TaskStore {
   private wrap(op: string, error: unknown): Error {
     const cause = asError(error);
     return new Error(`PostgreSQL task store: ${op} failed: ${cause.message}`, { cause });
+  }
+
+  async taskVersions(taskIds: string[]): Promise<TaskVersion[]> {
+    if (taskIds.length === 0) return [];
+    return this.guard('taskVersions', async () => {
+      const { rows } = await this.pool.query<{
+        task_id: string;
+        status: TaskStatus;
+        // BIGINT arrives as a string
+        last_updated_at: string;
+        expires_at: string | null;
+      }>(SQL.versions, [taskIds]);
+      return rows.map((r) => ({
+        taskId: r.task_id,
+        status: r.status,
+        lastUpdatedAt: Number(r.last_updated_at),
+        expiresAt: r.expires_at === null ? undefined : Number(r.expires_at),
+      }));
+    });
   }
 }
 

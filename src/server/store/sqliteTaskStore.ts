@@ -26,6 +26,7 @@ import type {
   TaskSignal,
   TaskSteps,
   TaskStore,
+  TaskVersion,
   TerminalOutcome,
 } from './taskStore.js';
 import { checkStepLimits, OpenTaskLimitError, StoredTaskLimitError } from './taskStore.js';
@@ -102,6 +103,9 @@ const MIGRATIONS: readonly string[] = [
    );`,
   // the W3C trace context of the creating tools/call (JSON text; NULL without one), so every run joins its trace
   `ALTER TABLE tasks ADD COLUMN trace_context TEXT;`,
+  // push's periodic check reads a task's version from this index alone: read from the row, it would walk past the
+  // task's arguments (overflow pages), a cost that grows with what the task holds (docs/DESIGN.md rule 8)
+  `CREATE INDEX tasks_version ON tasks (task_id, status, last_updated_at, expires_at);`,
 ];
 
 /** The task store schema version this build writes. */
@@ -305,6 +309,12 @@ export class SqliteTaskStore implements TaskStore {
       tombstone: db.prepare(`INSERT OR REPLACE INTO purged_tasks (task_id, owner, purged_at) VALUES (?, ?, ?)`),
       dropTombstones: db.prepare(
         `DELETE FROM purged_tasks WHERE rowid IN (SELECT rowid FROM purged_tasks WHERE purged_at < ? LIMIT ?)`,
+      ),
+      // push's periodic check: the ids as one JSON array, each looked up in the covering index tasks_version, never in
+      // the row (the planner, without statistics, would pick the primary key's index and read the row)
+      versions: db.prepare(
+        `SELECT task_id, status, last_updated_at, expires_at FROM tasks INDEXED BY tasks_version
+         WHERE task_id IN (SELECT value FROM json_each(?))`,
       ),
     };
     if (path !== ':memory:' && options.backgroundCheckpoints !== false) {
@@ -634,6 +644,22 @@ export class SqliteTaskStore implements TaskStore {
         row.input_capabilities === null ? undefined : (JSON.parse(row.input_capabilities) as InputCapabilities),
       traceContext: row.trace_context === null ? undefined : (JSON.parse(row.trace_context) as TraceCarrier),
     };
+  }
+
+  async taskVersions(taskIds: string[]): Promise<TaskVersion[]> {
+    if (taskIds.length === 0) return [];
+    const rows = this.stmt.versions.all(JSON.stringify(taskIds)) as {
+      task_id: string;
+      status: TaskStatus;
+      last_updated_at: number;
+      expires_at: number | null;
+    }[];
+    return rows.map((r) => ({
+      taskId: r.task_id,
+      status: r.status,
+      lastUpdatedAt: r.last_updated_at,
+      expiresAt: r.expires_at ?? undefined,
+    }));
   }
 }
 

@@ -207,6 +207,18 @@ export interface TaskSignal {
   kind: 'input' | 'cancel' | 'status';
 }
 
+/**
+ * What push's periodic check compares (src/server/taskPush.ts): every write that changes a task's DetailedTask moves its
+ * status or its `lastUpdatedAt`, so an unchanged version needs no full read.
+ */
+export interface TaskVersion {
+  taskId: string;
+  status: TaskStatus;
+  lastUpdatedAt: number;
+  /** `createdAt + ttlMs`; undefined for an unlimited TTL. */
+  expiresAt: number | undefined;
+}
+
 export interface TaskStore {
   /**
    * Inserts a task, committed when this resolves (spec: MUST NOT return CreateTaskResult before the task is durably
@@ -331,4 +343,11 @@ export interface TaskStore {
   syncClock?(): Promise<void>;
 
   close(): Promise<void>;
+
+  /**
+   * The versions of the tasks among `taskIds`, in one statement, without their arguments, results or inputs (the cost
+   * of push's periodic check must not grow with what a task holds: docs/DESIGN.md, "Rules learned in the field", 8).
+   * Unknown and purged ids are left out.
+   */
+  taskVersions?(taskIds: string[]): Promise<TaskVersion[]>;
 }

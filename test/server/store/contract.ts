@@ -265,6 +265,31 @@ export function describeTaskStoreContract(
         expect(await store.getMany([])).toEqual([]);
       });
 
+      it("reads many tasks' versions in one taskVersions, each as get reads it, unknown ids left out", async (ctx) => {
+        // invariant: push's periodic check compares status, lastUpdatedAt and expiry, as stored (issue 15)
+        if (!store.taskVersions) return ctx.skip();
+        const first = await created();
+        const second = await created({ ttlMs: null });
+        await store.requestInput(leaseOf(second), 'k', elicit('?'), T0 + 7);
+        const versions = await store.taskVersions([second.taskId, 'task-unknown', first.taskId]);
+        const versionOf = async (taskId: string) => {
+          const task = (await store.get(taskId))!;
+          const expiresAt = task.ttlMs === null ? undefined : task.createdAt + task.ttlMs;
+          return { taskId, status: task.status, lastUpdatedAt: task.lastUpdatedAt, expiresAt };
+        };
+        expect(versions.sort((x, y) => x.taskId.localeCompare(y.taskId))).toEqual(
+          (await Promise.all([first.taskId, second.taskId].map(versionOf))).sort((x, y) =>
+            x.taskId.localeCompare(y.taskId),
+          ),
+        );
+        expect(versions.find((v) => v.taskId === second.taskId)).toMatchObject({
+          status: 'input_required',
+          lastUpdatedAt: T0 + 7,
+          expiresAt: undefined,
+        });
+        expect(await store.taskVersions([])).toEqual([]);
+      });
+
       it('answers undefined for an unknown taskId and does not call it purged', async () => {
         // invariant: an unknown id is neither a task nor a purged task
         expect(await store.get('task-never-created')).toBeUndefined();
