@@ -231,13 +231,16 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
   const random = mulberry32(config.seed);
   const dir = mkdtempSync(join(tmpdir(), 'closeout-soak-'));
   const backends: BackendRun[] = [];
-  let postgres: StartedPostgres | undefined;
+  // one PostgreSQL cluster per backend: a backend's outages and connection drops are its own faults, never another's
+  const clusters: StartedPostgres[] = [];
   try {
     for (const [index, kind] of config.backends.entries()) {
       let store: string;
       let sharedLedger: string | undefined;
+      let postgres: StartedPostgres | undefined;
       if (kind === 'postgres' || kind === 'postgres-fleet') {
-        postgres ??= await startPostgres();
+        postgres = await startPostgres();
+        clusters.push(postgres);
         store = (await postgres.createDatabase()).connectionString;
         if (kind === 'postgres-fleet') sharedLedger = (await postgres.createDatabase()).connectionString;
       } else {
@@ -365,7 +368,7 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
   } finally {
     const stopping = Date.now();
     await Promise.allSettled(backends.map((backend) => backend.stop()));
-    await postgres?.stop();
+    await Promise.allSettled(clusters.map((cluster) => cluster.stop()));
     log(`soak ${config.name}: stopped in ${((Date.now() - stopping) / 1000).toFixed(1)} s`);
     if (process.env['SOAK_KEEP'] === '1') log(`soak ${config.name}: files kept in ${dir}`);
     else rmSync(dir, { recursive: true, force: true });

@@ -396,6 +396,10 @@ export class PostgresLedger implements Ledger {
     });
     // an idle connection that drops is removed by the pool; without a handler its error would crash the process
     this.pool.on('error', (error) => this.onError(this.wrap('idle connection lost', error)));
+    // nor does the pool listen to a connection it has handed out: one the database ends then (a restart,
+    // pg_terminate_backend) between two statements would be an unhandled 'error' that kills the process; the next
+    // statement on it fails instead, and the pool drops it
+    this.pool.on('connect', (client) => client.on('error', () => {}));
   }
 
   /** Connects and brings the schema to this build's version; safe when many workers start at once. */

@@ -519,6 +519,10 @@ export class PostgresTaskStore implements TaskStore {
       application_name: 'closeout leases',
     });
     this.leasePool.on('error', (error) => this.onError(this.wrap('idle lease connection lost', error)));
+    // nor does a pool listen to a connection it has handed out: one the database ends then (a restart,
+    // pg_terminate_backend) between two statements would be an unhandled 'error' that kills the process; the next
+    // statement on it fails instead, and the pool drops it
+    for (const pool of [this.pool, this.leasePool]) pool.on('connect', (client) => client.on('error', () => {}));
     // LISTEN needs a connection of its own, outside the pool
     this.listener = new PostgresListener({
       connection,
