@@ -99,8 +99,9 @@ export function nextPollDelay(
   // a safety poll of a pushed task is not held to the cap: the stream, not the poll, carries the task
   const capMs = safety ? Infinity : policy.capMs;
   const base = Math.min(capMs, Math.max(policy.floorMs, suggested));
-  // jitter only adds: polling earlier than the server asked is what its rate limits punish
-  return Math.min(capMs, base + base * policy.jitterRatio * random());
+  // jitter only adds: polling earlier than the server asked is what its rate limits punish. One product, not base +
+  // base * jitter: with random() just under 1 the sum could round one ulp past base * (1 + jitterRatio)
+  return Math.min(capMs, base * (1 + policy.jitterRatio * random()));
 }
 
 /** Delay before retrying after the `failures`-th consecutive failure (1-based). */

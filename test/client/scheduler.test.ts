@@ -69,6 +69,11 @@ describe('nextPollDelay', () => {
       ),
     );
   });
+
+  it('stays within base * (1 + jitterRatio) when random() is just under 1, where a sum rounds one ulp over', () => {
+    // found by the property above in a CI run: 388 + 388 * 0.2 * (1 - 2^-53) = 465.6 > 388 * 1.2 = 465.59999999999997
+    expect(nextPollDelay(388, POLICY, () => 1 - 2 ** -53)).toBeLessThanOrEqual(388 * (1 + POLICY.jitterRatio));
+  });
 });
 
 describe('backoffDelay', () => {
