@@ -1,9 +1,9 @@
 // The chaos soak (test/e2e/soak.ts): every submission closes out with the ledger and the store agreeing, no handler
 // runs more often than its policy allows, no input is asked twice, nothing is left open, two reads agree, and each
 // kind of fault was actually injected and recovered from: kills, pauses past the lease, a second process racing
-// resumeAll, client clock steps, PostgreSQL connection drops and outages, an instance in another PID namespace; one
-// backend's clients are a fleet on one PostgreSQL ledger, taking over each other's records. SHORT here; `npm run soak`
-// (SOAK_MODE=long) runs LONG.
+// resumeAll, client clock steps, PostgreSQL connection drops and outages, an instance in another PID namespace. SHORT
+// here; `npm run soak` (SOAK_MODE=long) runs LONG, which adds a backend whose clients are a fleet on one PostgreSQL
+// ledger, taking over each other's records.
 import { describe, expect, it } from 'vitest';
 
 import { type BackendKind, formatReport, LONG, runSoak, SHORT } from './soak.js';
