@@ -23,6 +23,7 @@ import * as z from 'zod/v4';
 
 import { streamableHttpDispatch } from '../test/support/extTasksDispatch.js';
 import { PROTOCOL_VERSION, wireRequest } from '../test/support/rpc.js';
+import { childMailbox } from './childMailbox.js';
 import { SLEEP_TOOL } from './clockworkServer.js';
 import { median } from './figures.js';
 
@@ -87,26 +88,7 @@ export function startFollowClient(config: FollowClientConfig): FollowClientProce
     // gc() on request only (live heap samples); the flag changes nothing else about the collector
     execArgv: ['--expose-gc', ...(config.execArgv ?? [])],
   });
-  const received: FollowClientMessage[] = [];
-  const waiting: { type: string; resolve: (message: FollowClientMessage) => void; reject: (e: Error) => void }[] = [];
-  child.on('message', (message: FollowClientMessage) => {
-    const at = waiting.findIndex((w) => w.type === message.type);
-    if (at >= 0) waiting.splice(at, 1)[0]!.resolve(message);
-    else received.push(message);
-  });
-  child.once('exit', (code, signal) => {
-    for (const w of waiting.splice(0))
-      w.reject(new Error(`${config.kind} client exited (${signal ?? code}) before ${w.type}`));
-  });
-  const next: FollowClientProcess['next'] = (type) =>
-    new Promise((resolve, reject) => {
-      const at = received.findIndex((m) => m.type === type);
-      if (at >= 0) return resolve(received.splice(at, 1)[0] as never);
-      if (child.exitCode !== null || child.signalCode !== null) {
-        return reject(new Error(`${config.kind} client exited before ${type}`));
-      }
-      waiting.push({ type, resolve: resolve as never, reject });
-    });
+  const next: FollowClientProcess['next'] = childMailbox<FollowClientMessage>(child, config.kind);
   return {
     child,
     next,

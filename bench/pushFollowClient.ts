@@ -11,6 +11,8 @@ import { fileURLToPath } from 'node:url';
 
 import { connectHttpTaskClient, createHttpFetch, isTaskHandle } from 'closeout/client';
 
+import { childMailbox } from './childMailbox.js';
+
 export interface PushFollowClientConfig {
   name: string;
   /** The endpoint the client follows its tasks on (tasks/get, subscriptions/listen). */
@@ -51,26 +53,7 @@ export function startPushFollowClient(config: PushFollowClientConfig): PushFollo
   const child = fork(SELF, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   // the task arguments of 10,000 tasks are over the size of one command-line argument: they go by IPC
   child.send({ type: 'config', config });
-  const received: PushFollowClientMessage[] = [];
-  const waiting: { type: string; resolve: (m: PushFollowClientMessage) => void; reject: (e: Error) => void }[] = [];
-  child.on('message', (message: PushFollowClientMessage) => {
-    const at = waiting.findIndex((w) => w.type === message.type);
-    if (at >= 0) waiting.splice(at, 1)[0]!.resolve(message);
-    else received.push(message);
-  });
-  child.once('exit', (code, signal) => {
-    for (const w of waiting.splice(0))
-      w.reject(new Error(`${config.name} client exited (${signal ?? code}) before ${w.type}`));
-  });
-  const next: PushFollowClientProcess['next'] = (type) =>
-    new Promise((resolve, reject) => {
-      const at = received.findIndex((m) => m.type === type);
-      if (at >= 0) return resolve(received.splice(at, 1)[0] as never);
-      if (child.exitCode !== null || child.signalCode !== null) {
-        return reject(new Error(`${config.name} client exited before ${type}`));
-      }
-      waiting.push({ type, resolve: resolve as never, reject });
-    });
+  const next: PushFollowClientProcess['next'] = childMailbox<PushFollowClientMessage>(child, config.name);
   return {
     child,
     next,
