@@ -1,7 +1,7 @@
 /**
  * Following open tasks by push (SEP-2663, "Task Status Notifications"; the stream is MCP 2026-07-28,
  * basic/patterns/subscriptions): one `subscriptions/listen` stream per endpoint carries every task this process
- * follows, renewed when that set changes. Push is an accelerator, polling the safety net (docs/DESIGN.md, rules learned
+ * follows, renewed when a task joins that set. Push is an accelerator, polling the safety net (docs/DESIGN.md, rules learned
  * in the field, 7): a notification is handed to the same observation path as a poll's answer (`following.ts`), and a
  * task is polled at its normal pace whenever no trusted stream covers it: the server did not agree to its id, the
  * stream dropped, or the server does not push at all. While a stream covers it, it is still polled every
@@ -32,7 +32,11 @@ export interface PushOptions {
    * these polls: the stream carries the task. Default 5.
    */
   safetyPollsPerSecond?: number | undefined;
-  /** Changes to the set of followed tasks within this long share one renewal of the stream. Default 50 ms. */
+  /**
+   * Tasks that join the set within this long share one renewal of the stream, at least. A renewal sends the state of
+   * every task it carries, so the wait also grows with the set: 2 ms per task (1,000 tasks: 2 s), and a busy client
+   * renews a large stream seldom, polling its newest tasks at their normal pace meanwhile. Default 50 ms.
+   */
   renewDelayMs?: number | undefined;
 }
 
@@ -55,6 +59,8 @@ export interface PushHooks {
 const DEFAULT_SAFETY_POLL_MS = 30_000;
 const DEFAULT_SAFETY_POLLS_PER_SECOND = 5;
 const DEFAULT_RENEW_DELAY_MS = 50;
+/** The renewal's wait per task the stream will carry (see `renewDelayMs`). */
+const RENEW_DELAY_PER_TASK_MS = 2;
 const RETRY_BASE_MS = 500;
 const RETRY_CAP_MS = 60_000;
 /** A stream that lived this long before it ended counts as healthy: the next one is opened without waiting. */
@@ -88,8 +94,8 @@ export class PushFollower {
   private opening = false;
   private renewAgain = false;
   private renewTimer: unknown;
-  /** The set of ids a server last agreed to none of: not asked again until the set changes. */
-  private declined: string | undefined;
+  /** The ids a server last agreed to none of: not asked again until a task outside them is followed. */
+  private declined: ReadonlySet<string> | undefined;
   private failures = 0;
   /** Why the server will not push; set once, then every task is polled. */
   private unsupported: string | undefined;
@@ -115,7 +121,7 @@ export class PushFollower {
 
   /** How tasks are followed now. */
   state(): PushState {
-    const covered = this.current?.agreed?.size ?? 0;
+    const covered = this.covered();
     if (this.unsupported) return { mode: 'polling', reason: this.unsupported };
     if (covered > 0) return { mode: 'push', tasks: covered, safetyPollMs: this.safetyPollMs };
     if (this.lastError) return { mode: 'polling', reason: `no stream: ${this.lastError}` };
@@ -124,10 +130,19 @@ export class PushFollower {
     return { mode: 'polling', reason: 'opening a stream' };
   }
 
+  /** The followed tasks the current stream carries (it goes on carrying tasks that closed: they are not counted). */
+  private covered(): number {
+    const agreed = this.current?.agreed;
+    if (!agreed) return 0;
+    let covered = 0;
+    for (const taskId of this.followed.keys()) if (agreed.has(taskId)) covered++;
+    return covered;
+  }
+
   follow(recordId: string, taskId: string): void {
     if (this.followed.get(taskId) === recordId) return;
     this.followed.set(taskId, recordId);
-    this.changed();
+    if (!this.current?.requested.has(taskId)) this.changed();
   }
 
   unfollow(recordId: string, taskId: string | undefined): void {
@@ -136,7 +151,8 @@ export class PushFollower {
     this.trusted.delete(taskId);
     this.gap.delete(taskId);
     this.gapQueried.delete(taskId);
-    this.changed();
+    // a set that shrank keeps its stream (see renew), unless nothing is left to follow
+    if (this.followed.size === 0) this.changed();
   }
 
   /**
@@ -177,10 +193,13 @@ export class PushFollower {
 
   private changed(): void {
     if (this.stopped || this.unsupported || this.renewTimer !== undefined) return;
-    this.renewTimer = this.core.clock.setTimeout(() => {
-      this.renewTimer = undefined;
-      void this.renew();
-    }, this.renewDelayMs);
+    this.renewTimer = this.core.clock.setTimeout(
+      () => {
+        this.renewTimer = undefined;
+        void this.renew();
+      },
+      Math.max(this.renewDelayMs, this.followed.size * RENEW_DELAY_PER_TASK_MS),
+    );
     (this.renewTimer as { unref?: () => void }).unref?.();
   }
 
@@ -197,15 +216,19 @@ export class PushFollower {
     (this.renewTimer as { unref?: () => void }).unref?.();
   }
 
-  /** Open a stream for the tasks followed now, unless the current one already carries exactly them. */
+  /**
+   * Open a stream for the tasks followed now, unless the current one already asked for all of them. A set that only
+   * shrank keeps its stream: a new one would send the state of every task it carries again (at 1,000 open tasks, 1,000
+   * notifications for each that closes), and a stream that goes on carrying a closed task costs nothing, since the
+   * server stops following a task once it sent its terminal state.
+   */
   private async renew(): Promise<void> {
     if (this.stopped || this.unsupported) return;
     if (this.opening) {
       this.renewAgain = true;
       return;
     }
-    const ids = [...this.followed.keys()].sort();
-    const key = ids.join('\n');
+    const ids = [...this.followed.keys()];
     const current = this.current;
     if (ids.length === 0) {
       this.current = undefined;
@@ -214,8 +237,8 @@ export class PushFollower {
       this.report();
       return;
     }
-    if (current && sameSet(current.requested, ids)) return;
-    if (key === this.declined) return;
+    if (current && within(ids, current.requested)) return;
+    if (this.declined && within(ids, this.declined)) return;
     const stream: Stream = {
       requested: new Set(ids),
       agreed: undefined,
@@ -240,7 +263,7 @@ export class PushFollower {
         this.unsupported = 'the server does not push task status';
         await stream.wire.close().catch(() => undefined);
       } else if (stream.agreed?.size === 0) {
-        this.declined = key;
+        this.declined = stream.requested;
         await stream.wire.close().catch(() => undefined);
       } else {
         void stream.wire.ended.then(() => this.ended(stream));
@@ -339,8 +362,8 @@ export class PushFollower {
   }
 }
 
-function sameSet(set: ReadonlySet<string>, ids: readonly string[]): boolean {
-  return set.size === ids.length && ids.every((id) => set.has(id));
+function within(ids: readonly string[], set: ReadonlySet<string>): boolean {
+  return ids.every((id) => set.has(id));
 }
 
 /** A refusal that will not change by asking again: a 2025-era connection, or no such method. */

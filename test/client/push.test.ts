@@ -33,12 +33,16 @@ let store: SqliteTaskStore | undefined;
 const clients: TaskClient[] = [];
 /** Releases every `gated` task that is waiting. */
 let openGates: () => void = () => undefined;
+/** The gate of each waiting `single` task, by its `n`. */
+const singles = new Map<number, () => void>();
 
 beforeEach(() => {
   dir = mkdtempSync(join(tmpdir(), 'closeout-push-'));
 });
 afterEach(async () => {
   openGates();
+  for (const open of singles.values()) open();
+  singles.clear();
   for (const client of clients.splice(0)) await client.close();
   await serving?.close();
   await store?.close();
@@ -57,6 +61,11 @@ async function startServer(): Promise<ServingTaskServer> {
   tasks.registerTool('gated', { task: { support: 'required', pollIntervalMs: SLOW_POLL_MS } }, async (args) => {
     await new Promise<void>((resolve) => gates.push(resolve));
     return { content: [{ type: 'text', text: `gated ${String(args['n'])} done` }] };
+  });
+  // one gate per n: tasks finish one at a time
+  tasks.registerTool('single', { task: { support: 'required', pollIntervalMs: SLOW_POLL_MS } }, async (args) => {
+    await new Promise<void>((resolve) => singles.set(Number(args['n']), resolve));
+    return { content: [{ type: 'text', text: `single ${String(args['n'])} done` }] };
   });
   // the server asks for a poll every 50 ms
   tasks.registerTool('eager', { task: { support: 'required', pollIntervalMs: 50 } }, async () => {
@@ -122,6 +131,29 @@ describe('push against a Closeout server', () => {
       expect(history.map((entry) => entry.status ?? entry.localState)).toContain('completed');
       expect((await client.get(handle.taskId))?.localState).toBe('terminal');
     }
+  });
+
+  it('keeps the stream as tasks close: a smaller set is not a reason to send every open task again', async () => {
+    // a renewal sends the state of every task it carries; renewing as each of 1,000 tasks closed sent 1,000 states per
+    // close and made push later than polling under load (bench/RESULTS.md, push lateness)
+    const server = await startServer();
+    const { client, sent } = await connect(server.url);
+    const handles = [];
+    for (let n = 0; n < 3; n++) handles.push(await task(client, 'single', { n }));
+    await waitFor('the stream to carry all three tasks, and every gate to wait', () => {
+      const state = client.pushState();
+      return state.mode === 'push' && state.tasks === 3 && singles.size === 3 ? state : undefined;
+    });
+    const listens = count(sent, 'subscriptions/listen');
+    for (const [n, handle] of handles.entries()) {
+      singles.get(n)!();
+      expect(textOf(await handle.result())).toBe(`single ${n} done`);
+      // longer than the renewal delay (50 ms): a renewal would have been sent by now
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(count(sent, 'subscriptions/listen')).toBe(listens);
+      expect(client.pushState()).toMatchObject(n < 2 ? { mode: 'push', tasks: 2 - n } : { mode: 'polling' });
+    }
+    expect(count(sent, 'tasks/get')).toBe(0);
   });
 
   it('opens the stream again after it is cut, and queries each task exactly once before trusting it', async () => {
