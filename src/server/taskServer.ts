@@ -152,6 +152,12 @@ export class TaskServer {
   private housekeeping: Promise<void> | undefined;
   /** Whether the last renewal failed because the store could not be reached (reported once per outage). */
   private storeUnreachable = false;
+  /** When (this.now()) a statement of the lease loop last reached the store. */
+  private storeAnsweredAt = -Infinity;
+  /** While the lease loop's statements fail: when the store last answered before that. */
+  private failingSince: number | undefined;
+  /** After the store failed: until when claims take only leases that ran out before it did (see takeOverOrphans). */
+  private afterOutage: { expiredBefore: number; until: number } | undefined;
   private lastRepeatReport = 0;
   private suppressedReports = 0;
   private unsubscribe: (() => void) | undefined;
@@ -814,8 +820,21 @@ export class TaskServer {
       // a renewal slower than half a lease may have let a lease run out meanwhile: claim on the next tick
       if (this.now() - startedAt < this.leaseMs / 2) await this.takeOverOrphans(deadHolders, startedAt);
     } catch (error) {
+      this.storeFailed();
       this.report(error);
     }
+  }
+
+  private storeFailed(): void {
+    this.failingSince ??= this.storeAnsweredAt;
+  }
+
+  private storeAnswered(now: number): void {
+    if (this.failingSince !== undefined) {
+      this.afterOutage = { expiredBefore: this.failingSince, until: now + this.leaseMs };
+      this.failingSince = undefined;
+    }
+    this.storeAnsweredAt = now;
   }
 
   /** Renews the runs' leases in one statement and acts on the answer; false when the store could not be reached. */
@@ -827,7 +846,10 @@ export class TaskServer {
         runs.map((r) => r.lease),
         now + this.leaseMs,
       );
+      // no lease, no statement: only a renewal that went out says the store answers
+      if (runs.length > 0) this.storeAnswered(now);
     } catch (error) {
+      this.storeFailed();
       if (!this.storeUnreachable) {
         this.report(
           new Error(
@@ -860,7 +882,21 @@ export class TaskServer {
   private async takeOverOrphans(deadHolders: string[], tickStartedAt: number): Promise<void> {
     for (;;) {
       const now = this.now();
-      const claimed = await this.store.claimOrphans(this.instanceId, now, now + this.leaseMs, 100, deadHolders);
+      // a lease that ran out while this instance could not reach the store says nothing about its holder: nobody could
+      // renew then. For a lease after the store answers again, the live holders renew theirs (every tick retries), and
+      // only leases that ran out before the failure are taken (docs/DESIGN.md, "Rules learned in the field", 3)
+      const limit =
+        this.failingSince ??
+        (this.afterOutage && now < this.afterOutage.until ? this.afterOutage.expiredBefore : undefined);
+      const expiredBefore = limit === undefined ? now : Math.min(now, limit);
+      const claimed = await this.store.claimOrphans(
+        this.instanceId,
+        expiredBefore,
+        now + this.leaseMs,
+        100,
+        deadHolders,
+      );
+      this.storeAnswered(now);
       for (const task of claimed) {
         const lease = { taskId: task.taskId, fence: task.fence };
         const tool = this.tools.get(task.toolName);
