@@ -25,3 +25,13 @@ export async function inTransaction<T>(pool: pg.Pool, fn: (client: pg.PoolClient
     client.release(broken);
   }
 }
+
+/** Error codes after which the same write may succeed when tried again (connection trouble, deadlock, overload). */
+export function isTransientPgError(error: unknown): boolean {
+  const code = (error as { code?: unknown } | undefined)?.code;
+  if (typeof code === 'string' && /^(08|53|57P|40P01|40001|ECONN|ETIMEDOUT|EPIPE|ENOTFOUND|EAI_AGAIN)/.test(code)) {
+    return true;
+  }
+  const message = error instanceof Error ? error.message : String(error);
+  return /Connection terminated|timeout|connect ECONNREFUSED|Client has encountered a connection error/i.test(message);
+}

@@ -13,6 +13,12 @@ export function parsePositiveInt(value: string): number {
   return n;
 }
 
+export function parseNonNegativeInt(value: string): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < 0) throw new InvalidArgumentError('expected a non-negative integer');
+  return n;
+}
+
 export function parseUrl(value: string): string {
   let url: URL;
   try {

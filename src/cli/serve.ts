@@ -11,8 +11,9 @@ import { parse as parseConnectionString } from 'pg-connection-string';
 
 import { conformanceDiagnostics, registerConformanceTools } from '../demo/conformanceTools.js';
 import { registerDemoTools } from '../demo/demoTools.js';
-import { openTaskStore, serveTaskServer, TaskServer } from '../server/index.js';
-import { parsePort, parsePositiveInt } from './arguments.js';
+import { isTransientPgError } from '../postgresTransaction.js';
+import { openTaskStore, serveTaskServer, TaskServer, type TaskStore } from '../server/index.js';
+import { parseNonNegativeInt, parsePort, parsePositiveInt } from './arguments.js';
 import { CliError } from './cliError.js';
 import { describeServerError } from './doctorProbe.js';
 import { type MetricsEndpoint, serveMetrics } from './metricsEndpoint.js';
@@ -24,6 +25,7 @@ interface ServeFlags {
   tools: 'demo' | 'conformance';
   token: Record<string, string>;
   leaseMs: number;
+  storeWaitMs: number;
   retentionMs: number;
   unlimitedRetentionMs: number;
   sqliteSynchronous?: 'full' | 'normal';
@@ -46,6 +48,12 @@ export function registerServe(program: Command): void {
       {},
     )
     .option('--lease-ms <ms>', 'how long a task lease holds without renewal', parsePositiveInt, 10_000)
+    .option(
+      '--store-wait-ms <ms>',
+      'how long to wait at start for a PostgreSQL store that cannot be reached (0: fail at once)',
+      parseNonNegativeInt,
+      60_000,
+    )
     .option(
       '--retention-ms <ms>',
       'how long a finished task is kept past createdAt + ttlMs before it is purged',
@@ -80,7 +88,7 @@ export function registerServe(program: Command): void {
       assertStoreFolder(flags.store);
       const metricsEndpoint: MetricsEndpoint | undefined =
         flags.metricsPort === undefined ? undefined : await serveMetrics(flags.metricsPort, flags.metricsHost);
-      const store = await openTaskStore(flags.store, { synchronous: flags.sqliteSynchronous });
+      const store = await openWhenReachable(flags.store, flags.sqliteSynchronous, flags.storeWaitMs);
       const tasks = new TaskServer({
         store,
         ...(metricsEndpoint && { telemetry: { meterProvider: metricsEndpoint.meterProvider } }),
@@ -126,6 +134,46 @@ export function registerServe(program: Command): void {
       process.once('SIGINT', () => void stop());
       process.once('SIGTERM', () => void stop());
     });
+}
+
+/**
+ * Opens the store; a PostgreSQL store that cannot be reached yet (stopped, restarting, not accepting connections) is
+ * tried again, with a doubling pause, for at most `waitMs`: an instance its supervisor restarts while the database is
+ * down comes up with the database instead of exiting (docs/DESIGN.md, "Rules learned in the field", 3). Anything else
+ * (a wrong password, a missing database) fails at once.
+ */
+async function openWhenReachable(
+  location: string,
+  synchronous: 'full' | 'normal' | undefined,
+  waitMs: number,
+): Promise<TaskStore> {
+  const deadline = Date.now() + waitMs;
+  let pauseMs = 250;
+  let told = false;
+  for (;;) {
+    try {
+      return await openTaskStore(location, { synchronous });
+    } catch (error) {
+      if (!causes(error).some(isTransientPgError) || Date.now() + pauseMs > deadline) throw error;
+      if (!told) {
+        console.error(
+          `closeout serve: waiting for the store (at most ${waitMs} ms, --store-wait-ms): ${(error as Error).message}`,
+        );
+        told = true;
+      }
+      await new Promise((resolve) => setTimeout(resolve, pauseMs));
+      pauseMs = Math.min(5000, pauseMs * 2);
+    }
+  }
+}
+
+/** An error and the causes it wraps. */
+function causes(error: unknown): unknown[] {
+  const chain: unknown[] = [];
+  for (let each = error; each !== undefined && chain.length < 10; each = (each as { cause?: unknown }).cause) {
+    chain.push(each);
+  }
+  return chain;
 }
 
 /** A SQLite store is created in a folder that must exist: say which one is missing, in one line. */

@@ -91,4 +91,33 @@ describe('PostgreSQL stopped for several seconds while tasks run', () => {
     expect(serve.child.exitCode).toBeNull();
     expect(serve.stderr()).toMatch(/Task store unreachable, keeping \d+ running tasks/);
   }, 150_000);
+
+  it('starts while PostgreSQL is down: waits for it, says so once, and serves once it is back', async () => {
+    // an instance restarted by its supervisor during the outage used to exit 1 at once ("migrate failed: connect
+    // ECONNREFUSED"), so a fleet that lost the database also lost the instances that came back first
+    const database = await postgres.createDatabase();
+    const down = postgres.outage(4000);
+    // the database is stopping or stopped when the instance starts
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const started = Date.now();
+    const waiting = await startServe(['--store', database.connectionString], 60_000);
+    try {
+      await down;
+      expect(Date.now() - started).toBeGreaterThan(2000);
+      expect(waiting.stderr()).toMatch(/waiting for the store .*--store-wait-ms/);
+      expect(waiting.stderr().match(/waiting for the store/g)).toHaveLength(1);
+      const answer = await rpc(waiting.url, 'tools/call', { name: 'batch_job', arguments: { items: 1, stepMs: 10 } });
+      expect(typeof answer.result?.['taskId']).toBe('string');
+    } finally {
+      await waiting.stop();
+    }
+  }, 120_000);
+
+  it('gives up on a store it cannot reach after --store-wait-ms, with the reason', async () => {
+    const database = await postgres.createDatabase();
+    const unreachable = database.connectionString.replace(/:(\d+)\//, ':1/');
+    await expect(startServe(['--store', unreachable, '--store-wait-ms', '1500'], 30_000)).rejects.toThrow(
+      /ECONNREFUSED/,
+    );
+  }, 60_000);
 });

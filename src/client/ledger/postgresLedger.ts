@@ -21,7 +21,7 @@ import { randomBytes } from 'node:crypto';
 
 import pg from 'pg';
 
-import { inTransaction } from '../../postgresTransaction.js';
+import { inTransaction, isTransientPgError } from '../../postgresTransaction.js';
 import type { InputRequest, InputResponse, TaskStatus } from '../../protocol/index.js';
 import { abandonedReason, applyObservedTask, commitNote, taskHeldElsewhereNote } from './closing.js';
 import { endpointIdentity } from './endpointIdentity.js';
@@ -352,16 +352,6 @@ function passwordsOf(connectionString: string): string[] {
   } catch {
     return [];
   }
-}
-
-/** Error codes after which the same write may succeed when tried again (connection trouble, deadlock, overload). */
-function isTransientPgError(error: unknown): boolean {
-  const code = (error as { code?: unknown } | undefined)?.code;
-  if (typeof code === 'string' && /^(08|53|57P|40P01|40001|ECONN|ETIMEDOUT|EPIPE|ENOTFOUND|EAI_AGAIN)/.test(code)) {
-    return true;
-  }
-  const message = error instanceof Error ? error.message : String(error);
-  return /Connection terminated|timeout|connect ECONNREFUSED|Client has encountered a connection error/i.test(message);
 }
 
 export class PostgresLedger implements Ledger {
