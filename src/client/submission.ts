@@ -34,6 +34,13 @@ export class Submission {
     string,
     { toolName: string; argumentsDigest: string; submission: Promise<CallToolResult | TaskHandle> }
   >();
+  /** Records whose tools/call is being sent, or its answer recorded, by this process now. */
+  private readonly sending = new Set<string>();
+  /**
+   * Tasks the server created whose taskId the ledger could not record within `storagePatienceMs`, by record: the next
+   * call with the record's key records and follows this task instead of sending again.
+   */
+  private readonly unrecorded = new Map<string, ObservedTask>();
 
   constructor(
     private readonly core: ClientCore,
@@ -206,6 +213,23 @@ export class Submission {
     signal: AbortSignal | undefined,
     call: CallTrace,
   ): Promise<CallToolResult | TaskHandle> {
+    return this.whileSending(record, () => this.send(record, signal, call));
+  }
+
+  private async whileSending<T>(record: TaskRecord, fn: () => Promise<T>): Promise<T> {
+    this.sending.add(record.recordId);
+    try {
+      return await fn();
+    } finally {
+      this.sending.delete(record.recordId);
+    }
+  }
+
+  private async send(
+    record: TaskRecord,
+    signal: AbortSignal | undefined,
+    call: CallTrace,
+  ): Promise<CallToolResult | TaskHandle> {
     const { core } = this;
     const carrier = this.requests.carrier();
     const meta: Record<string, unknown> = { ...this.requests.tasksMeta() };
@@ -258,13 +282,17 @@ export class Submission {
 
   /** The server created a task: commit its taskId first (S4), then follow it. */
   private async acceptTask(record: TaskRecord, raw: Record<string, unknown>): Promise<CallToolResult | TaskHandle> {
-    const { core } = this;
     let task: ObservedTask;
     try {
       task = parseCreateTaskResult(raw);
     } catch (error) {
       throw await this.failSubmission(record, error);
     }
+    return this.recordArrived(record, task);
+  }
+
+  private async recordArrived(record: TaskRecord, task: ObservedTask): Promise<CallToolResult | TaskHandle> {
+    const { core } = this;
     if (!(await this.commitArrived(record, task))) {
       // another record follows this task already (a resubmission that reused the key): that one is the handle
       const holder = await core.ledger.findByTaskId(core.endpoint, task.taskId);
@@ -333,7 +361,15 @@ export class Submission {
     for (let attempt = 1; ; attempt += 1) {
       const now = core.clock.now();
       try {
-        return await core.ledger.commitTask(record.recordId, core.leaseHolder, task, now, now + core.leaseMs);
+        const committed = await core.ledger.commitTask(
+          record.recordId,
+          core.leaseHolder,
+          task,
+          now,
+          now + core.leaseMs,
+        );
+        this.unrecorded.delete(record.recordId);
+        return committed;
       } catch (error) {
         if (!isTransientStorageError(error)) throw error;
         const lastError: RecordedError = {
@@ -344,6 +380,7 @@ export class Submission {
         if (attempt === 1)
           core.emit({ type: 'unrecorded', recordId: record.recordId, taskId: task.taskId, error: lastError });
         if (core.steady.now() - started >= core.storagePatienceMs) {
+          this.unrecorded.set(record.recordId, task);
           throw new TaskClientError(
             'storage',
             `the server created task ${task.taskId}, and the ledger could not record it for ${Math.round(core.storagePatienceMs / 1000)} s (${describe(error)}); record ${record.recordId} stays as it was: call again with its idempotency key, or resume, once the ledger is free`,
@@ -401,6 +438,10 @@ export class Submission {
     assertSameCall(record, name, digest);
     switch (record.localState) {
       case 'submitting': {
+        // this process's own submission, not being sent now: its send ended without an outcome the ledger could take
+        if (record.leaseHolder === core.leaseHolder && !this.sending.has(record.recordId)) {
+          return this.whileSending(record, () => this.recoverOwn(record));
+        }
         const holderDead = await this.following.freeLeasesOfDeadHolders([record]);
         const leaseLive =
           !holderDead && record.leaseExpiresAt !== undefined && record.leaseExpiresAt >= core.clock.now();
@@ -450,6 +491,29 @@ export class Submission {
           { record },
         );
     }
+  }
+
+  /**
+   * A submission of this process that ended while the ledger could not take its outcome (a locked ledger, a database
+   * outage): the lease on it is this process's own and stays renewed, so nobody else would ever settle it. The task
+   * the server created, when one arrived, is recorded and followed now; otherwise nothing is known of what the call
+   * did, which is an unknown outcome, recovered as a lost answer is (sent again with the same key).
+   */
+  private async recoverOwn(record: TaskRecord): Promise<CallToolResult | TaskHandle> {
+    const { core } = this;
+    const arrived = this.unrecorded.get(record.recordId);
+    if (arrived) return this.recordArrived(record, arrived);
+    const now = core.clock.now();
+    await core.ledger.closeOut(
+      record.recordId,
+      core.leaseHolder,
+      {
+        localState: 'unknown-outcome',
+        reason: 'its tools/call ended in this process without an outcome the ledger could record',
+      },
+      now,
+    );
+    return this.recoverUnknown(await core.reload(record.recordId));
   }
 
   /**

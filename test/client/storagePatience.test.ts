@@ -67,5 +67,14 @@ describe('a taskId the ledger cannot record within storagePatienceMs', () => {
     // nothing false was written: the record is still the submission in flight, not closed, not unknown-outcome
     const [record] = await ledger.list();
     expect(record).toMatchObject({ localState: 'submitting', taskId: undefined });
+
+    // what the error says to do: call again with its key once the ledger is free. The record's lease is this process's
+    // own, renewed by its own loop; it used to be taken for a submission in flight elsewhere ("leased-elsewhere") on
+    // every call, for ever (the fleet soak's worker retried so until its deadline)
+    const again = await client.callTool('slow', { n: 1 }, { idempotencyKey: 'patience-1' });
+    expect(again).toMatchObject({ taskId });
+    // the task the server created is the one followed: nothing sent twice
+    expect(fixture.count('tools/call')).toBe(1);
+    expect(await ledger.get(record!.recordId)).toMatchObject({ localState: 'tracking', taskId });
   }, 60_000);
 });

@@ -86,9 +86,7 @@ const CHAOS: ChaosRates = {
 export const SHORT: SoakConfig = {
   name: 'short',
   seed: 7,
-  // not the fleet backend yet: inside a full npm test its server instances re-ran resumable tasks while the instance
-  // running them lived (RELIABILITY.md, "The fleet backend"), an open finding; `npm run soak` and SOAK_BACKENDS run it
-  backends: ['sqlite', 'postgres'],
+  backends: ['sqlite', 'postgres', 'postgres-fleet'],
   serversPerBackend: 2,
   clientsPerBackend: 2,
   jobsPerClient: 18,
