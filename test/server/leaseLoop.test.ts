@@ -87,7 +87,49 @@ function sqlite(): SqliteTaskStore {
 
 const ticks = (n: number) => new Promise((resolve) => setTimeout(resolve, n * 30 + 50));
 
+/** The real SQLite store, whose next claim with leases to take is made as if `lateMs` later (a late or stale clock). */
+function lateClaim(store: TaskStore, lateMs: number): TaskStore {
+  let armed = true;
+  return new Proxy(store, {
+    get(target, property, receiver) {
+      if (property === 'claimOrphans') {
+        return async (holder: string, now: number, until: number, limit: number, dead?: string[]) => {
+          const late = armed ? lateMs : 0;
+          const claimed = await target.claimOrphans(holder, now + late, until + late, limit, dead);
+          if (claimed.length > 0) armed = false;
+          return claimed;
+        };
+      }
+      const value: unknown = Reflect.get(target, property, receiver);
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+}
+
 describe('the lease loop keeps one live run per task', () => {
+  it('counts no new attempt when it claims its own task while the run goes on', async () => {
+    // however an instance comes to claim its own task while the run lives (the chaos soak saw it after a database
+    // outage), the run goes on under the new fence; the store counted a second attempt all the same, so the task
+    // completed with attempt 1's result while its attempt said 2
+    clock = Date.now();
+    const store = sqlite();
+    const runs: Run[] = [];
+    const a = instance('instance-a', lateClaim(store, 2 * LEASE_MS), runs, true);
+    await a.start();
+    const { taskId } = await a.createTask(a.tool('job')!, {}, 'alice', undefined);
+    await waitFor('the handler to start', () => (runs.length > 0 ? true : undefined));
+    await waitFor('the instance to claim its own task', async () =>
+      ((await store.get(taskId))?.fence ?? 0) > 1 ? true : undefined,
+    );
+    runs[0]!.finish();
+    const done = await waitFor('the task to complete', async () => {
+      const task = await store.get(taskId);
+      return task?.status === 'completed' ? task : undefined;
+    });
+    expect(runs.map((r) => ({ attempt: r.attempt, aborted: r.aborted }))).toEqual([{ attempt: 1, aborted: undefined }]);
+    expect(done.attempt).toBe(1);
+  });
+
   it('does not take over its own task when a renewal comes back after the lease ran out', async () => {
     clock = Date.now();
     const store = sqlite();

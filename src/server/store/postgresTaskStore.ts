@@ -344,7 +344,9 @@ const SQL = {
             FOR UPDATE SKIP LOCKED
           ), claimed AS (
             UPDATE closeout_tasks t
-            SET lease_owner = $4, lease_expires_at = $5, fence = t.fence + 1, attempt = t.attempt + 1
+            -- a claim by the holder itself starts no new attempt: its run goes on under the new fence
+            SET lease_owner = $4, lease_expires_at = $5, fence = t.fence + 1,
+              attempt = CASE WHEN t.lease_owner = $4 THEN t.attempt ELSE t.attempt + 1 END
             FROM orphans o
             WHERE t.task_id = o.task_id
             RETURNING t.*

@@ -264,7 +264,9 @@ export class SqliteTaskStore implements TaskStore {
          ORDER BY created_at LIMIT ?`,
       ),
       claim: db.prepare(
-        `UPDATE tasks SET lease_owner = ?, lease_expires_at = ?, fence = fence + 1, attempt = attempt + 1
+        // a claim by the holder itself starts no new attempt: its run goes on under the new fence
+        `UPDATE tasks SET lease_owner = ?, lease_expires_at = ?, fence = fence + 1,
+           attempt = CASE WHEN lease_owner = ? THEN attempt ELSE attempt + 1 END
          WHERE task_id = ? AND ${OPEN}`,
       ),
       leaseHolders: db.prepare(`SELECT DISTINCT lease_owner FROM tasks WHERE ${OPEN} AND lease_owner IS NOT NULL`),
@@ -543,7 +545,7 @@ export class SqliteTaskStore implements TaskStore {
     return this.db
       .transaction(() => {
         const rows = this.stmt.orphans.all(now, JSON.stringify(deadHolders), limit) as { task_id: string }[];
-        for (const { task_id } of rows) this.stmt.claim.run(holder, until, task_id);
+        for (const { task_id } of rows) this.stmt.claim.run(holder, until, holder, task_id);
         return rows.map(({ task_id }) => this.read(task_id)!);
       })
       .immediate();

@@ -302,8 +302,8 @@ export interface TaskStore {
 
   /**
    * Takes over non-terminal tasks whose lease expired before `now`, or whose lease holder is in `deadHolders`: the
-   * lease moves to the instance `holder` until `until`, the fence and the attempt go up by one. Returns the claimed
-   * tasks.
+   * lease moves to the instance `holder` until `until`, the fence goes up by one, and the attempt too unless `holder`
+   * held the lease already (its own run goes on). Returns the claimed tasks.
    */
   claimOrphans(
     holder: string,
