@@ -227,12 +227,18 @@ export class TaskServer {
     this.unsubscribe = this.store.subscribe?.((signal) => void this.onSignal(signal));
     const deadHolders = (await this.store.leaseHolders()).filter((holder) => isDeadLocalHolder(holder));
     await this.sweep(deadHolders);
-    await this.housekeep();
+    // the lease loop runs from here on, so the leases that first sweep took are renewed even while the first
+    // housekeeping (expiry, purge) is slow, as it is against a database that has just come back
+    const housekeepNow = () => {
+      this.housekeeping ??= this.housekeep().finally(() => (this.housekeeping = undefined));
+      return this.housekeeping;
+    };
     this.sweepTimer = setInterval(() => {
       this.requestSweep();
-      if (!this.housekeeping) this.housekeeping = this.housekeep().finally(() => (this.housekeeping = undefined));
+      void housekeepNow();
     }, this.sweepIntervalMs);
     this.sweepTimer.unref();
+    await housekeepNow();
   }
 
   /**

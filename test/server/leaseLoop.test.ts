@@ -106,6 +106,59 @@ function lateClaim(store: TaskStore, lateMs: number): TaskStore {
   });
 }
 
+describe('the lease loop from the start', () => {
+  it('renews the leases its start took while its first housekeeping is slow', async () => {
+    // the chaos soak: an instance started right after a database outage took tasks over in its first sweep, then sat in
+    // its first expiry and purge for seconds; the renewal timer only began after them, so the leases it had just
+    // taken ran out and another instance took the tasks back (they moved back and forth, four attempts)
+    const store = sqlite();
+    const now = Date.now();
+    await store.create({
+      taskId: 'left-behind',
+      principal: 'alice',
+      toolName: 'job',
+      arguments: {},
+      createdAt: now,
+      ttlMs: 600_000,
+      pollIntervalMs: 1000,
+      resumable: true,
+      leaseHolder: 'instance-gone',
+      leaseExpiresAt: now - 1,
+    });
+    let releaseHousekeeping: () => void = () => {};
+    const slowHousekeeping = new Proxy(store, {
+      get(target, property, receiver) {
+        if (property === 'expireOverdue') {
+          return async (...args: Parameters<TaskStore['expireOverdue']>) => {
+            await new Promise<void>((resolve) => (releaseHousekeeping = resolve));
+            return target.expireOverdue(...args);
+          };
+        }
+        const value: unknown = Reflect.get(target, property, receiver);
+        return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+      },
+    });
+    const tasks = new TaskServer({ store: slowHousekeeping, leaseMs: 600, sweepIntervalMs: 100, onError: () => {} });
+    tasks.registerTool('job', { task: { support: 'required', resumable: true } }, async (_args, ctx) => {
+      await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve, { once: true }));
+      return { content: [] };
+    });
+    open.push(tasks);
+    const starting = tasks.start();
+    const claimed = await waitFor('the start to take the task over', async () => {
+      const task = await store.get('left-behind');
+      return task?.leaseHolder === tasks.instanceId ? task : undefined;
+    });
+    // three leases into the slow housekeeping, the lease taken at the start is still held, renewed meanwhile
+    await new Promise((resolve) => setTimeout(resolve, 1800));
+    const held = await store.get('left-behind');
+    releaseHousekeeping();
+    await starting;
+    expect(held).toMatchObject({ leaseHolder: tasks.instanceId, fence: claimed.fence });
+    expect(held!.leaseExpiresAt!).toBeGreaterThan(claimed.leaseExpiresAt! + 600);
+  });
+});
+
 describe('the lease loop keeps one live run per task', () => {
   it('counts no new attempt when it claims its own task while the run goes on', async () => {
     // however an instance comes to claim its own task while the run lives (the chaos soak saw it after a database
