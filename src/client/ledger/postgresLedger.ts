@@ -153,6 +153,8 @@ const MIGRATIONS: readonly string[] = [
 /** The ledger schema version this build writes. */
 export const POSTGRES_LEDGER_SCHEMA_VERSION = MIGRATIONS.length;
 
+/** How often a ledger re-reads the database's clock (PostgresLedger.syncClock). */
+const CLOCK_SYNC_MS = 60_000;
 const OPEN_TO_DRIVE = `local_state IN ('submitting','tracking')`;
 const FOLLOWABLE = `local_state IN ('tracking','detached')`;
 const CLOSED = `local_state IN ('terminal','expired','unknown-outcome')`;
@@ -311,6 +313,7 @@ const SQL = {
   markInputsSent: `UPDATE closeout_ledger_input_answers SET sent_at = $3
                    WHERE record_id = $1 AND key = ANY ($2::text[]) AND response IS NOT NULL`,
 
+  databaseClock: `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms`,
   secret: `SELECT secret FROM closeout_ledger_secret WHERE id = 1`,
   insertSecret: `INSERT INTO closeout_ledger_secret (id, secret) VALUES (1, $1) ON CONFLICT (id) DO NOTHING`,
 } as const;
@@ -417,6 +420,13 @@ export class PostgresLedger implements Ledger {
   private noteTimer: NodeJS.Timeout | undefined;
   private flushing: Promise<void> | undefined;
   private disposed = false;
+  /**
+   * The database's clock, read at `atMonotonic` (performance.now()): `now()` runs on from it by this process's
+   * monotonic clock, so neither this host's wall clock nor a step of it moves the ledger's times (as
+   * PostgresTaskStore.now on the server).
+   */
+  private clockSample: { databaseMs: number; atMonotonic: number; roundTripMs: number } | undefined;
+  private clockTimer: NodeJS.Timeout | undefined;
 
   private constructor(connectionString: string, options: PostgresLedgerOptions) {
     this.location = redactConnectionString(connectionString);
@@ -459,6 +469,7 @@ export class PostgresLedger implements Ledger {
     const ledger = new PostgresLedger(connectionString, options);
     try {
       await ledger.migrate();
+      await ledger.syncClock();
       return ledger;
     } catch (error) {
       await ledger.pool.end().catch(() => undefined);
@@ -835,9 +846,44 @@ export class PostgresLedger implements Ledger {
     });
   }
 
+  /**
+   * The database's time (Ledger.now): every worker of the fleet stamps and compares leases on it, whatever its host's
+   * wall clock says (docs/DESIGN.md, "Rules learned in the field", 2). Off by at most half the round trip of the read
+   * it was taken from, and by the monotonic clock's drift since (read again every minute).
+   */
+  now(): number {
+    const sample = this.clockSample;
+    return sample ? Math.floor(sample.databaseMs + (performance.now() - sample.atMonotonic)) : Date.now();
+  }
+
+  /**
+   * Reads the database's clock on the lease connection, and from then on every minute. A slower read than the one in
+   * use is kept only when the one in use is old: its error is half its round trip.
+   */
+  private async syncClock(): Promise<void> {
+    const sent = performance.now();
+    const { rows } = await this.guard('read the database clock', () =>
+      this.leasePool.query<{ ms: number }>(SQL.databaseClock),
+    );
+    const received = performance.now();
+    const roundTripMs = received - sent;
+    const current = this.clockSample;
+    if (!current || roundTripMs <= current.roundTripMs * 2 || received - current.atMonotonic > 10 * CLOCK_SYNC_MS) {
+      this.clockSample = { databaseMs: Number(rows[0]!.ms), atMonotonic: sent + roundTripMs / 2, roundTripMs };
+    }
+    if (!this.clockTimer && !this.disposed) {
+      this.clockTimer = setInterval(() => {
+        // a failed read keeps the sample in use; the ledger's other calls report an unreachable database
+        this.syncClock().catch(() => {});
+      }, CLOCK_SYNC_MS);
+      this.clockTimer.unref();
+    }
+  }
+
   async dispose(): Promise<void> {
     if (this.disposed) return;
     this.disposed = true;
+    clearInterval(this.clockTimer);
     await this.flushNotes();
     await Promise.all([this.pool.end(), this.leasePool.end()]);
   }
