@@ -38,11 +38,12 @@ const spreadMs = positive(flags['spread-ms'], flags.smoke ? 3_000 : 60_000);
 const leaseMs = positive(flags['lease-ms'], flags.smoke ? 2_000 : 5_000);
 const WORKERS = 3;
 /**
- * Calls and polls in flight per worker: fewer than the PostgreSQL ledger's 5 pooled connections, so lease renewals
- * find one (with more, a loaded machine made ledger calls wait past the pool's 5 s and fail; RESULTS.md section 14).
+ * Calls and polls in flight per worker: the scheduler's default 8 polls, and as many calls. More than the ledger's
+ * pooled connections together: they wait their turn, and the lease renewals have a connection of their own (a pool
+ * of 5 that failed calls waiting past 5 s stopped the first 10,000-task run; RESULTS.md section 14).
  */
-const SUBMIT_CONCURRENCY = 4;
-const MAX_CONCURRENT_POLLS = 4;
+const SUBMIT_CONCURRENCY = 8;
+const MAX_CONCURRENT_POLLS = 8;
 /** How often each worker looks for records whose lease ran out. */
 const takeOverEveryMs = Math.max(100, Math.round(leaseMs / 5));
 /** Beyond this many tasks/get over the ideal, a task counts as over-polled: one worker's polls stay within it. */

@@ -71,7 +71,11 @@ async function runCall(url: string, tool: string, flags: CallFlags): Promise<voi
     inputHandlers: (endpoint) => ({ elicitation: elicitationHandler(following, endpoint) }),
     onEvent: (event) => following.onClientEvent(event),
   });
-  const following = new Follower(out, (id) => session.ledger.get(id), { interactive: canPrompt(out), preset });
+  const following = new Follower(out, (id) => session.ledger.get(id), {
+    interactive: canPrompt(out),
+    preset,
+    now: () => session.ledger.now(),
+  });
   try {
     const client = await session.client(url);
     await assertToolExists(client, url, tool);

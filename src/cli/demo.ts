@@ -73,7 +73,11 @@ async function runDemo(flags: DemoFlags): Promise<void> {
       current.onClientEvent(event);
     },
   });
-  let current = new Follower(out, (id) => session.ledger.get(id), { interactive, preset });
+  let current = new Follower(out, (id) => session.ledger.get(id), {
+    interactive,
+    preset,
+    now: () => session.ledger.now(),
+  });
   /** How tasks are followed now (push or polling): told to each step's Follower, which may come after the news. */
   let lastPush: TaskClientEvent | undefined;
   const problems: string[] = [];
@@ -87,7 +91,11 @@ async function runDemo(flags: DemoFlags): Promise<void> {
   const shell = (command: string) => out.line(c.dim(`   $ ${command}`));
   /** Follow one handle in a fresh Follower (each step prints its own close-out). */
   const follow = async (handle: TaskHandle, during?: (handle: TaskHandle) => Promise<void>): Promise<CloseOut> => {
-    current = new Follower(out, (id) => session.ledger.get(id), { interactive, preset });
+    current = new Follower(out, (id) => session.ledger.get(id), {
+      interactive,
+      preset,
+      now: () => session.ledger.now(),
+    });
     current.arm();
     current.follow(handle, url, 'submitted');
     if (lastPush) current.onClientEvent(lastPush);
@@ -170,7 +178,7 @@ async function runDemo(flags: DemoFlags): Promise<void> {
 
     heading(6, 'The ledger: every handle, how it closed out, and when it was last polled');
     shell(`closeout ls --all --ledger ${ledgerPath}`);
-    for (const line of recordTable(await session.ledger.list(), c, Date.now())) out.line(`   ${line}`);
+    for (const line of recordTable(await session.ledger.list(), c, session.ledger.now())) out.line(`   ${line}`);
     // the hint names a file that is still there afterwards only with --keep
     if (flags.keep)
       out.line(c.dim(`   closeout show TASK_ID --ledger ${ledgerPath} prints one record with its timeline`));

@@ -60,16 +60,23 @@ export class Follower implements InputHost {
   /** The latest way of following, told while no task was followed here yet. */
   private pendingPush: PushState | undefined;
   private readonly onSigint = () => this.interrupt();
+  private readonly now: () => number;
   private offOutputClosed: (() => void) | undefined;
 
   constructor(
     readonly out: Output,
     /** The ledger's current record (what the scheduler decided since the last observation). */
     private readonly readRecord: (recordId: string) => Promise<TaskRecord | undefined>,
-    options: { interactive: boolean; preset: PresetAnswer | undefined },
+    options: {
+      interactive: boolean;
+      preset: PresetAnswer | undefined;
+      /** The ledger's clock (Ledger.now): the times shown are measured on the clock the ledger's times are on. */
+      now: () => number;
+    },
   ) {
     this.interactive = options.interactive;
     this.preset = options.preset;
+    this.now = options.now;
   }
 
   /**
@@ -126,7 +133,7 @@ export class Follower implements InputHost {
       entry.shownStatus = record.status ?? 'submitted';
       entry.shownMessage = record.statusMessage;
       const message = record.statusMessage ? ` ${c.dim('·')} ${serverLine(record.statusMessage)}` : '';
-      const seen = formatAgo(record.lastPollAt ?? record.updatedAt, Date.now());
+      const seen = formatAgo(record.lastPollAt ?? record.updatedAt, this.now());
       this.out.line(`  ${c.dim('last seen')} ${paintState(entry.shownStatus, c)}${message} ${c.dim(seen)}`);
     } else {
       this.showChange(entry, record);
@@ -229,7 +236,7 @@ export class Follower implements InputHost {
     if (status === entry.shownStatus && message === entry.shownMessage) return;
     entry.shownStatus = status;
     entry.shownMessage = message;
-    const elapsedMs = Date.now() - record.submittedAt;
+    const elapsedMs = this.now() - record.submittedAt;
     if (record.localState === 'terminal' || record.localState === 'expired') return; // the close-out says it
     this.out.event({
       event: 'status',
@@ -315,7 +322,7 @@ export class Follower implements InputHost {
   private draw(): void {
     if (!this.out.live) return;
     const c = this.out.c;
-    const now = Date.now();
+    const now = this.now();
     const lines: string[] = [];
     for (const entry of this.followed.values()) {
       if (entry.handle.localState !== 'tracking' || entry.detachReason) continue;
@@ -382,7 +389,7 @@ export class Follower implements InputHost {
 
   private printCloseOut(entry: Followed, closeOut: CloseOut, outcome: TaskOutcome | undefined): void {
     const record = closeOut.record;
-    const elapsedMs = (record.terminalAt ?? Date.now()) - record.submittedAt;
+    const elapsedMs = (record.terminalAt ?? this.now()) - record.submittedAt;
     const detached = closeOut.outcome === 'detached';
     this.out.event({
       event: 'closeout',

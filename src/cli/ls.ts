@@ -48,7 +48,8 @@ export function registerLs(program: Command): void {
     } finally {
       await session.close();
     }
-    const now = Date.now();
+    // ages on the ledger's clock, which its times are on (the database's for a PostgreSQL ledger)
+    const now = session.ledger.now();
     out.event({
       ledger: ledgerPath,
       exists: true,

@@ -53,7 +53,11 @@ async function runResubmit(ref: string, flags: ResubmitFlags): Promise<void> {
     onEvent: (event) => following.onClientEvent(event),
   });
   if (!session) throw unknownTask(ref, ledgerPath);
-  const following = new Follower(out, (id) => session.ledger.get(id), { interactive: canPrompt(out), preset });
+  const following = new Follower(out, (id) => session.ledger.get(id), {
+    interactive: canPrompt(out),
+    preset,
+    now: () => session.ledger.now(),
+  });
   let endpoint: string | undefined;
   try {
     const record = await session.require(ref);

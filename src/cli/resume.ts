@@ -54,7 +54,11 @@ async function runResume(ref: string | undefined, flags: ResumeFlags): Promise<v
     out.line(`nothing to resume: there is no ledger at ${ledgerPath} yet`);
     return;
   }
-  const following = new Follower(out, (id) => session.ledger.get(id), { interactive: canPrompt(out), preset });
+  const following = new Follower(out, (id) => session.ledger.get(id), {
+    interactive: canPrompt(out),
+    preset,
+    now: () => session.ledger.now(),
+  });
   const codes: number[] = [];
   let endpoint: string | undefined;
   try {

@@ -55,7 +55,7 @@ export function registerShow(program: Command): void {
         record,
         history,
       });
-      printRecord(out, record, history, refresh);
+      printRecord(out, record, history, refresh, session.ledger.now());
     } finally {
       await session.close();
     }
@@ -106,9 +106,10 @@ function printRecord(
   record: TaskRecord,
   history: Awaited<ReturnType<ClientSession['ledger']['history']>>,
   refresh: Refreshed | undefined,
+  /** On the ledger's clock, which the record's times are on. */
+  now: number,
 ): void {
   const c = out.c;
-  const now = Date.now();
   const field = (name: string, value: string) => out.line(`  ${c.dim(name.padEnd(12))}${value}`);
   out.line(`${c.bold(record.taskId ? `task ${record.taskId}` : `record ${record.recordId}`)}`);
   field('tool', record.toolName);

@@ -49,7 +49,8 @@ export class ClientCore {
     this.ledger = options.ledger;
     this.endpoint = options.endpoint;
     this.leaseHolder = options.leaseHolder ?? newLeaseHolder();
-    this.clock = options.clock ?? SYSTEM_CLOCK;
+    // times the ledger holds are on its clock: a fleet's workers on many hosts share one (Ledger.now)
+    this.clock = options.clock ?? { ...SYSTEM_CLOCK, now: () => options.ledger.now() };
     this.steady = options.clock ?? STEADY_CLOCK;
     this.random = options.random ?? Math.random;
     this.leaseMs = options.leaseMs ?? DEFAULT_LEASE_MS;

@@ -33,7 +33,8 @@ export const SYSTEM_CLOCK: SchedulerClock = {
 /**
  * The system clock for scheduling and for how long a task has been seen open: the wall time when this process started
  * plus the monotonic time since, so a step of the wall clock (NTP, a VM restored) neither stalls nor rushes a poll and
- * never ages a task (docs/DESIGN.md, rule 2). Ledger times and leases keep the wall clock (SYSTEM_CLOCK).
+ * never ages a task (docs/DESIGN.md, rule 2). Ledger times and leases are on the ledger's clock (Ledger.now: the
+ * host's wall clock for SQLite, the database's for PostgreSQL).
  */
 export const STEADY_CLOCK: SchedulerClock = {
   now: () => performance.timeOrigin + performance.now(),

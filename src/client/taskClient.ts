@@ -41,6 +41,10 @@ export interface TaskClientOptions {
   /** Extra per-request client capabilities sent with task requests (the handlers' ones are derived). */
   capabilities?: ClientCapabilities | undefined;
   pollPolicy?: Partial<PollPolicy> | undefined;
+  /**
+   * For tests: one clock for scheduling and for the ledger's times. Default: scheduling on STEADY_CLOCK, ledger times
+   * and leases on the ledger's clock (`Ledger.now`).
+   */
   clock?: SchedulerClock | undefined;
   random?: (() => number) | undefined;
   /** How long a lease on a record lasts without renewal. Default 30 s; renewed every third of it. */

@@ -9,6 +9,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { jsonDocument, jsonLines, runCli } from '../support/cli.js';
+import { fakeClock } from '../support/faketime.js';
 import { type StartedPostgres, startPostgres } from '../support/postgres.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
 
@@ -65,6 +66,31 @@ describe('closeout on a PostgreSQL ledger', { timeout: 90_000 }, () => {
     } finally {
       await admin.end();
     }
+  });
+
+  it('tells a record’s age on the database’s clock, on a host whose clock is two hours ahead', async () => {
+    // invariant: issue 17: a PostgreSQL ledger's times are on the database's clock (Ledger.now); a command on a host
+    // whose wall clock is off shows the ages every worker of the fleet sees
+    const call = await runCli(['call', server.url, 'batch_job', '--args', '{"items":1,"stepMs":10}', '--json'], {
+      ledger: database.connectionString,
+      env: fakeClock('+2h').env,
+    });
+    expect(call.code).toBe(0);
+    const startedAt = Date.now();
+    const ls = await runCli(['ls', '--all', '--json'], {
+      ledger: database.connectionString,
+      env: fakeClock('+2h').env,
+    });
+    expect(ls.code).toBe(0);
+    const tasks = jsonDocument(ls.stdout)['tasks'] as { taskId: string; ageMs: number; submittedAt: string }[];
+    const listed = tasks.find(
+      (task) => task.taskId === jsonLines(call.stdout).find((line) => typeof line['taskId'] === 'string')?.['taskId'],
+    );
+    expect(listed, ls.stdout).toBeDefined();
+    // the call and the listing took less than a minute: its age, and its submission time by this test's (right) clock
+    expect(listed!.ageMs).toBeGreaterThanOrEqual(0);
+    expect(listed!.ageMs).toBeLessThan(60_000 + (Date.now() - startedAt));
+    expect(Math.abs(Date.parse(listed!.submittedAt) - Date.now())).toBeLessThan(60_000);
   });
 
   it('says which ledger could not be opened, without its password', async () => {

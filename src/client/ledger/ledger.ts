@@ -3,7 +3,8 @@
  * docs/REQUIREMENTS.md S4, S6, S15). Nothing the client knows about a task lives only in memory: a process that dies
  * and restarts reads everything it needs back from here.
  *
- * Local times are epoch milliseconds of the client's clock; server times (`createdAt`, `lastUpdatedAt`) are kept as
+ * Local times are epoch milliseconds of the ledger's clock (`Ledger.now`): the process's for a SQLite ledger, the
+ * database's for a PostgreSQL one, which many machines share; server times (`createdAt`, `lastUpdatedAt`) are kept as
  * the ISO strings the server sent. Every method resolves only after its write is committed, except `noteSchedule`
  * (deferred bookkeeping, see there).
  */
@@ -323,6 +324,13 @@ export interface Ledger {
 
   /** The ledger's own random secret (created with the ledger): keys fingerprints and wire idempotency keys. */
   secret(): Promise<Uint8Array>;
+
+  /**
+   * The time every process on this ledger stamps and compares its times on (leases above all): one clock for all of
+   * them, whatever their hosts' wall clocks say (docs/DESIGN.md, "Rules learned in the field", 2). A SQLite ledger is
+   * one machine's: its clock. A PostgreSQL ledger, shared by workers on many machines: the database's.
+   */
+  now(): number;
 
   /** Close the underlying storage. */
   dispose(): Promise<void>;

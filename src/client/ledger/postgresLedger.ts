@@ -153,6 +153,8 @@ const MIGRATIONS: readonly string[] = [
 /** The ledger schema version this build writes. */
 export const POSTGRES_LEDGER_SCHEMA_VERSION = MIGRATIONS.length;
 
+/** How often a ledger re-reads the database's clock (PostgresLedger.syncClock). */
+const CLOCK_SYNC_MS = 60_000;
 const OPEN_TO_DRIVE = `local_state IN ('submitting','tracking')`;
 const FOLLOWABLE = `local_state IN ('tracking','detached')`;
 const CLOSED = `local_state IN ('terminal','expired','unknown-outcome')`;
@@ -311,6 +313,7 @@ const SQL = {
   markInputsSent: `UPDATE closeout_ledger_input_answers SET sent_at = $3
                    WHERE record_id = $1 AND key = ANY ($2::text[]) AND response IS NOT NULL`,
 
+  databaseClock: `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms`,
   secret: `SELECT secret FROM closeout_ledger_secret WHERE id = 1`,
   insertSecret: `INSERT INTO closeout_ledger_secret (id, secret) VALUES (1, $1) ON CONFLICT (id) DO NOTHING`,
 } as const;
@@ -330,9 +333,15 @@ interface ClaimedRow {
 }
 
 export interface PostgresLedgerOptions {
-  /** Pool size. Default 5. */
+  /**
+   * Pooled connections (default 10: the scheduler's 8 polls in flight and room to spare), besides the one the lease
+   * renewals have to themselves. More calls at once than this wait their turn in the process, however many.
+   */
   maxConnections?: number;
-  /** How long to wait for a connection before a call fails. Default 5000 ms. */
+  /**
+   * How long making a connection may take before the call fails (a database that does not answer). Waiting for a
+   * pooled connection that is busy does not count. Default 5000 ms.
+   */
   connectionTimeoutMs?: number;
   /** How long one statement may take before it fails (server `statement_timeout`). Default 15000 ms. */
   statementTimeoutMs?: number;
@@ -354,10 +363,44 @@ function passwordsOf(connectionString: string): string[] {
   }
 }
 
+/**
+ * At most `size` calls use the pool at once; the others wait here, in order, for as long as it takes. The pool's own
+ * queue would fail a call that waited longer than its connection timeout, though the database answered all along
+ * (RESULTS.md section 14: 10,000 tasks, 40 calls and polls in flight on 5 connections); behind this gate the pool
+ * never queues, and its timeout measures only a connection that cannot be made.
+ */
+class ConnectionGate {
+  private free: number;
+  private readonly waiting: (() => void)[] = [];
+
+  constructor(size: number) {
+    this.free = size;
+  }
+
+  async run<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.free > 0) this.free -= 1;
+    else await new Promise<void>((resolve) => this.waiting.push(resolve));
+    try {
+      return await fn();
+    } finally {
+      // the slot goes straight to the next in line, or back to the free ones
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.free += 1;
+    }
+  }
+}
+
 export class PostgresLedger implements Ledger {
   /** Where the ledger lives, fit for display: the connection string without its password. */
   readonly location: string;
   private readonly pool: pg.Pool;
+  private readonly gate: ConnectionGate;
+  /**
+   * One connection of its own for lease renewals: a renewal never waits behind the other calls, so a busy worker keeps
+   * its leases (docs/DESIGN.md, "Rules learned in the field", 8, as the server's PostgreSQL store does).
+   */
+  private readonly leasePool: pg.Pool;
   private readonly passwords: string[];
   private readonly deferMs: number;
   private readonly onError: (error: Error) => void;
@@ -367,6 +410,13 @@ export class PostgresLedger implements Ledger {
   private noteTimer: NodeJS.Timeout | undefined;
   private flushing: Promise<void> | undefined;
   private disposed = false;
+  /**
+   * The database's clock, read at `atMonotonic` (performance.now()): `now()` runs on from it by this process's
+   * monotonic clock, so neither this host's wall clock nor a step of it moves the ledger's times (as
+   * PostgresTaskStore.now on the server).
+   */
+  private clockSample: { databaseMs: number; atMonotonic: number; roundTripMs: number } | undefined;
+  private clockTimer: NodeJS.Timeout | undefined;
 
   private constructor(connectionString: string, options: PostgresLedgerOptions) {
     this.location = redactConnectionString(connectionString);
@@ -374,22 +424,29 @@ export class PostgresLedger implements Ledger {
     this.deferMs = options.deferMs ?? 1000;
     this.onError = options.onError ?? (() => {});
     const statementTimeoutMs = options.statementTimeoutMs ?? 15_000;
-    this.pool = new pg.Pool({
+    const maxConnections = options.maxConnections ?? 10;
+    if (!Number.isInteger(maxConnections) || maxConnections < 1) {
+      throw new RangeError(`PostgreSQL ledger: maxConnections must be a whole number >= 1, not ${maxConnections}`);
+    }
+    const config: pg.PoolConfig = {
       connectionString,
       connectionTimeoutMillis: options.connectionTimeoutMs ?? 5000,
       // the server gives up on a slow statement; the client a little later on a server that does not answer at all
       statement_timeout: statementTimeoutMs,
       query_timeout: statementTimeoutMs + 1000,
       keepAlive: true,
-      max: options.maxConnections ?? 5,
-      application_name: 'closeout ledger',
-    });
-    // an idle connection that drops is removed by the pool; without a handler its error would crash the process
-    this.pool.on('error', (error) => this.onError(this.wrap('idle connection lost', error)));
-    // nor does the pool listen to a connection it has handed out: one the database ends then (a restart,
-    // pg_terminate_backend) between two statements would be an unhandled 'error' that kills the process; the next
-    // statement on it fails instead, and the pool drops it
-    this.pool.on('connect', (client) => client.on('error', () => {}));
+    };
+    this.pool = new pg.Pool({ ...config, max: maxConnections, application_name: 'closeout ledger' });
+    this.gate = new ConnectionGate(maxConnections);
+    this.leasePool = new pg.Pool({ ...config, max: 1, application_name: 'closeout ledger leases' });
+    for (const pool of [this.pool, this.leasePool]) {
+      // an idle connection that drops is removed by the pool; without a handler its error would crash the process
+      pool.on('error', (error) => this.onError(this.wrap('idle connection lost', error)));
+      // nor does the pool listen to a connection it has handed out: one the database ends then (a restart,
+      // pg_terminate_backend) between two statements would be an unhandled 'error' that kills the process; the next
+      // statement on it fails instead, and the pool drops it
+      pool.on('connect', (client) => client.on('error', () => {}));
+    }
   }
 
   /** Connects and brings the schema to this build's version; safe when many workers start at once. */
@@ -402,9 +459,11 @@ export class PostgresLedger implements Ledger {
     const ledger = new PostgresLedger(connectionString, options);
     try {
       await ledger.migrate();
+      await ledger.syncClock();
       return ledger;
     } catch (error) {
       await ledger.pool.end().catch(() => undefined);
+      await ledger.leasePool.end().catch(() => undefined);
       throw error;
     }
   }
@@ -672,16 +731,14 @@ export class PostgresLedger implements Ledger {
   }
 
   async isTrackedBy(recordId: string, holder: string): Promise<boolean> {
-    return this.guard(
-      'isTrackedBy',
-      async () => (await this.pool.query(SQL.trackedBy, [recordId, holder])).rowCount === 1,
-    );
+    return this.guard('isTrackedBy', async () => (await this.query(SQL.trackedBy, [recordId, holder])).rowCount === 1);
   }
 
   async renewLeases(holder: string, leaseExpiresAt: number): Promise<number> {
-    return this.write(
+    // one statement on the lease connection: neither the pending schedule notes nor the other calls go first
+    return this.guard(
       'renewLeases',
-      async (client) => (await client.query(SQL.renewLeases, [holder, leaseExpiresAt])).rowCount ?? 0,
+      async () => (await this.leasePool.query(SQL.renewLeases, [holder, leaseExpiresAt])).rowCount ?? 0,
     );
   }
 
@@ -733,22 +790,22 @@ export class PostgresLedger implements Ledger {
   }
 
   async get(recordId: string): Promise<TaskRecord | undefined> {
-    return this.guard('get', () => this.read(this.pool, SQL.get, [recordId]));
+    return this.guard('get', () => this.read(undefined, SQL.get, [recordId]));
   }
 
   async findByTaskId(endpoint: string, taskId: string): Promise<TaskRecord | undefined> {
-    return this.guard('findByTaskId', () => this.read(this.pool, SQL.byTaskId, [endpointIdentity(endpoint), taskId]));
+    return this.guard('findByTaskId', () => this.read(undefined, SQL.byTaskId, [endpointIdentity(endpoint), taskId]));
   }
 
   async findByIdempotencyKey(endpoint: string, idempotencyKey: string): Promise<TaskRecord | undefined> {
     return this.guard('findByIdempotencyKey', () =>
-      this.read(this.pool, SQL.byIdempotencyKey, [endpointIdentity(endpoint), idempotencyKey]),
+      this.read(undefined, SQL.byIdempotencyKey, [endpointIdentity(endpoint), idempotencyKey]),
     );
   }
 
   async list(filter: LedgerFilter = {}): Promise<TaskRecord[]> {
     return this.guard('list', async () => {
-      const { rows } = await this.pool.query<SubmissionRow>(SQL.list, [
+      const { rows } = await this.query<SubmissionRow>(SQL.list, [
         filter.endpoint === undefined ? null : endpointIdentity(filter.endpoint),
         filter.localStates ? [...filter.localStates] : null,
         filter.toolName ?? null,
@@ -764,26 +821,61 @@ export class PostgresLedger implements Ledger {
 
   async history(recordId: string): Promise<HistoryEntry[]> {
     return this.guard('history', async () => {
-      const { rows } = await this.pool.query<HistoryRow>(SQL.history, [recordId]);
+      const { rows } = await this.query<HistoryRow>(SQL.history, [recordId]);
       return rows.map(toHistoryEntry);
     });
   }
 
   async secret(): Promise<Uint8Array> {
     return this.guard('secret', async () => {
-      const existing = (await this.pool.query<{ secret: Buffer }>(SQL.secret)).rows[0];
+      const existing = (await this.query<{ secret: Buffer }>(SQL.secret)).rows[0];
       if (existing) return existing.secret;
       // the first worker to need it writes it; a racing one's insert does nothing and both read the same secret
-      await this.pool.query(SQL.insertSecret, [randomBytes(32)]);
-      return (await this.pool.query<{ secret: Buffer }>(SQL.secret)).rows[0]!.secret;
+      await this.query(SQL.insertSecret, [randomBytes(32)]);
+      return (await this.query<{ secret: Buffer }>(SQL.secret)).rows[0]!.secret;
     });
+  }
+
+  /**
+   * The database's time (Ledger.now): every worker of the fleet stamps and compares leases on it, whatever its host's
+   * wall clock says (docs/DESIGN.md, "Rules learned in the field", 2). Off by at most half the round trip of the read
+   * it was taken from, and by the monotonic clock's drift since (read again every minute).
+   */
+  now(): number {
+    const sample = this.clockSample;
+    return sample ? Math.floor(sample.databaseMs + (performance.now() - sample.atMonotonic)) : Date.now();
+  }
+
+  /**
+   * Reads the database's clock on the lease connection, and from then on every minute. A slower read than the one in
+   * use is kept only when the one in use is old: its error is half its round trip.
+   */
+  private async syncClock(): Promise<void> {
+    const sent = performance.now();
+    const { rows } = await this.guard('read the database clock', () =>
+      this.leasePool.query<{ ms: number }>(SQL.databaseClock),
+    );
+    const received = performance.now();
+    const roundTripMs = received - sent;
+    const current = this.clockSample;
+    if (!current || roundTripMs <= current.roundTripMs * 2 || received - current.atMonotonic > 10 * CLOCK_SYNC_MS) {
+      this.clockSample = { databaseMs: Number(rows[0]!.ms), atMonotonic: sent + roundTripMs / 2, roundTripMs };
+    }
+    if (!this.clockTimer && !this.disposed) {
+      this.clockTimer = setInterval(() => {
+        // a failed read keeps the sample in use; the ledger's other calls report an unreachable database
+        this.syncClock().catch(() => {});
+      }, CLOCK_SYNC_MS);
+      this.clockTimer.unref();
+    }
   }
 
   async dispose(): Promise<void> {
     if (this.disposed) return;
     this.disposed = true;
+    clearInterval(this.clockTimer);
     await this.flushNotes();
-    await this.pool.end();
+    await Promise.all([this.pool.end(), this.leasePool.end()]);
   }
 
   /** A write that is one statement: the pending schedule notes are committed first. */
@@ -811,7 +903,15 @@ export class PostgresLedger implements Ledger {
   }
 
   private once<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-    return inTransaction(this.pool, fn);
+    return this.gate.run(() => inTransaction(this.pool, fn));
+  }
+
+  /** One statement outside a transaction, through the gate. */
+  private query<R extends pg.QueryResultRow = pg.QueryResultRow>(
+    statement: string,
+    params?: unknown[],
+  ): Promise<pg.QueryResult<R>> {
+    return this.gate.run(() => this.pool.query<R>(statement, params));
   }
 
   private async retryOnUniqueViolation<T>(fn: () => Promise<T>): Promise<T> {
@@ -870,12 +970,16 @@ export class PostgresLedger implements Ledger {
     ];
   }
 
+  /** One record: inside a transaction on its `client`, else through the gate. */
   private async read(
-    db: pg.Pool | pg.PoolClient,
+    client: pg.PoolClient | undefined,
     statement: string,
     params: unknown[],
   ): Promise<TaskRecord | undefined> {
-    const row = (await db.query<SubmissionRow>(statement, params)).rows[0];
+    const result = client
+      ? await client.query<SubmissionRow>(statement, params)
+      : await this.query<SubmissionRow>(statement, params);
+    const row = result.rows[0];
     return row ? this.toRecord(row) : undefined;
   }
 

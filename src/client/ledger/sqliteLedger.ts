@@ -685,6 +685,11 @@ export class SqliteLedger implements Ledger {
     return (this.stmt.history.all(recordId) as HistoryRow[]).map(toHistoryEntry);
   }
 
+  /** One machine's ledger: its processes share the host's clock (Ledger.now). */
+  now(): number {
+    return Date.now();
+  }
+
   async dispose(): Promise<void> {
     if (!this.db.open) return;
     this.flushNotes();

@@ -488,6 +488,18 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       expect(await ledger.list({ claimableAt: T0 + 5_000 })).toMatchObject([{ recordId: 'free' }]);
     });
 
+    it('gives every object on the storage one clock, running on with real time', async () => {
+      // invariant: issue 17: the processes sharing a ledger stamp and compare leases on one clock (Ledger.now)
+      const other = await openSecond();
+      const [mine, theirs] = [ledger.now(), other.now()];
+      // on this test's host every clock is right: the ledger's differs from it by a round trip at most
+      expect(Math.abs(mine - Date.now())).toBeLessThan(2000);
+      expect(Math.abs(theirs - mine)).toBeLessThan(2000);
+      const before = ledger.now();
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(ledger.now() - before).toBeGreaterThanOrEqual(45);
+    });
+
     it('keeps one secret, the same for every object on the storage', async () => {
       const other = await openSecond();
       const [a, b] = await Promise.all([ledger.secret(), other.secret()]);

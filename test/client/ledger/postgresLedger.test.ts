@@ -157,6 +157,31 @@ describe('PostgresLedger on its database', () => {
     for (const error of logged) expect(everythingShown(error)).not.toContain(password);
   });
 
+  it('lets more calls wait for a connection than its pool holds, and renews leases while they all wait', async () => {
+    // invariant: issue 17: waiting for a pooled connection is not a database failure (10,000 tasks and 8 polls in flight
+    // once failed "timeout exceeded when trying to connect" on a pool of 5), and renewing the leases never queues
+    // behind the other calls (docs/DESIGN.md, "Rules learned in the field", 3 and 8)
+    const ledger = await open(database.connectionString, { maxConnections: 2, connectionTimeoutMs: 500 });
+    await ledger.recordIntent({ ...submission('held'), leaseHolder: 'p2' });
+    await ledger.recordIntent(submission('mine'));
+    // another session holds the row: every write to it waits, holding its pooled connection meanwhile
+    await admin.query('BEGIN');
+    await admin.query(`SELECT record_id FROM closeout_ledger_submissions WHERE record_id = 'held' FOR UPDATE`);
+    const writes = Array.from({ length: 12 }, (_, i) =>
+      ledger.recordError('held', { kind: 'transport', message: `write ${i}`, at: T0 }).then(
+        () => 'written',
+        (error: unknown) => (error as Error).message,
+      ),
+    );
+    // the queue outlasts the pool's connection timeout (500 ms) several times over
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+    const renewed = await ledger.renewLeases('p1', T0 + 60_000);
+    expect(renewed).toBe(1);
+    await admin.query('COMMIT');
+    expect(await Promise.all(writes)).toEqual(Array.from({ length: 12 }, () => 'written'));
+    expect((await ledger.get('mine'))?.leaseExpiresAt).toBe(T0 + 60_000);
+  });
+
   it('fails a write during a database outage with a transient error, and works again after it', async () => {
     // invariant: a database blip is not a death (docs/DESIGN.md rule 3): the caller is told the write may succeed later
     const ledger = await open(database.connectionString, { connectionTimeoutMs: 2000 });
