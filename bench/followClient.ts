@@ -12,6 +12,8 @@
  * `kind` picks the client: Closeout's TaskClient on a SQLite ledger, or the official @modelcontextprotocol/ext-tasks.
  */
 import { type ChildProcess, fork } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 
@@ -64,6 +66,8 @@ export type FollowClientMessage =
     }
   | { type: 'resumed'; sinceStartMs: number; resumed: number }
   | { type: 'sample'; cpuTotalUs: number; rssBytes: number; liveHeapBytes: number | undefined }
+  /** Answers `profile` (start, or stop and write the `.cpuprofile` to `path`). */
+  | { type: 'profiled' }
   /** `rawPerSecond`: raw requests answered per second, 16 in flight: the server's rate for a cheap client. */
   | { type: 'floor'; sdkCpuUsPerRequest: number; rawCpuUsPerRequest: number; rawPerSecond: number };
 
@@ -79,6 +83,8 @@ export interface FollowClientProcess {
   sample(collect?: boolean): Promise<Extract<FollowClientMessage, { type: 'sample' }>>;
   /** Resolves with the next message of this type (rejects if the process exits first). */
   next<T extends FollowClientMessage['type']>(type: T): Promise<Extract<FollowClientMessage, { type: T }>>;
+  /** Start the inspector's CPU profiler in the child, or stop it and write the profile to `path` (a `.cpuprofile`). */
+  profile(action: 'start' | 'stop', path?: string): Promise<void>;
   kill(): Promise<void>;
 }
 
@@ -96,6 +102,11 @@ export function startFollowClient(config: FollowClientConfig): FollowClientProce
       const answer = next('sample');
       child.send({ type: 'sample', collect });
       return answer;
+    },
+    profile: async (action, path) => {
+      const answer = next('profiled');
+      child.send({ type: 'profile', action, path });
+      await answer;
     },
     kill: async () => {
       if (child.exitCode !== null || child.signalCode !== null) return;
@@ -251,7 +262,24 @@ async function floor(): Promise<void> {
 }
 
 async function main(): Promise<void> {
-  process.on('message', (message: { type?: string; collect?: boolean }) => {
+  let profiler: Session | undefined;
+  process.on('message', (message: { type?: string; collect?: boolean; action?: string; path?: string }) => {
+    if (message.type === 'profile') {
+      void (async () => {
+        if (message.action === 'start') {
+          profiler = new Session();
+          profiler.connect();
+          await profiler.post('Profiler.enable');
+          await profiler.post('Profiler.start');
+        } else if (profiler) {
+          const { profile } = await profiler.post('Profiler.stop');
+          writeFileSync(message.path!, JSON.stringify(profile));
+          profiler.disconnect();
+          profiler = undefined;
+        }
+        await send({ type: 'profiled' });
+      })();
+    }
     if (message.type === 'sample') {
       // the collection first, so its CPU is before the CPU time reported
       const liveHeapBytes = message.collect ? liveHeap() : undefined;

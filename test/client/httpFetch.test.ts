@@ -76,6 +76,10 @@ async function route(req: IncomingMessage, res: ServerResponse): Promise<void> {
       return;
     case '/moved':
       return void res.writeHead(307, { location: '/echo' }).end('see /echo');
+    case '/fixed':
+      // a byte order mark, then JSON with a non-ASCII character: what a JSON answer's reader must decode
+      res.writeHead(200, { 'content-type': 'application/json' });
+      return void res.end(Buffer.from('\uFEFF{"answer":"é","n":1}', 'utf8'));
     case '/empty':
       return void res.writeHead(204).end();
     case '/busy':
@@ -178,6 +182,73 @@ describe('createHttpFetch', () => {
     expect(manual.headers.get('location')).toBe('/echo');
     expect(await manual.text()).toBe('see /echo');
     expect(hits).toEqual(['/moved', '/moved', '/echo', '/moved']);
+  });
+
+  it('reads a JSON answer as global fetch does, in every way and order a body can be read (the body is buffered)', async () => {
+    // each script reads one response; the same script on a global fetch response of the same bytes must agree
+    const outcome = async (read: () => Promise<unknown>) => {
+      try {
+        return { value: await read() };
+      } catch (error) {
+        return { error: (error as Error).name };
+      }
+    };
+    const decode = (bytes: ArrayBuffer | Uint8Array) => new TextDecoder().decode(bytes);
+    const streamText = async (response: Response) => {
+      let text = '';
+      for await (const chunk of response.body!.pipeThrough(new TextDecoderStream())) text += chunk;
+      return text;
+    };
+    const scripts: Record<string, (response: Response) => Promise<unknown[]>> = {
+      'json, then json again': async (r) => [
+        r.bodyUsed,
+        await outcome(() => r.json()),
+        r.bodyUsed,
+        await outcome(() => r.json()),
+      ],
+      'text, then the body': async (r) => [
+        await outcome(() => r.text()),
+        r.body === null,
+        r.bodyUsed,
+        await outcome(() => r.text()),
+      ],
+      'arrayBuffer, then bytes': async (r) => [
+        await outcome(async () => decode(await r.arrayBuffer())),
+        // Node's Response has bytes(); its typings here do not yet
+        await outcome(async () => decode(await (r as Response & { bytes(): Promise<Uint8Array> }).bytes())),
+      ],
+      'the body streamed, then text': async (r) => [
+        await outcome(() => streamText(r)),
+        r.bodyUsed,
+        await outcome(() => r.text()),
+      ],
+      'the body asked for, then json': async (r) => [
+        r.body instanceof ReadableStream,
+        r.bodyUsed,
+        await outcome(() => r.json()),
+      ],
+      'clone, both read': async (r) => {
+        const copy = r.clone();
+        return [
+          await outcome(() => copy.text()),
+          await outcome(() => r.json()),
+          copy.status,
+          copy.headers.get('content-type'),
+        ];
+      },
+      'blob, then text': async (r) => [
+        await outcome(async () => (await r.blob()).text()),
+        await outcome(() => r.text()),
+      ],
+    };
+    for (const [name, script] of Object.entries(scripts)) {
+      const ours = await script(await http.fetch(`${base}/fixed`));
+      const theirs = await script(await fetch(`${base}/fixed`));
+      expect({ name, ours }).toEqual({ name, ours: theirs });
+    }
+    const response = await http.fetch(`${base}/fixed`);
+    expect(await response.json()).toEqual({ answer: 'é', n: 1 });
+    expect(response).toBeInstanceOf(Response);
   });
 
   it('answers a 204 with a null body', async () => {

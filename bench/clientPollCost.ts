@@ -1,0 +1,90 @@
+/**
+ * A narrow harness for issue 19's client target: the client CPU of one poll of a waiting task, and nothing else.
+ * One TaskClient (a process of its own, bench/followClient.ts) submits `--tasks` tasks to the clockwork server, which
+ * keeps them `working` for good; after one poll interval of warm-up, the client's CPU over `--window-ms` is divided by
+ * the tasks/get the server answered it in that window. The same measure as clientFollow's "waiting, client CPU
+ * µs/poll", at a chosen poll rate and in seconds rather than minutes, so old and new code can be run back to back.
+ * `--profile DIR` also writes the inspector's CPU profile of the window (one `.cpuprofile` per run).
+ *
+ *   node dist/bench/bench/clientPollCost.js [--tasks 2000] [--poll-ms 6000] [--window-ms 12000] [--runs 3]
+ *     [--profile DIR]
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { parseArgs } from 'node:util';
+
+import { type ClockworkServer, startClockworkServer } from './clockworkServer.js';
+import { fixed, machineLine, median } from './figures.js';
+import { positive } from './flags.js';
+import { startFollowClient } from './followClient.js';
+
+const { values: flags } = parseArgs({
+  options: {
+    tasks: { type: 'string' },
+    'poll-ms': { type: 'string' },
+    'window-ms': { type: 'string' },
+    runs: { type: 'string' },
+    profile: { type: 'string' },
+  },
+});
+const tasks = positive(flags.tasks, 2000);
+const pollMs = positive(flags['poll-ms'], 6000);
+const windowMs = positive(flags['window-ms'], 12_000);
+const runs = positive(flags.runs, 3);
+
+const gets = (server: ClockworkServer) => [...server.tasks.values()].reduce((n, task) => n + task.gets, 0);
+
+/** Client CPU µs per tasks/get over the window, and the polls it made per second. */
+async function once(dir: string, run: number): Promise<{ cpuUsPerPoll: number; pollsPerSecond: number }> {
+  const server = await startClockworkServer(pollMs);
+  const client = startFollowClient({
+    kind: 'closeout',
+    mode: 'follow',
+    url: server.url,
+    group: `poll-cost-${run}`,
+    offsetsMs: Array.from({ length: tasks }, () => 0),
+    ledgerPath: join(dir, `poll-cost-${run}.ledger.db`),
+    submitConcurrency: 32,
+  });
+  try {
+    await client.next('ready');
+    await client.next('submitted');
+    // every task polled once at least after its submission: the window sees the steady state only
+    await sleep(pollMs * 1.2);
+    if (flags.profile !== undefined) await client.profile('start');
+    const before = await client.sample();
+    const getsBefore = gets(server);
+    const startedAt = performance.now();
+    await sleep(windowMs);
+    const after = await client.sample();
+    const polls = gets(server) - getsBefore;
+    const elapsedMs = performance.now() - startedAt;
+    if (flags.profile !== undefined) await client.profile('stop', join(flags.profile, `pollCost-${run}.cpuprofile`));
+    return {
+      cpuUsPerPoll: (after.cpuTotalUs - before.cpuTotalUs) / Math.max(1, polls),
+      pollsPerSecond: (polls / elapsedMs) * 1000,
+    };
+  } finally {
+    await client.kill();
+    await server.close();
+  }
+}
+
+const dir = mkdtempSync(join(tmpdir(), 'closeout-bench-poll-cost-'));
+try {
+  console.log(`clientPollCost · ${machineLine()}`);
+  console.log(`${tasks} waiting tasks, pollIntervalMs ${pollMs}, window ${windowMs} ms, ${runs} run(s)`);
+  const results: { cpuUsPerPoll: number; pollsPerSecond: number }[] = [];
+  for (let run = 0; run < runs; run++) {
+    const result = await once(dir, run);
+    results.push(result);
+    console.log(
+      `run ${run + 1}: ${fixed(result.cpuUsPerPoll, 0)} µs/poll at ${fixed(result.pollsPerSecond, 0)} polls/s`,
+    );
+  }
+  console.log(`median: ${fixed(median(results.map((r) => r.cpuUsPerPoll)), 0)} µs/poll`);
+} finally {
+  rmSync(dir, { recursive: true, force: true });
+}
