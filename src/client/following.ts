@@ -8,6 +8,7 @@
 import { ProtocolError } from '@modelcontextprotocol/client';
 
 import { isDeadLocalHolder } from '../leaseHolder.js';
+import { LeaseOutage } from '../leaseOutage.js';
 import { ErrorCode, isTerminalStatus, TASK_METHODS } from '../protocol/index.js';
 import type { ClientCore } from './clientCore.js';
 import { describe } from './clientCore.js';
@@ -37,6 +38,8 @@ export class Following {
   private leaseTimer: unknown;
   private takeOverTimer: unknown;
   private takingOver: Promise<void> | undefined;
+  /** What this worker's own lease renewals and take-overs say of the ledger: after they failed, take-overs wait. */
+  private readonly outage: LeaseOutage;
   /** Set while the client recovers from a connection that closed under it. */
   private recovering: Promise<void> | undefined;
   /** Cuts the recovery's wait before its next attempt short (close() does not wait out a back-off). */
@@ -47,6 +50,7 @@ export class Following {
     private readonly requests: TaskRequests,
     private readonly inputs: InputRouter,
   ) {
+    this.outage = new LeaseOutage(core.leaseMs);
     this.scheduler = new PollScheduler({
       poll: (recordId) => core.serialized(recordId, () => this.poll(recordId)),
       policy: core.options.pollPolicy,
@@ -104,21 +108,39 @@ export class Following {
   async takeOver(): Promise<TaskHandle[]> {
     const { core } = this;
     const now = core.clock.now();
-    const settled = await core.ledger.settleAbandonedSubmissions(core.endpoint, now, 'found by a worker taking over');
-    for (const record of settled) core.emit({ type: 'closed', record });
-    const orphans = (
-      await core.ledger.list({ endpoint: core.endpoint, claimableAt: now, limit: TAKE_OVER_PAGE })
-    ).filter((record) => !core.handles.has(record.recordId));
-    if (orphans.length === 0) return [];
+    // a lease that ran out while this worker could not reach the ledger says nothing about its holder: nobody could
+    // renew then (docs/DESIGN.md, "Rules learned in the field", 3; leaseOutage.ts)
+    const expiredBefore = this.outage.expiredBefore(now);
+    let orphans: TaskRecord[];
+    let claimed: Set<string>;
     const leaseExpiresAt = now + core.leaseMs;
-    const claimed = new Set(
-      await core.ledger.claimAll(
-        orphans.map((record) => record.recordId),
-        core.leaseHolder,
-        leaseExpiresAt,
-        now,
-      ),
-    );
+    try {
+      if (expiredBefore === now) {
+        const settled = await core.ledger.settleAbandonedSubmissions(
+          core.endpoint,
+          now,
+          'found by a worker taking over',
+        );
+        for (const record of settled) core.emit({ type: 'closed', record });
+      }
+      orphans = (
+        await core.ledger.list({ endpoint: core.endpoint, claimableAt: expiredBefore, limit: TAKE_OVER_PAGE })
+      ).filter((record) => !core.handles.has(record.recordId));
+      claimed = new Set(
+        orphans.length === 0
+          ? []
+          : await core.ledger.claimAll(
+              orphans.map((record) => record.recordId),
+              core.leaseHolder,
+              leaseExpiresAt,
+              now,
+            ),
+      );
+      this.outage.answered(now);
+    } catch (error) {
+      this.outage.failed();
+      throw error;
+    }
     return orphans
       .filter((record) => claimed.has(record.recordId))
       .map((record) =>
@@ -741,7 +763,11 @@ export class Following {
     const every = Math.max(1, Math.floor(core.leaseMs / 3));
     const tick = () => {
       if (core.closed) return;
-      void core.ledger.renewLeases(core.leaseHolder, core.clock.now() + core.leaseMs).catch(() => undefined);
+      const at = core.clock.now();
+      void core.ledger.renewLeases(core.leaseHolder, at + core.leaseMs).then(
+        () => this.outage.answered(at),
+        () => this.outage.failed(),
+      );
       this.leaseTimer = core.clock.setTimeout(tick, every);
       // renewal alone must not keep a process alive: polls and waiters do
       (this.leaseTimer as { unref?: () => void }).unref?.();

@@ -9,6 +9,7 @@ import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
 import type * as z from 'zod/v4';
 
 import { isDeadLocalHolder, newLeaseHolder } from '../leaseHolder.js';
+import { LeaseOutage } from '../leaseOutage.js';
 import type {
   CreateTaskResult,
   DetailedTask,
@@ -152,12 +153,8 @@ export class TaskServer {
   private housekeeping: Promise<void> | undefined;
   /** Whether the last renewal failed because the store could not be reached (reported once per outage). */
   private storeUnreachable = false;
-  /** When (this.now()) a statement of the lease loop last reached the store. */
-  private storeAnsweredAt = -Infinity;
-  /** While the lease loop's statements fail: when the store last answered before that. */
-  private failingSince: number | undefined;
-  /** After the store failed: until when claims take only leases that ran out before it did (see takeOverOrphans). */
-  private afterOutage: { expiredBefore: number; until: number } | undefined;
+  /** What the lease loop's own statements say of the store: after they failed, claims wait (see takeOverOrphans). */
+  private readonly outage: LeaseOutage;
   private lastRepeatReport = 0;
   private suppressedReports = 0;
   private unsubscribe: (() => void) | undefined;
@@ -172,6 +169,7 @@ export class TaskServer {
     this.store = this.telemetry.instrumentStore(options.store);
     this.limits = resolveLimits(options);
     this.leaseMs = options.leaseMs ?? 10_000;
+    this.outage = new LeaseOutage(this.leaseMs);
     this.sweepIntervalMs = options.sweepIntervalMs ?? Math.max(50, Math.floor(this.leaseMs / 3));
     this.retentionMs = options.retentionMs ?? HOUR_MS;
     this.unlimitedRetentionMs = options.unlimitedRetentionMs ?? 7 * 24 * HOUR_MS;
@@ -826,21 +824,9 @@ export class TaskServer {
       // a renewal slower than half a lease may have let a lease run out meanwhile: claim on the next tick
       if (this.now() - startedAt < this.leaseMs / 2) await this.takeOverOrphans(deadHolders, startedAt);
     } catch (error) {
-      this.storeFailed();
+      this.outage.failed();
       this.report(error);
     }
-  }
-
-  private storeFailed(): void {
-    this.failingSince ??= this.storeAnsweredAt;
-  }
-
-  private storeAnswered(now: number): void {
-    if (this.failingSince !== undefined) {
-      this.afterOutage = { expiredBefore: this.failingSince, until: now + this.leaseMs };
-      this.failingSince = undefined;
-    }
-    this.storeAnsweredAt = now;
   }
 
   /** Renews the runs' leases in one statement and acts on the answer; false when the store could not be reached. */
@@ -853,9 +839,9 @@ export class TaskServer {
         now + this.leaseMs,
       );
       // no lease, no statement: only a renewal that went out says the store answers
-      if (runs.length > 0) this.storeAnswered(now);
+      if (runs.length > 0) this.outage.answered(now);
     } catch (error) {
-      this.storeFailed();
+      this.outage.failed();
       if (!this.storeUnreachable) {
         this.report(
           new Error(
@@ -889,12 +875,8 @@ export class TaskServer {
     for (;;) {
       const now = this.now();
       // a lease that ran out while this instance could not reach the store says nothing about its holder: nobody could
-      // renew then. For a lease after the store answers again, the live holders renew theirs (every tick retries), and
-      // only leases that ran out before the failure are taken (docs/DESIGN.md, "Rules learned in the field", 3)
-      const limit =
-        this.failingSince ??
-        (this.afterOutage && now < this.afterOutage.until ? this.afterOutage.expiredBefore : undefined);
-      const expiredBefore = limit === undefined ? now : Math.min(now, limit);
+      // renew then (docs/DESIGN.md, "Rules learned in the field", 3; leaseOutage.ts)
+      const expiredBefore = this.outage.expiredBefore(now);
       const claimed = await this.store.claimOrphans(
         this.instanceId,
         expiredBefore,
@@ -902,7 +884,7 @@ export class TaskServer {
         100,
         deadHolders,
       );
-      this.storeAnswered(now);
+      this.outage.answered(now);
       for (const task of claimed) {
         const lease = { taskId: task.taskId, fence: task.fence };
         const tool = this.tools.get(task.toolName);
