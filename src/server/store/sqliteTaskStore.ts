@@ -106,6 +106,33 @@ const MIGRATIONS: readonly string[] = [
   // push's periodic check reads a task's version from this index alone: read from the row, it would walk past the
   // task's arguments (overflow pages), a cost that grows with what the task holds (docs/DESIGN.md rule 8)
   `CREATE INDEX tasks_version ON tasks (task_id, status, last_updated_at, expires_at);`,
+  // each principal's open and stored tasks, kept by triggers in the writes' own transactions, so the per-principal
+  // limits at creation read one row: counting them cost a create 0.5 ms with nothing stored and 14 ms at 100,000 of a
+  // principal's tasks (the default maxStoredTasksPerPrincipal), on the serving thread
+  `CREATE TABLE principal_tasks (
+     owner        TEXT PRIMARY KEY,
+     open_tasks   INTEGER NOT NULL DEFAULT 0,
+     stored_tasks INTEGER NOT NULL DEFAULT 0
+   ) WITHOUT ROWID;
+   INSERT INTO principal_tasks (owner, open_tasks, stored_tasks)
+   SELECT owner, SUM(status IN ('working','input_required')), COUNT(*) FROM tasks GROUP BY owner;
+   CREATE TRIGGER tasks_counted_insert AFTER INSERT ON tasks BEGIN
+     INSERT INTO principal_tasks (owner, open_tasks, stored_tasks)
+     VALUES (NEW.owner, NEW.status IN ('working','input_required'), 1)
+     ON CONFLICT (owner) DO UPDATE SET open_tasks = open_tasks + excluded.open_tasks, stored_tasks = stored_tasks + 1;
+   END;
+   CREATE TRIGGER tasks_counted_status AFTER UPDATE OF status ON tasks
+   WHEN (OLD.status IN ('working','input_required')) IS NOT (NEW.status IN ('working','input_required'))
+   BEGIN
+     UPDATE principal_tasks
+     SET open_tasks = open_tasks + CASE WHEN NEW.status IN ('working','input_required') THEN 1 ELSE -1 END
+     WHERE owner = NEW.owner;
+   END;
+   CREATE TRIGGER tasks_counted_delete AFTER DELETE ON tasks BEGIN
+     UPDATE principal_tasks
+     SET open_tasks = open_tasks - (OLD.status IN ('working','input_required')), stored_tasks = stored_tasks - 1
+     WHERE owner = OLD.owner;
+   END;`,
 ];
 
 /** The task store schema version this build writes. */
@@ -203,9 +230,9 @@ export class SqliteTaskStore implements TaskStore {
          ON CONFLICT DO NOTHING`,
       ),
       byIdempotencyKey: db.prepare(`SELECT * FROM tasks WHERE owner = ? AND idempotency_key = ?`),
-      openOfPrincipal: db.prepare(`SELECT COUNT(*) AS n FROM tasks WHERE owner = ? AND ${OPEN}`),
-      // counts no further than the limit: the cost of the check stops growing there
-      storedOfPrincipal: db.prepare(`SELECT COUNT(*) AS n FROM (SELECT 1 FROM tasks WHERE owner = ? LIMIT ?)`),
+      openOfPrincipal: db.prepare(`SELECT COALESCE(MAX(open_tasks), 0) AS n FROM principal_tasks WHERE owner = ?`),
+      // both from the principal's row of counts (schema version 10), one read whatever the principal stores
+      storedOfPrincipal: db.prepare(`SELECT COALESCE(MAX(stored_tasks), 0) AS n FROM principal_tasks WHERE owner = ?`),
       get: db.prepare(`SELECT * FROM tasks WHERE task_id = ?`),
       inputs: db.prepare(
         `SELECT key, request, response, requested_at, answered_at FROM task_inputs WHERE task_id = ? ORDER BY seq`,
@@ -337,7 +364,7 @@ export class SqliteTaskStore implements TaskStore {
           }
           if (!replay && task.maxStoredTasksForPrincipal !== undefined) {
             const max = task.maxStoredTasksForPrincipal;
-            const { n } = this.stmt.storedOfPrincipal.get(task.principal, max) as { n: number };
+            const { n } = this.stmt.storedOfPrincipal.get(task.principal) as { n: number };
             if (n >= max) throw new StoredTaskLimitError(max);
           }
         }

@@ -2,6 +2,7 @@ import { mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
+import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { SqliteTaskStore } from '../../../src/server/store/sqliteTaskStore.js';
@@ -19,6 +20,85 @@ describeTaskStoreContract('SqliteTaskStore', async () => {
       await rm(dir, { recursive: true, force: true });
     },
   };
+});
+
+describe('SqliteTaskStore per-principal counts', () => {
+  it('keeps each principal’s open and stored counts in step with its tasks through every write', async () => {
+    // the limits at creation read these counts (schema version 10) instead of counting the principal's tasks, which
+    // cost a create 14 ms at 100,000 stored tasks; wrong counts would refuse or admit creates wrongly
+    const dir = await mkdtemp(join(tmpdir(), 'closeout-sqlite-counts-'));
+    const path = join(dir, 'tasks.db');
+    const store = new SqliteTaskStore(path);
+    try {
+      const now = Date.now();
+      const leases = [];
+      for (const [principal, n] of [
+        ['alice', 4],
+        ['bob', 2],
+      ] as const) {
+        for (let i = 0; i < n; i++) {
+          const { task } = await store.create({
+            taskId: `${principal}-${i}`,
+            principal,
+            toolName: 'job',
+            arguments: {},
+            createdAt: now,
+            ttlMs: i === 0 ? 1 : 600_000,
+            pollIntervalMs: 1000,
+            resumable: false,
+            leaseHolder: 'instance-a',
+            leaseExpiresAt: now + 60_000,
+          });
+          leases.push({ taskId: task.taskId, fence: task.fence });
+        }
+      }
+      await store.finish(leases[1]!, { status: 'completed', result: { content: [] } }, now);
+      // alice-0 and bob-0 expire (TTL 1 ms), then alice-0 is purged once past its retention
+      await store.expireOverdue(now + 10);
+      await store.purge(now + 20, 5, { limit: 100 });
+      const counted = () => {
+        const db = new Database(path, { readonly: true });
+        try {
+          const actual = db
+            .prepare(
+              `SELECT owner, SUM(status IN ('working','input_required')) AS open_tasks, COUNT(*) AS stored_tasks
+               FROM tasks GROUP BY owner ORDER BY owner`,
+            )
+            .all();
+          const kept = db
+            .prepare(
+              'SELECT owner, open_tasks, stored_tasks FROM principal_tasks WHERE stored_tasks > 0 ORDER BY owner',
+            )
+            .all();
+          return { actual, kept };
+        } finally {
+          db.close();
+        }
+      };
+      const { actual, kept } = counted();
+      expect(kept).toEqual(actual);
+      expect(actual.length).toBeGreaterThan(0);
+      // and the limits read them: alice has 2 open tasks left
+      await expect(
+        store.create({
+          taskId: 'alice-over',
+          principal: 'alice',
+          toolName: 'job',
+          arguments: {},
+          createdAt: now,
+          ttlMs: 600_000,
+          pollIntervalMs: 1000,
+          resumable: false,
+          leaseHolder: 'instance-a',
+          leaseExpiresAt: now + 60_000,
+          maxOpenTasksForPrincipal: 2,
+        }),
+      ).rejects.toThrow();
+    } finally {
+      await store.close();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
 });
 
 describe('SqliteTaskStore file', () => {
