@@ -10,6 +10,7 @@ import type { TaskStore } from '../../src/server/store/taskStore.js';
 import { TaskServer } from '../../src/server/taskServer.js';
 import type { AbortCause } from '../../src/server/taskTool.js';
 import type { TaskAbortedError } from '../../src/server/taskTool.js';
+import { newTask } from '../support/newTask.js';
 import { waitFor } from '../support/waitFor.js';
 
 const LEASE_MS = 1_000;
@@ -113,18 +114,9 @@ describe('the lease loop from the start', () => {
     // taken ran out and another instance took the tasks back (they moved back and forth, four attempts)
     const store = sqlite();
     const now = Date.now();
-    await store.create({
-      taskId: 'left-behind',
-      principal: 'alice',
-      toolName: 'job',
-      arguments: {},
-      createdAt: now,
-      ttlMs: 600_000,
-      pollIntervalMs: 1000,
-      resumable: true,
-      leaseHolder: 'instance-gone',
-      leaseExpiresAt: now - 1,
-    });
+    await store.create(
+      newTask(now, { taskId: 'left-behind', resumable: true, leaseHolder: 'instance-gone', leaseExpiresAt: now - 1 }),
+    );
     let releaseHousekeeping: () => void = () => {};
     const slowHousekeeping = new Proxy(store, {
       get(target, property, receiver) {

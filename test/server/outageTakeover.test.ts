@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { PostgresTaskStore } from '../../src/server/store/postgresTaskStore.js';
 import { TaskServer } from '../../src/server/taskServer.js';
+import { newTask } from '../support/newTask.js';
 import { type StartedPostgres, startPostgres } from '../support/postgres.js';
 import { waitFor } from '../support/waitFor.js';
 
@@ -82,18 +83,14 @@ describe('a database outage longer than the lease, with two live instances', () 
     await waitFor('every handler to start on a', () => (runs.length === TASKS ? true : undefined));
     // and one task of an instance that is gone for good: its lease runs out during the outage, and nobody renews it
     const now = a.store.now?.() ?? Date.now();
-    const { task: orphan } = await a.store.create({
-      taskId: 'orphan-of-a-dead-instance',
-      principal: 'alice',
-      toolName: 'job',
-      arguments: {},
-      createdAt: now,
-      ttlMs: 600_000,
-      pollIntervalMs: 1000,
-      resumable: true,
-      leaseHolder: 'instance-gone',
-      leaseExpiresAt: now + 1000,
-    });
+    const { task: orphan } = await a.store.create(
+      newTask(now, {
+        taskId: 'orphan-of-a-dead-instance',
+        resumable: true,
+        leaseHolder: 'instance-gone',
+        leaseExpiresAt: now + 1000,
+      }),
+    );
 
     await postgres.outage(OUTAGE_MS);
     // the database is back: two leases for both instances' loops to settle who holds what

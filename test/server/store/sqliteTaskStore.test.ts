@@ -6,6 +6,7 @@ import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { SqliteTaskStore } from '../../../src/server/store/sqliteTaskStore.js';
+import { newTask } from '../../support/newTask.js';
 import { describeTaskStoreContract } from './contract.js';
 
 describeTaskStoreContract('SqliteTaskStore', async () => {
@@ -37,18 +38,9 @@ describe('SqliteTaskStore per-principal counts', () => {
         ['bob', 2],
       ] as const) {
         for (let i = 0; i < n; i++) {
-          const { task } = await store.create({
-            taskId: `${principal}-${i}`,
-            principal,
-            toolName: 'job',
-            arguments: {},
-            createdAt: now,
-            ttlMs: i === 0 ? 1 : 600_000,
-            pollIntervalMs: 1000,
-            resumable: false,
-            leaseHolder: 'instance-a',
-            leaseExpiresAt: now + 60_000,
-          });
+          const { task } = await store.create(
+            newTask(now, { taskId: `${principal}-${i}`, principal, ...(i === 0 && { ttlMs: 1 }) }),
+          );
           leases.push({ taskId: task.taskId, fence: task.fence });
         }
       }
@@ -79,21 +71,7 @@ describe('SqliteTaskStore per-principal counts', () => {
       expect(kept).toEqual(actual);
       expect(actual.length).toBeGreaterThan(0);
       // and the limits read them: alice has 2 open tasks left
-      await expect(
-        store.create({
-          taskId: 'alice-over',
-          principal: 'alice',
-          toolName: 'job',
-          arguments: {},
-          createdAt: now,
-          ttlMs: 600_000,
-          pollIntervalMs: 1000,
-          resumable: false,
-          leaseHolder: 'instance-a',
-          leaseExpiresAt: now + 60_000,
-          maxOpenTasksForPrincipal: 2,
-        }),
-      ).rejects.toThrow();
+      await expect(store.create(newTask(now, { taskId: 'alice-over', maxOpenTasksForPrincipal: 2 }))).rejects.toThrow();
     } finally {
       await store.close();
       await rm(dir, { recursive: true, force: true });
