@@ -8,6 +8,8 @@
  * - `pg.1`: PostgresTaskStore, every worker the same principal (a server without auth)
  * - `pg.16`: PostgresTaskStore, each worker a principal of its own
  * - `pg.1@100k`: `pg.1` on a database already holding `--rows` finished tasks of that same principal
+ * - `sqlite@100k`: `sqlite` on a file already holding `--rows` finished tasks of that same principal (the per-principal
+ *   limits must not count them at every create)
  *
  * Round trips are counted, not inferred: every `pg.Client#query` of this process is counted (a query is one round
  * trip: node-postgres sends parse, bind, execute and sync in one flight; BEGIN and COMMIT are queries too), over
@@ -22,6 +24,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 
+import Database from 'better-sqlite3';
 import { type NewTask, PostgresTaskStore, SqliteTaskStore, type TaskStore } from 'closeout/server';
 import pg from 'pg';
 
@@ -134,8 +137,22 @@ try {
   };
   const open = (connectionString: string) =>
     PostgresTaskStore.open(connectionString, { listen: false, maxConnections: CONCURRENCY });
+  // ROWS finished tasks of the principal `sqlite@ROWS` creates as, written in bulk into a store file of its own
+  const grownPath = join(dir, 'grown.db');
+  await new SqliteTaskStore(grownPath).close();
+  const grown = new Database(grownPath);
+  grown
+    .prepare(
+      `WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < ?)
+       INSERT INTO tasks (task_id, owner, tool_name, arguments, status, created_at, last_updated_at, ttl_ms, expires_at,
+         poll_interval_ms, resumable, result)
+       SELECT 'filler-' || n, 'one', 'bench', '{}', 'completed', ?, ?, 3600000, ? + 3600000, 1000, 0, '{}' FROM g`,
+    )
+    .run(ROWS, Date.now(), Date.now(), Date.now());
+  grown.close();
   const stores = {
     sqlite: new SqliteTaskStore(join(dir, 'full.db')),
+    sqliteGrown: new SqliteTaskStore(grownPath),
     sqliteNormal: new SqliteTaskStore(join(dir, 'normal.db'), { synchronous: 'normal' }),
     fresh: await open(databases.fresh.connectionString),
     full: await open(databases.full.connectionString),
@@ -159,6 +176,7 @@ try {
 
   const scenarios: Record<string, (tasks?: number) => Promise<Figures>> = {
     sqlite: (tasks) => run(stores.sqlite, () => 'one', tasks),
+    [`sqlite@${ROWS}`]: (tasks) => run(stores.sqliteGrown, () => 'one', tasks),
     'sqlite.normal': (tasks) => run(stores.sqliteNormal, () => 'one', tasks),
     'pg.1': (tasks) => run(stores.fresh, () => 'one', tasks),
     'pg.16': (tasks) => run(stores.fresh, (worker) => `principal-${worker}`, tasks),
@@ -170,6 +188,7 @@ try {
   const figures = new Map<string, Figures[]>(names.map((name) => [name, []]));
   const ratios = { pgOverSqlite: [] as number[], pgOverSqliteNormal: [] as number[], oneOverSixteen: [] as number[] };
   const flat: number[] = [];
+  const sqliteFlat: number[] = [];
   for (let round = 0; round < ROUNDS; round++) {
     const order = names.map((_, i) => names[(i + round) % names.length]!);
     const got = new Map<string, Figures>();
@@ -183,6 +202,7 @@ try {
     ratios.pgOverSqliteNormal.push(rate('pg.1') / rate('sqlite.normal'));
     ratios.oneOverSixteen.push(rate('pg.1') / rate('pg.16'));
     flat.push(got.get(`pg.1@${ROWS}`)!.createP50 / got.get('pg.1')!.createP50);
+    sqliteFlat.push(got.get(`sqlite@${ROWS}`)!.createP50 / got.get('sqlite')!.createP50);
   }
 
   const rows = names.map((name) => {
@@ -221,6 +241,11 @@ try {
         ['round trips per create <= 2', fixed(trips.create, 2), verdict(trips.create <= 2)],
         ['round trips per get <= 1', fixed(trips.get, 2), verdict(trips.get <= 1)],
         [`create p50 at ${ROWS} rows / at 0 within 20%`, fixed(m(flat), 2), verdict(m(flat) <= 1.2)],
+        [
+          `sqlite: create p50 at ${ROWS} rows / at 0 within 20%`,
+          fixed(m(sqliteFlat), 2),
+          verdict(m(sqliteFlat) <= 1.2),
+        ],
       ],
     ),
   );
