@@ -4,44 +4,29 @@
 // survivors take its records over by themselves (`takeOverEveryMs`) once its leases run out. Every task closes out
 // once, in one worker; every handler ran once on the servers; no input key is asked twice by the fleet, except the
 // one the dead worker's person never answered, asked again once and saying so (`previouslyAsked`).
-import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { PostgresLedger } from '../../src/client/index.js';
+import { type FleetEvent, FleetWorkers } from '../support/fleetWorkers.js';
 import { type StartedPostgres, startPostgres } from '../support/postgres.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
 import { RoundRobinProxy } from '../support/roundRobinProxy.js';
 import { rpc } from '../support/rpc.js';
 import { waitFor } from '../support/waitFor.js';
 
-const WORKER = fileURLToPath(new URL('./fixtures/fleetWorker.mjs', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'closeout-client-fleet-'));
 const runLog = join(dir, 'runs.log');
-
-interface FleetEvent {
-  event: string;
-  pid: number;
-  taskId?: string;
-  recordId?: string;
-  key?: string;
-  correlationId?: string;
-  kind?: string;
-  localState?: string;
-  status?: string;
-  previouslyAsked?: boolean;
-}
 
 let postgres: StartedPostgres;
 let store: { connectionString: string; drop: () => Promise<void> };
 const instances: ServeProcess[] = [];
 let proxy: RoundRobinProxy;
 let url: string;
-const children: ChildProcess[] = [];
+const workers = new FleetWorkers();
 
 beforeAll(async () => {
   postgres = await startPostgres();
@@ -54,28 +39,13 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  workers.killAll();
   proxy?.close();
   await Promise.all(instances.map((instance) => instance.stop()));
   await store?.drop();
   await postgres?.stop();
   rmSync(dir, { recursive: true, force: true });
 }, 60_000);
-
-function startWorker(config: Record<string, unknown>, events: FleetEvent[]): ChildProcess {
-  const child = spawn(process.execPath, [WORKER, JSON.stringify(config)], { stdio: ['ignore', 'pipe', 'pipe'] });
-  children.push(child);
-  let buffer = '';
-  child.stdout!.on('data', (chunk: Buffer) => {
-    buffer += chunk.toString();
-    for (let newline = buffer.indexOf('\n'); newline >= 0; newline = buffer.indexOf('\n')) {
-      events.push(JSON.parse(buffer.slice(0, newline)) as FleetEvent);
-      buffer = buffer.slice(newline + 1);
-    }
-  });
-  child.stderr!.on('data', (chunk: Buffer) => process.stderr.write(`[fleet worker ${child.pid}] ${chunk.toString()}`));
-  return child;
-}
 
 describe('a client fleet on one PostgreSQL ledger, against two server instances', () => {
   it(
@@ -120,8 +90,8 @@ describe('a client fleet on one PostgreSQL ledger, against two server instances'
           correlationId: 'doomed-walked-away',
         },
       ];
-      const doomed = startWorker({ ...base, calls: doomedCalls, hangInputFor: ['doomed-walked-away'] }, events);
-      const survivors = ['a', 'b'].map((name) => startWorker({ ...base, calls: survivorCalls(name) }, events));
+      const doomed = workers.start({ ...base, calls: doomedCalls, hangInputFor: ['doomed-walked-away'] }, events);
+      const survivors = ['a', 'b'].map((name) => workers.start({ ...base, calls: survivorCalls(name) }, events));
 
       // kill the doomed worker while its person is being asked, its answered deploy is deploying, its batch working
       const doomedTask = (correlationId: string) =>

@@ -5,36 +5,23 @@
 // a person for the same input, and the first worker's handle lost), and nobody took over a record C stamped before C
 // died, its lease running out hours late by everybody else's clock. The leases are now on the database's clock. Real
 // processes; the clocks moved with libfaketime.
-import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { fakeClock } from '../support/faketime.js';
+import { type FleetEvent, FleetWorkers } from '../support/fleetWorkers.js';
 import { type StartedPostgres, startPostgres } from '../support/postgres.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
 import { waitFor } from '../support/waitFor.js';
 
-const WORKER = fileURLToPath(new URL('./fixtures/fleetWorker.mjs', import.meta.url));
 const dir = mkdtempSync(join(tmpdir(), 'closeout-fleet-skew-'));
-
-interface FleetEvent {
-  event: string;
-  pid: number;
-  taskId?: string;
-  key?: string;
-  correlationId?: string;
-  localState?: string;
-  status?: string;
-  code?: string;
-}
 
 let postgres: StartedPostgres;
 let serve: ServeProcess;
-const children: ChildProcess[] = [];
+const workers = new FleetWorkers();
 
 beforeAll(async () => {
   postgres = await startPostgres();
@@ -42,29 +29,11 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
-  for (const child of children) if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  workers.killAll();
   await serve?.stop();
   await postgres?.stop();
   rmSync(dir, { recursive: true, force: true });
 }, 60_000);
-
-function startWorker(config: Record<string, unknown>, env: Record<string, string>, events: FleetEvent[]): ChildProcess {
-  const child = spawn(process.execPath, [WORKER, JSON.stringify(config)], {
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, ...env },
-  });
-  children.push(child);
-  let buffer = '';
-  child.stdout!.on('data', (chunk: Buffer) => {
-    buffer += chunk.toString();
-    for (let newline = buffer.indexOf('\n'); newline >= 0; newline = buffer.indexOf('\n')) {
-      events.push(JSON.parse(buffer.slice(0, newline)) as FleetEvent);
-      buffer = buffer.slice(newline + 1);
-    }
-  });
-  child.stderr!.on('data', (chunk: Buffer) => process.stderr.write(`[fleet worker ${child.pid}] ${chunk.toString()}`));
-  return child;
-}
 
 /** Waits for `done` until the bound, and says whether it came: the assertions after it show what went wrong. */
 async function settles(done: () => boolean, timeoutMs: number): Promise<boolean> {
@@ -90,15 +59,15 @@ describe('a client fleet on one PostgreSQL ledger, its workers two and four hour
           correlationId: `${name}-deploy`,
         },
       ];
-      const a = startWorker({ ...base, calls: callsOf('a'), answerAfterMs: 1500, stayAlive: true }, {}, events);
-      const b = startWorker(
+      const a = workers.start({ ...base, calls: callsOf('a'), answerAfterMs: 1500, stayAlive: true }, events);
+      const b = workers.start(
         { ...base, calls: callsOf('b'), answerAfterMs: 1500, stayAlive: true },
-        fakeClock('+2h').env,
         events,
+        fakeClock('+2h').env,
       );
       // C submits one long job and dies while it runs
       const cCall = { tool: 'batch_job', args: { items: 16, stepMs: 500 }, idempotencyKey: 'c-batch' };
-      const c = startWorker({ ...base, calls: [cCall], stayAlive: true }, fakeClock('+4h').env, events);
+      const c = workers.start({ ...base, calls: [cCall], stayAlive: true }, events, fakeClock('+4h').env);
       const cTask = await waitFor(
         'worker C to hold its task',
         () => events.find((e) => e.pid === c.pid && e.event === 'handle')?.taskId,
