@@ -113,7 +113,7 @@ function tlsCodeOf(error: unknown): string | undefined {
 }
 
 /** An error and its causes, outermost first (the SDK keeps a transport's cause in `data.cause`). */
-function chain(error: unknown): unknown[] {
+export function chain(error: unknown): unknown[] {
   const errors: unknown[] = [];
   for (let e = error; e !== undefined && e !== null && errors.length < 8;) {
     errors.push(e);

@@ -16,6 +16,7 @@ import { openTaskStore, serveTaskServer, TaskServer, type TaskStore } from '../s
 import { parseNonNegativeInt, parsePort, parsePositiveInt } from './arguments.js';
 import { CliError } from './cliError.js';
 import { describeServerError } from './doctorProbe.js';
+import { chain } from './explain.js';
 import { type MetricsEndpoint, serveMetrics } from './metricsEndpoint.js';
 
 interface ServeFlags {
@@ -154,7 +155,7 @@ async function openWhenReachable(
     try {
       return await openTaskStore(location, { synchronous });
     } catch (error) {
-      if (!causes(error).some(isTransientPgError) || Date.now() + pauseMs > deadline) throw error;
+      if (!chain(error).some(isTransientPgError) || Date.now() + pauseMs > deadline) throw error;
       if (!told) {
         console.error(
           `closeout serve: waiting for the store (at most ${waitMs} ms, --store-wait-ms): ${(error as Error).message}`,
@@ -165,15 +166,6 @@ async function openWhenReachable(
       pauseMs = Math.min(5000, pauseMs * 2);
     }
   }
-}
-
-/** An error and the causes it wraps. */
-function causes(error: unknown): unknown[] {
-  const chain: unknown[] = [];
-  for (let each = error; each !== undefined && chain.length < 10; each = (each as { cause?: unknown }).cause) {
-    chain.push(each);
-  }
-  return chain;
 }
 
 /** A SQLite store is created in a folder that must exist: say which one is missing, in one line. */
