@@ -1,6 +1,7 @@
 /**
  * The embedded default TaskStore: one SQLite file (better-sqlite3, WAL). Every statement of the store is in this
- * file; each write is one transaction, committed before its promise resolves.
+ * file; each write is one transaction, or one savepoint of a group commit (`grouped`), committed before its promise
+ * resolves.
  */
 import type Database from 'better-sqlite3';
 
@@ -187,6 +188,16 @@ interface InputRow {
   answered_at: number | null;
 }
 
+/** A write waiting for the next group commit, and how to answer its caller once the group is committed or not. */
+interface GroupedWrite {
+  write: () => unknown;
+  resolve: (value: unknown) => void;
+  reject: (error: unknown) => void;
+}
+
+/** What one write of a group came to, told to its caller once the group is committed. */
+type Settled = { ok: true; value: unknown } | { ok: false; error: unknown };
+
 export interface SqliteTaskStoreOptions {
   /** How long the busy handler waits for another process's write lock before failing. Default 5000 ms. */
   busyTimeoutMs?: number;
@@ -209,6 +220,11 @@ export class SqliteTaskStore implements TaskStore {
   private readonly listeners = new Set<(signal: TaskSignal) => void>();
   private readonly stmt;
   private readonly checkpointer: Checkpointer | undefined;
+  /** The writes of this turn of the event loop, committed together once it ends (see `grouped`). */
+  private group: GroupedWrite[] = [];
+  /** The group's transaction, and a savepoint inside it for each write (better-sqlite3 nests by savepoints). */
+  private readonly commitGroupTx: Database.Transaction<(group: GroupedWrite[]) => Settled[]>;
+  private readonly savepoint: Database.Transaction<(write: () => unknown) => unknown>;
 
   constructor(path: string, options: SqliteTaskStoreOptions = {}) {
     this.path = path;
@@ -346,55 +362,99 @@ export class SqliteTaskStore implements TaskStore {
          WHERE task_id IN (SELECT value FROM json_each(?))`,
       ),
     };
+    this.savepoint = db.transaction((write: () => unknown) => write());
+    this.commitGroupTx = db.transaction((group: GroupedWrite[]) =>
+      group.map(({ write }): Settled => {
+        try {
+          return { ok: true, value: this.savepoint(write) };
+        } catch (error) {
+          // an error that took the whole transaction with it (a full disk, an I/O error) fails the group, the writes
+          // not yet run included; any other is this write's own (a limit, a lost fence): only its savepoint is undone
+          if (!db.inTransaction) throw error;
+          return { ok: false, error };
+        }
+      }),
+    );
     if (path !== ':memory:' && options.backgroundCheckpoints !== false) {
       this.checkpointer = startCheckpointer(this.db, path);
     }
   }
 
+  /**
+   * Runs `write` in the next group commit. The writes made in one turn of the event loop (the creations and terminal
+   * results of requests that arrived together) share one transaction, so one fsync at the default
+   * `synchronous=FULL` instead of one each; each runs in a savepoint of its own, so one that is refused (a limit)
+   * leaves the others. Every promise settles after the commit: nothing is acknowledged before it is on disk, and if
+   * the commit fails (a lock held past the busy timeout, a full disk) every write of the group fails and none is
+   * stored.
+   */
+  private grouped<T>(write: () => T): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      if (this.group.length === 0) setImmediate(() => this.commitGroup());
+      this.group.push({ write, resolve: resolve as (value: unknown) => void, reject });
+    });
+  }
+
+  private commitGroup(): void {
+    const group = this.group;
+    if (group.length === 0) return;
+    this.group = [];
+    let settled: Settled[];
+    try {
+      settled = this.commitGroupTx.immediate(group);
+    } catch (error) {
+      for (const { reject } of group) reject(error);
+      return;
+    }
+    group.forEach(({ resolve, reject }, i) => {
+      const outcome = settled[i]!;
+      if (outcome.ok) resolve(outcome.value);
+      else reject(outcome.error);
+    });
+  }
+
   async create(task: NewTask): Promise<{ task: StoredTask; created: boolean }> {
-    return this.db
-      .transaction(() => {
-        if (task.maxOpenTasksForPrincipal !== undefined || task.maxStoredTasksForPrincipal !== undefined) {
-          // an idempotent replay returns its task below, at the limits too
-          const replay =
-            task.idempotencyKey !== undefined && this.stmt.byIdempotencyKey.get(task.principal, task.idempotencyKey);
-          if (!replay && task.maxOpenTasksForPrincipal !== undefined) {
-            const { n } = this.stmt.openOfPrincipal.get(task.principal) as { n: number };
-            if (n >= task.maxOpenTasksForPrincipal) throw new OpenTaskLimitError(task.maxOpenTasksForPrincipal);
-          }
-          if (!replay && task.maxStoredTasksForPrincipal !== undefined) {
-            const max = task.maxStoredTasksForPrincipal;
-            const { n } = this.stmt.storedOfPrincipal.get(task.principal) as { n: number };
-            if (n >= max) throw new StoredTaskLimitError(max);
-          }
+    return this.grouped(() => {
+      if (task.maxOpenTasksForPrincipal !== undefined || task.maxStoredTasksForPrincipal !== undefined) {
+        // an idempotent replay returns its task below, at the limits too
+        const replay =
+          task.idempotencyKey !== undefined && this.stmt.byIdempotencyKey.get(task.principal, task.idempotencyKey);
+        if (!replay && task.maxOpenTasksForPrincipal !== undefined) {
+          const { n } = this.stmt.openOfPrincipal.get(task.principal) as { n: number };
+          if (n >= task.maxOpenTasksForPrincipal) throw new OpenTaskLimitError(task.maxOpenTasksForPrincipal);
         }
-        const argumentsJson = JSON.stringify(task.arguments);
-        const info = this.stmt.insert.run({
-          taskId: task.taskId,
-          principal: task.principal,
-          toolName: task.toolName,
-          arguments: argumentsJson,
-          statusMessage: task.statusMessage ?? null,
-          createdAt: task.createdAt,
-          ttlMs: task.ttlMs,
-          expiresAt: task.ttlMs === null ? null : task.createdAt + task.ttlMs,
-          pollIntervalMs: task.pollIntervalMs,
-          resumable: task.resumable ? 1 : 0,
-          idempotencyKey: task.idempotencyKey ?? null,
-          holder: task.leaseHolder,
-          leaseExpiresAt: task.leaseExpiresAt,
-          inputCapabilities: task.inputCapabilities === undefined ? null : JSON.stringify(task.inputCapabilities),
-          traceContext: task.traceContext === undefined ? null : JSON.stringify(task.traceContext),
-        });
-        // the row is exactly what was just inserted: built, not read back (two statements fewer on every create)
-        if (info.changes === 1) return { task: insertedTask(task, argumentsJson), created: true };
-        if (task.idempotencyKey !== undefined) {
-          const row = this.stmt.byIdempotencyKey.get(task.principal, task.idempotencyKey) as TaskRow | undefined;
-          if (row) return { task: this.toTask(row), created: false };
+        if (!replay && task.maxStoredTasksForPrincipal !== undefined) {
+          const max = task.maxStoredTasksForPrincipal;
+          const { n } = this.stmt.storedOfPrincipal.get(task.principal) as { n: number };
+          if (n >= max) throw new StoredTaskLimitError(max);
         }
-        throw new Error(`task id collision on ${task.taskId}`);
-      })
-      .immediate();
+      }
+      const argumentsJson = JSON.stringify(task.arguments);
+      const info = this.stmt.insert.run({
+        taskId: task.taskId,
+        principal: task.principal,
+        toolName: task.toolName,
+        arguments: argumentsJson,
+        statusMessage: task.statusMessage ?? null,
+        createdAt: task.createdAt,
+        ttlMs: task.ttlMs,
+        expiresAt: task.ttlMs === null ? null : task.createdAt + task.ttlMs,
+        pollIntervalMs: task.pollIntervalMs,
+        resumable: task.resumable ? 1 : 0,
+        idempotencyKey: task.idempotencyKey ?? null,
+        holder: task.leaseHolder,
+        leaseExpiresAt: task.leaseExpiresAt,
+        inputCapabilities: task.inputCapabilities === undefined ? null : JSON.stringify(task.inputCapabilities),
+        traceContext: task.traceContext === undefined ? null : JSON.stringify(task.traceContext),
+      });
+      // the row is exactly what was just inserted: built, not read back (two statements fewer on every create)
+      if (info.changes === 1) return { task: insertedTask(task, argumentsJson), created: true };
+      if (task.idempotencyKey !== undefined) {
+        const row = this.stmt.byIdempotencyKey.get(task.principal, task.idempotencyKey) as TaskRow | undefined;
+        if (row) return { task: this.toTask(row), created: false };
+      }
+      throw new Error(`task id collision on ${task.taskId}`);
+    });
   }
 
   async get(taskId: string): Promise<StoredTask | undefined> {
@@ -435,7 +495,7 @@ export class SqliteTaskStore implements TaskStore {
   }
 
   async finish(lease: LeaseRef, outcome: TerminalOutcome, now: number): Promise<boolean> {
-    const changed = this.stmt.finish.run({
+    const row = {
       taskId: lease.taskId,
       fence: lease.fence,
       status: outcome.status,
@@ -443,8 +503,8 @@ export class SqliteTaskStore implements TaskStore {
       error: outcome.status === 'failed' ? JSON.stringify(outcome.error) : null,
       statusMessage: outcome.statusMessage ?? null,
       now,
-    }).changes;
-    return changed === 1;
+    };
+    return this.grouped(() => this.stmt.finish.run(row).changes === 1);
   }
 
   async recordStep(
@@ -456,35 +516,31 @@ export class SqliteTaskStore implements TaskStore {
   ): Promise<{ held: boolean; step: StoredStep | undefined }> {
     const json = result === undefined ? null : JSON.stringify(result);
     const bytes = json === null ? 0 : Buffer.byteLength(json, 'utf8');
-    return this.db
-      .transaction(() => {
-        if (this.stmt.holds.get(lease.taskId, lease.fence) === undefined) return { held: false, step: undefined };
-        const existing = this.stmt.step.get(lease.taskId, name) as StepRow | undefined;
-        if (existing) return { held: true, step: toStep(existing) };
-        const totals = this.stmt.stepTotals.get(lease.taskId) as StepTotals;
-        checkStepLimits(limits, totals.steps + 1, totals.bytes + bytes);
-        this.stmt.insertStep.run(lease.taskId, name, lease.taskId, json, bytes, now);
-        return {
-          held: true,
-          step: { name, result: json === null ? undefined : (JSON.parse(json) as JsonValue), committedAt: now },
-        };
-      })
-      .immediate();
+    return this.grouped(() => {
+      if (this.stmt.holds.get(lease.taskId, lease.fence) === undefined) return { held: false, step: undefined };
+      const existing = this.stmt.step.get(lease.taskId, name) as StepRow | undefined;
+      if (existing) return { held: true, step: toStep(existing) };
+      const totals = this.stmt.stepTotals.get(lease.taskId) as StepTotals;
+      checkStepLimits(limits, totals.steps + 1, totals.bytes + bytes);
+      this.stmt.insertStep.run(lease.taskId, name, lease.taskId, json, bytes, now);
+      return {
+        held: true,
+        step: { name, result: json === null ? undefined : (JSON.parse(json) as JsonValue), committedAt: now },
+      };
+    });
   }
 
   async saveCheckpoint(lease: LeaseRef, value: JsonValue, now: number, limits: StepWriteLimits = {}): Promise<boolean> {
     const json = JSON.stringify(value);
     const bytes = Buffer.byteLength(json, 'utf8');
-    return this.db
-      .transaction(() => {
-        if (this.stmt.holds.get(lease.taskId, lease.fence) === undefined) return false;
-        const totals = this.stmt.stepTotals.get(lease.taskId) as StepTotals;
-        // the new checkpoint replaces the old one: only the steps and the new value count
-        checkStepLimits({ maxTotalBytes: limits.maxTotalBytes }, 0, totals.bytes - totals.checkpoint_bytes + bytes);
-        this.stmt.saveCheckpoint.run(lease.taskId, json, bytes, now);
-        return true;
-      })
-      .immediate();
+    return this.grouped(() => {
+      if (this.stmt.holds.get(lease.taskId, lease.fence) === undefined) return false;
+      const totals = this.stmt.stepTotals.get(lease.taskId) as StepTotals;
+      // the new checkpoint replaces the old one: only the steps and the new value count
+      checkStepLimits({ maxTotalBytes: limits.maxTotalBytes }, 0, totals.bytes - totals.checkpoint_bytes + bytes);
+      this.stmt.saveCheckpoint.run(lease.taskId, json, bytes, now);
+      return true;
+    });
   }
 
   async readSteps(taskId: string): Promise<TaskSteps> {
@@ -627,6 +683,8 @@ export class SqliteTaskStore implements TaskStore {
   }
 
   async close(): Promise<void> {
+    // writes already asked for are committed (or failed) before the file closes, never dropped
+    if (this.db.open) this.commitGroup();
     await this.checkpointer?.stop();
     if (this.db.open) this.db.close();
   }

@@ -6,6 +6,7 @@ import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { SqliteTaskStore } from '../../../src/server/store/sqliteTaskStore.js';
+import { OpenTaskLimitError } from '../../../src/server/store/taskStore.js';
 import { newTask } from '../../support/newTask.js';
 import { describeTaskStoreContract } from './contract.js';
 
@@ -137,6 +138,124 @@ describe('SqliteTaskStore file', () => {
     const second = new SqliteTaskStore(path);
     expect(await second.get('task-durable')).toEqual(task);
     await second.close();
+  });
+});
+
+describe('SqliteTaskStore group commit', () => {
+  let dir: string;
+  let path: string;
+
+  beforeEach(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'closeout-sqlite-group-'));
+    path = join(dir, 'tasks.db');
+  });
+
+  afterEach(async () => {
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  /** Frames in the write-ahead log since `walFrames` last truncated it (one commit writes each page it changed once). */
+  const walFrames = (db: Database.Database, mode: 'PASSIVE' | 'TRUNCATE') =>
+    (db.pragma(`wal_checkpoint(${mode})`) as Array<{ log: number }>)[0]!.log;
+
+  it('commits the creates and results of one turn of the event loop in one transaction', async () => {
+    // every commit is an fsync at synchronous=FULL: sixteen requests arriving together cost one, not sixteen (RESULTS
+    // section 1, b/a); with the automatic checkpoint on the serving connection, nothing resets the log in between
+    const store = new SqliteTaskStore(path, { backgroundCheckpoints: false });
+    const observer = new Database(path);
+    try {
+      walFrames(observer, 'TRUNCATE');
+      const now = Date.now();
+      const created = await Promise.all(Array.from({ length: 16 }, () => store.create(newTask(now))));
+      const afterCreates = walFrames(observer, 'PASSIVE');
+      const outcome = { status: 'completed', result: { content: [] } } as const;
+      const finished = await Promise.all(
+        created.map(({ task }) => store.finish({ taskId: task.taskId, fence: task.fence }, outcome, now)),
+      );
+      const afterFinishes = walFrames(observer, 'PASSIVE') - afterCreates;
+      expect(finished).toEqual(Array(16).fill(true));
+      // one commit per write would have written at least one frame each: 16 and 16
+      expect(afterCreates).toBeLessThan(16);
+      expect(afterFinishes).toBeLessThan(16);
+      expect(await store.get(created[15]!.task.taskId)).toMatchObject({ status: 'completed' });
+    } finally {
+      observer.close();
+      await store.close();
+    }
+  });
+
+  it('refuses one write of a group alone: the others of its turn are committed', async () => {
+    const store = new SqliteTaskStore(path);
+    try {
+      const now = Date.now();
+      const held = (await store.create(newTask(now, { taskId: 'held' }))).task;
+      const outcomes = await Promise.allSettled([
+        ...Array.from({ length: 4 }, (_, i) =>
+          store.create(newTask(now, { taskId: `limited-${i}`, maxOpenTasksForPrincipal: 3 })),
+        ),
+        // a stale fence: not this holder's task any more, answered false, nothing written
+        store.finish({ taskId: 'held', fence: held.fence + 1 }, { status: 'completed', result: { content: [] } }, now),
+        store.finish(
+          { taskId: 'held', fence: held.fence },
+          { status: 'failed', error: { code: -1, message: 'x' } },
+          now,
+        ),
+      ]);
+      expect(outcomes.map((o) => o.status)).toEqual([
+        'fulfilled',
+        'fulfilled',
+        'rejected',
+        'rejected',
+        'fulfilled',
+        'fulfilled',
+      ]);
+      expect(outcomes.slice(2, 4).map((o) => (o as PromiseRejectedResult).reason)).toEqual([
+        expect.any(OpenTaskLimitError),
+        expect.any(OpenTaskLimitError),
+      ]);
+      expect(outcomes.slice(4).map((o) => (o as PromiseFulfilledResult<boolean>).value)).toEqual([false, true]);
+      expect(await store.get('limited-1')).toBeDefined();
+      expect(await store.get('limited-2')).toBeUndefined();
+      expect(await store.get('held')).toMatchObject({ status: 'failed' });
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('fails every write of a group, storing none, when its commit cannot have the write lock', async () => {
+    // a real lock: another connection holds the file's write transaction past the store's busy timeout
+    const store = new SqliteTaskStore(path, { busyTimeoutMs: 100 });
+    const other = new Database(path);
+    try {
+      const now = Date.now();
+      other.exec('BEGIN IMMEDIATE');
+      const outcomes = await Promise.allSettled(
+        Array.from({ length: 3 }, (_, i) => store.create(newTask(now, { taskId: `locked-${i}` }))),
+      );
+      other.exec('ROLLBACK');
+      expect(outcomes.map((o) => o.status)).toEqual(['rejected', 'rejected', 'rejected']);
+      expect(String((outcomes[0] as PromiseRejectedResult).reason)).toMatch(/locked|busy/i);
+      for (let i = 0; i < 3; i++) expect(await store.get(`locked-${i}`)).toBeUndefined();
+      // the lock gone, the same creates go through
+      await store.create(newTask(now, { taskId: 'locked-0' }));
+      expect(await store.get('locked-0')).toBeDefined();
+    } finally {
+      other.close();
+      await store.close();
+    }
+  });
+
+  it('commits the writes asked for before close, then closes', async () => {
+    const store = new SqliteTaskStore(path);
+    const pending = store.create(newTask(Date.now(), { taskId: 'before-close' }));
+    await store.close();
+    const { task } = await pending;
+    const reopened = new SqliteTaskStore(path);
+    try {
+      expect(await reopened.get('before-close')).toEqual(task);
+    } finally {
+      await reopened.close();
+    }
   });
 });
 
