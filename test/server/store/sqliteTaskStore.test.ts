@@ -257,6 +257,63 @@ describe('SqliteTaskStore group commit', () => {
       await reopened.close();
     }
   });
+
+  it('fails every write of a group, storing none, when one write’s error rolls back the whole transaction', async () => {
+    // an error SQLite answers by rolling back the whole transaction (as it may for a full disk or an I/O error), in the
+    // middle of a group: the writes before it are undone with it, and the writes after it must not run on their own
+    // (in autocommit they would be stored while their callers are told they failed)
+    const store = new SqliteTaskStore(path);
+    const other = new Database(path);
+    try {
+      const now = Date.now();
+      const held = (await store.create(newTask(now, { taskId: 'held' }))).task;
+      other.exec(`CREATE TRIGGER whole_rollback BEFORE INSERT ON tasks WHEN NEW.task_id = 'rolls-back'
+                  BEGIN SELECT RAISE(ROLLBACK, 'the whole transaction rolled back'); END`);
+      const outcomes = await Promise.allSettled([
+        store.create(newTask(now, { taskId: 'before' })),
+        store.create(newTask(now, { taskId: 'rolls-back' })),
+        store.create(newTask(now, { taskId: 'after' })),
+        store.finish({ taskId: 'held', fence: held.fence }, { status: 'completed', result: { content: [] } }, now),
+      ]);
+      expect(outcomes.map((o) => o.status)).toEqual(['rejected', 'rejected', 'rejected', 'rejected']);
+      for (const o of outcomes) {
+        expect(String((o as PromiseRejectedResult).reason)).toMatch(/the whole transaction rolled back/);
+      }
+      // what a second connection reads is what is on the file
+      const stored = (taskId: string) => other.prepare('SELECT status FROM tasks WHERE task_id = ?').get(taskId);
+      expect([stored('before'), stored('rolls-back'), stored('after')]).toEqual([undefined, undefined, undefined]);
+      expect(stored('held')).toEqual({ status: 'working' });
+      // the next group is a transaction of its own again
+      other.exec('DROP TRIGGER whole_rollback');
+      expect(await store.finish(held, { status: 'completed', result: { content: [] } }, now)).toBe(true);
+      await store.create(newTask(now, { taskId: 'after' }));
+      expect(stored('held')).toEqual({ status: 'completed' });
+      expect(stored('after')).toEqual({ status: 'working' });
+    } finally {
+      other.close();
+      await store.close();
+    }
+  });
+
+  it('settles every write asked for while or after the store closes: stored and resolved, or rejected and not stored', async () => {
+    const store = new SqliteTaskStore(path);
+    const closing = store.close();
+    const during = store.create(newTask(Date.now(), { taskId: 'during-close' }));
+    await closing;
+    const after = store.create(newTask(Date.now(), { taskId: 'after-close' }));
+    const [duringOutcome, afterOutcome] = await Promise.allSettled([during, after]);
+    expect(afterOutcome.status).toBe('rejected');
+    expect(String((afterOutcome as PromiseRejectedResult).reason)).toMatch(/not open/);
+    const reopened = new SqliteTaskStore(path);
+    try {
+      expect(await reopened.get('after-close')).toBeUndefined();
+      const stored = await reopened.get('during-close');
+      if (duringOutcome.status === 'fulfilled') expect(stored).toEqual(duringOutcome.value.task);
+      else expect(stored).toBeUndefined();
+    } finally {
+      await reopened.close();
+    }
+  });
 });
 
 describe('SqliteTaskStore lease renewal at scale', () => {
