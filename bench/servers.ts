@@ -87,10 +87,16 @@ export async function startFloorServer(responseBody: string, contentType: string
 export async function startCloseoutServer(
   store: TaskStore,
   telemetry?: TaskServerOptions['telemetry'],
-  serve: Pick<ServeOptions, 'taskGetFastPath'> = {},
+  options: Pick<ServeOptions, 'taskGetFastPath'> & Pick<TaskServerOptions, 'maxStoredTasksPerPrincipal'> = {},
 ): Promise<RunningServer & { tasks: TaskServer; errors: Error[] }> {
+  const { maxStoredTasksPerPrincipal, ...serve } = options;
   const errors: Error[] = [];
-  const tasks = new TaskServer({ store, onError: (error) => errors.push(error), ...(telemetry && { telemetry }) });
+  const tasks = new TaskServer({
+    store,
+    onError: (error) => errors.push(error),
+    ...(telemetry && { telemetry }),
+    ...(maxStoredTasksPerPrincipal !== undefined && { maxStoredTasksPerPrincipal }),
+  });
   tasks.registerTool(ECHO_TOOL, { inputSchema: EchoArgsSchema, task: { support: 'optional' } }, echo);
   tasks.registerTool(
     HOLD_TOOL,
