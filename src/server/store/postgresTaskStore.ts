@@ -7,6 +7,7 @@
  * JSON values are kept as TEXT written by `JSON.stringify`: exact round trips, including strings that PostgreSQL's
  * json/jsonb types refuse (`\u0000`, lone surrogates), which a tool's arguments may carry.
  */
+import DataLoader from 'dataloader';
 import pg from 'pg';
 
 import { inTransaction } from '../../postgresTransaction.js';
@@ -247,6 +248,43 @@ const SQL = {
                     RETURNING *
                   )
                   SELECT inserted.* FROM counts LEFT JOIN inserted ON true`,
+  // the creates of one batch (see \`batches\`) in one statement: as createInShard, each shard row locked (in
+  // (owner, shard) order, the order every statement that locks several takes them in) and admitting, in the order
+  // they were asked, as many of the batch's creates as its quota has room for. Returns the tasks inserted; the others
+  // (past a quota, or refused by a unique index) take the path of a refused createInShard
+  createBatch: `WITH batch AS (
+                  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[],
+                    $7::bigint[], $8::bigint[], $9::bigint[], $10::boolean[], $11::text[], $12::text[], $13::bigint[],
+                    $14::text[], $15::text[], $16::smallint[], $17::bigint[], $18::bigint[])
+                  WITH ORDINALITY AS b (task_id, owner, tool_name, arguments, status_message, created_at, ttl_ms,
+                    expires_at, poll_interval_ms, resumable, idempotency_key, lease_owner, lease_expires_at,
+                    input_capabilities, trace_context, count_shard, open_limit, stored_limit, n)
+                ), counts AS (
+                  INSERT INTO closeout_principal_tasks AS c (owner, shard)
+                  SELECT DISTINCT owner, count_shard FROM batch ORDER BY owner, count_shard
+                  ON CONFLICT (owner, shard) DO UPDATE SET open_tasks = c.open_tasks
+                  RETURNING c.*
+                ), placed AS (
+                  SELECT batch.*, counts.open_tasks, counts.open_quota, counts.quota_open_limit, counts.stored_tasks,
+                    counts.stored_quota, counts.quota_stored_limit,
+                    row_number() OVER (PARTITION BY batch.owner, batch.count_shard ORDER BY batch.n) AS place
+                  FROM batch JOIN counts ON counts.owner = batch.owner AND counts.shard = batch.count_shard
+                ), inserted AS (
+                  INSERT INTO closeout_tasks (task_id, owner, tool_name, arguments, status, status_message,
+                    created_at, last_updated_at, ttl_ms, expires_at, poll_interval_ms, resumable, idempotency_key,
+                    lease_owner, lease_expires_at, input_capabilities, trace_context, count_shard)
+                  SELECT task_id, owner, tool_name, arguments, ${sqlStatus('working')}, status_message, created_at,
+                    created_at, ttl_ms, expires_at, poll_interval_ms, resumable, idempotency_key, lease_owner,
+                    lease_expires_at, input_capabilities, trace_context, count_shard
+                  FROM placed
+                  WHERE (open_limit IS NULL OR (quota_open_limit = open_limit AND open_tasks + place <= open_quota))
+                    AND (stored_limit IS NULL
+                         OR (quota_stored_limit = stored_limit AND stored_tasks + place <= stored_quota))
+                  ORDER BY n
+                  ON CONFLICT DO NOTHING
+                  RETURNING *
+                )
+                SELECT * FROM inserted`,
   // when a shard's quota is spent: in one transaction, every shard of the principal locked in shard order, the
   // totals checked against the limits, what is left of each limit dealt out again, the task inserted
   ensureShards: `INSERT INTO closeout_principal_tasks (owner, shard)
@@ -287,6 +325,27 @@ const SQL = {
              WHERE task_id = $6 AND fence = $7 AND ${OPEN}
              RETURNING task_id
            ) ${NOTIFY_STATUS}`,
+  // the finishes of one batch (see \`batches\`) in one statement, each as \`finish\`: the principals' shard rows the
+  // status trigger will update are locked first, in (owner, shard) order, as createBatch takes them, so the two never
+  // wait for each other in opposite orders. Returns the tasks finished
+  finishBatch: `WITH batch AS (
+                  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[],
+                    $7::int[]) AS b (new_status, new_result, new_error, new_message, finished_at, id, held_fence)
+                ), locked AS (
+                  SELECT 1 FROM closeout_principal_tasks c
+                  JOIN closeout_tasks t ON t.owner = c.owner AND t.count_shard = c.shard
+                  WHERE t.task_id = ANY ($6::text[])
+                  ORDER BY c.owner, c.shard
+                  FOR UPDATE OF c
+                ), changed AS (
+                  UPDATE closeout_tasks t SET status = new_status, result = new_result, error = new_error,
+                    status_message = COALESCE(new_message, status_message), last_updated_at = finished_at,
+                    lease_owner = NULL, lease_expires_at = NULL
+                  FROM batch
+                  WHERE task_id = ANY ($6::text[]) AND task_id = id AND fence = held_fence AND ${OPEN}
+                    AND (SELECT count(*) FROM locked) >= 0
+                  RETURNING t.task_id
+                ) ${NOTIFY_STATUS}`,
 
   // steps: written under lockHeld, in the same transaction
   step: `SELECT name, result, committed_at FROM closeout_task_steps WHERE task_id = $1 AND kind = 'step' AND name = $2`,
@@ -479,6 +538,11 @@ export class PostgresTaskStore implements TaskStore {
   /** The LISTEN connection of the signal channel (its own module: postgresListener.ts). */
   private readonly listener: PostgresListener;
   private closed = false;
+  /** Creates and finishes asked for in one turn of the event loop, each kind sent as one statement (`batches`). */
+  private readonly creates = this.batches((batch: readonly PendingCreate[]) => this.createBatch(batch));
+  private readonly finishes = this.batches((batch: readonly PendingFinish[]) => this.finishBatch(batch));
+  /** The batches sent and not yet answered: `close()` waits for them. */
+  private readonly batchesInFlight = new Set<Promise<unknown>>();
   /**
    * The database's clock, read at `atMonotonic` (performance.now()): `now()` runs on from it by this process's
    * monotonic clock, so neither another host's wall clock nor a step of this one's moves it.
@@ -570,19 +634,14 @@ export class PostgresTaskStore implements TaskStore {
     const open = task.maxOpenTasksForPrincipal ?? null;
     const stored = task.maxStoredTasksForPrincipal ?? null;
     const shard = Math.floor(Math.random() * COUNT_SHARDS);
-    if (open === null && stored === null) return this.guard('create', () => this.insert(task, shard));
     return this.guard('create', async () => {
-      // most creates: one statement, on a shard drawn at random
-      const { rows } = await this.pool.query<TaskRow>(SQL.createInShard, [
-        ...insertParameters(task),
-        shard,
-        open,
-        stored,
-      ]);
-      if (rows[0]!.task_id !== null) return { task: toTask(rows[0]!), created: true };
+      // most creates: one statement (with the other creates of this turn), on a shard drawn at random
+      const inserted = await this.creates.load({ task, shard, open, stored });
+      if (inserted) return { task: inserted, created: true };
       // an idempotent replay returns its task, at the limits too
       const replay = await this.byIdempotencyKey(task);
       if (replay) return { task: replay, created: false };
+      if (open === null && stored === null) throw new Error(`task id collision on ${task.taskId}`);
       // the exact path locks all of the principal's rows; a sweep changing many tasks at once (expire) may lock two
       // of them in another order, and PostgreSQL then ends one side as a deadlock: the create tries again
       for (let attempt = 1; ; attempt++) {
@@ -633,13 +692,54 @@ export class PostgresTaskStore implements TaskStore {
     throw new Error(`task id collision on ${task.taskId}`);
   }
 
-  /** The insert itself: the unique indexes decide, and a losing idempotent create returns the winner's task. */
-  private async insert(task: NewTask, shard: number): Promise<{ task: StoredTask; created: boolean }> {
-    const inserted = await this.pool.query<TaskRow>(SQL.insert, [...insertParameters(task), shard]);
-    if (inserted.rows[0]) return { task: toTask(inserted.rows[0]), created: true };
-    const existing = await this.byIdempotencyKey(task);
-    if (existing) return { task: existing, created: false };
-    throw new Error(`task id collision on ${task.taskId}`);
+  /**
+   * Calls of one kind made in one turn of the event loop, sent as one statement: one round trip and one commit for
+   * them all, each answered when that commit is. A statement PostgreSQL refuses changes nothing (it is its own
+   * transaction); refused for what one call carried or for a conflict between them (`ranAloneAfter`), each call is
+   * then run alone and fails alone, while any other failure (the database unreachable, a timeout) fails them all, as
+   * it would have failed each alone.
+   */
+  private batches<K, V>(run: (batch: readonly K[]) => Promise<Array<V | Error>>): DataLoader<K, V> {
+    return new DataLoader<K, V>(
+      (batch) => {
+        const sent = run(batch);
+        this.batchesInFlight.add(sent);
+        void sent.finally(() => this.batchesInFlight.delete(sent)).catch(() => {});
+        return sent;
+      },
+      { cache: false, maxBatchSize: MAX_BATCH, batchScheduleFn: (send) => setImmediate(send) },
+    );
+  }
+
+  /** A batch of creates: each inserted task, or undefined where its shard or a unique index did not admit it. */
+  private async createBatch(batch: readonly PendingCreate[]): Promise<Array<StoredTask | undefined | Error>> {
+    const alone = (create: PendingCreate) => this.createAlone(create).catch(asError);
+    if (batch.length === 1) return [await alone(batch[0]!)];
+    // a task id twice in one batch: the later call runs after the statement, and finds the id taken
+    const { firsts, repeats } = splitRepeats(batch, (c) => c.task.taskId);
+    let rows: TaskRow[];
+    try {
+      const columns = firsts.map((c) => [...insertParameters(c.task), c.shard, c.open, c.stored]);
+      rows = (await this.pool.query<TaskRow>(SQL.createBatch, transpose(columns, 18))).rows;
+    } catch (error) {
+      if (!ranAloneAfter(error)) throw error;
+      return Promise.all(batch.map(alone));
+    }
+    const inserted = new Map(rows.map((row) => [row.task_id, toTask(row)]));
+    return Promise.all(
+      batch.map(async (create, i) => (repeats.has(i) ? alone(create) : inserted.get(create.task.taskId))),
+    );
+  }
+
+  /** One create in one statement: its task, or undefined where its shard or a unique index did not admit it. */
+  private async createAlone({ task, shard, open, stored }: PendingCreate): Promise<StoredTask | undefined> {
+    const { rows } = await this.pool.query<TaskRow>(SQL.createInShard, [
+      ...insertParameters(task),
+      shard,
+      open,
+      stored,
+    ]);
+    return rows[0]!.task_id === null ? undefined : toTask(rows[0]!);
   }
 
   private async byIdempotencyKey(task: NewTask): Promise<StoredTask | undefined> {
@@ -693,18 +793,33 @@ export class PostgresTaskStore implements TaskStore {
   }
 
   async finish(lease: LeaseRef, outcome: TerminalOutcome, now: number): Promise<boolean> {
-    return this.guard('finish', async () => {
-      const { rowCount } = await this.pool.query(SQL.finish, [
-        outcome.status,
-        outcome.status === 'completed' ? JSON.stringify(outcome.result) : null,
-        outcome.status === 'failed' ? JSON.stringify(outcome.error) : null,
-        outcome.statusMessage ?? null,
-        now,
-        lease.taskId,
-        lease.fence,
-      ]);
-      return rowCount === 1;
-    });
+    // one statement, with the other finishes of this turn
+    return this.guard('finish', () => this.finishes.load({ lease, outcome, now }));
+  }
+
+  /** A batch of finishes: whether each finished its task (false: the lease was lost, or the task had ended). */
+  private async finishBatch(batch: readonly PendingFinish[]): Promise<Array<boolean | Error>> {
+    const alone = (finish: PendingFinish) => this.finishAlone(finish).catch(asError);
+    if (batch.length === 1) return [await alone(batch[0]!)];
+    // one task twice in one batch: the later call runs after the statement, and finds the task ended
+    const { firsts, repeats } = splitRepeats(batch, (f) => f.lease.taskId);
+    let rows: Array<{ task_id: string }>;
+    try {
+      const values = transpose(firsts.map(finishParameters), 7);
+      rows = (await this.pool.query<{ task_id: string }>(SQL.finishBatch, values)).rows;
+    } catch (error) {
+      if (!ranAloneAfter(error)) throw error;
+      return Promise.all(batch.map(alone));
+    }
+    const finished = new Set(rows.map((row) => row.task_id));
+    return Promise.all(
+      batch.map(async (finish, i) => (repeats.has(i) ? alone(finish) : finished.has(finish.lease.taskId))),
+    );
+  }
+
+  private async finishAlone(finish: PendingFinish): Promise<boolean> {
+    const { rowCount } = await this.pool.query(SQL.finish, finishParameters(finish));
+    return rowCount === 1;
   }
 
   async recordStep(
@@ -901,6 +1016,9 @@ export class PostgresTaskStore implements TaskStore {
     if (this.closed) return;
     this.closed = true;
     if (this.clockTimer) clearInterval(this.clockTimer);
+    // calls made before close() are sent (their batch goes out on the next turn) and answered before the pool ends
+    await new Promise((resolve) => setImmediate(resolve));
+    await Promise.allSettled([...this.batchesInFlight]);
     await this.listener.close();
     await this.leasePool.end();
     if (this.ownsPool) await this.pool.end();
@@ -982,6 +1100,55 @@ const COUNT_SHARDS = 128;
 /** SQLSTATE of a transaction PostgreSQL ended to break a deadlock. */
 const DEADLOCK_DETECTED = '40P01';
 
+/** At most this many calls in one batch statement; more in one turn go out as several. */
+const MAX_BATCH = 256;
+
+/** A create waiting for its batch: the task, the shard drawn for it, its principal's limits (null: none). */
+interface PendingCreate {
+  task: NewTask;
+  shard: number;
+  open: number | null;
+  stored: number | null;
+}
+
+/** A finish waiting for its batch. */
+interface PendingFinish {
+  lease: LeaseRef;
+  outcome: TerminalOutcome;
+  now: number;
+}
+
+/**
+ * Whether a batch statement's failure is one to answer by running each call alone: PostgreSQL refused it for a
+ * value one call carried (SQLSTATE class 22, a data exception: a NUL character in a text, say), a constraint (23),
+ * or a conflict it broke by ending the statement (40: a deadlock, a serialization failure). It changed nothing.
+ */
+function ranAloneAfter(error: unknown): boolean {
+  if (!(error instanceof pg.DatabaseError) || typeof error.code !== 'string') return false;
+  return ['22', '23', '40'].includes(error.code.slice(0, 2));
+}
+
+/** The calls of a batch whose key came first, and the indexes of those whose key an earlier call already had. */
+function splitRepeats<T>(batch: readonly T[], key: (call: T) => string): { firsts: T[]; repeats: Set<number> } {
+  const seen = new Set<string>();
+  const firsts: T[] = [];
+  const repeats = new Set<number>();
+  batch.forEach((call, i) => {
+    const k = key(call);
+    if (seen.has(k)) repeats.add(i);
+    else {
+      seen.add(k);
+      firsts.push(call);
+    }
+  });
+  return { firsts, repeats };
+}
+
+/** Rows of parameters as the `width` arrays a statement unnests. */
+function transpose(rows: unknown[][], width: number): unknown[][] {
+  return Array.from({ length: width }, (_, column) => rows.map((row) => row[column]));
+}
+
 /** One shard row of `closeout_principal_tasks`; BIGINT arrives as a string. */
 interface ShardCounts {
   shard: number;
@@ -1002,6 +1169,18 @@ function dealQuotas(counts: number[], limit: number | null, first: number): numb
 }
 
 /** $1 to $15 of `SQL.insert` and `SQL.createInShard`: the new task's columns ($16 is the shard). */
+function finishParameters({ lease, outcome, now }: PendingFinish): unknown[] {
+  return [
+    outcome.status,
+    outcome.status === 'completed' ? JSON.stringify(outcome.result) : null,
+    outcome.status === 'failed' ? JSON.stringify(outcome.error) : null,
+    outcome.statusMessage ?? null,
+    now,
+    lease.taskId,
+    lease.fence,
+  ];
+}
+
 function insertParameters(task: NewTask): unknown[] {
   return [
     task.taskId,

@@ -394,3 +394,106 @@ describe('PostgresTaskStore across instances', () => {
     }
   });
 });
+
+describe('PostgresTaskStore batches', () => {
+  // the creates (and the finishes) asked for in one turn of the event loop go to the database as one statement: one
+  // round trip and one commit for them all (issue 19), each answered as it would have been alone
+  let database: Awaited<ReturnType<StartedPostgres['createDatabase']>>;
+  let pool: pg.Pool;
+  let store: PostgresTaskStore;
+  let statements: string[];
+
+  beforeEach(async () => {
+    database = await postgres.createDatabase();
+    pool = new pg.Pool({ connectionString: database.connectionString, max: 16 });
+    // dropping the database ends the pool's idle connections
+    pool.on('error', () => {});
+    store = await PostgresTaskStore.open(pool, { listen: false });
+    // every statement the store sends on its pool (the lease loop has a connection of its own)
+    statements = [];
+    const query = pool.query.bind(pool) as (...args: unknown[]) => unknown;
+    (pool as { query: unknown }).query = (...args: unknown[]) => {
+      statements.push(typeof args[0] === 'string' ? args[0] : String((args[0] as { text?: unknown }).text));
+      return query(...args);
+    };
+  });
+
+  afterEach(async () => {
+    await store.close();
+    await pool.end();
+    await database.drop();
+  });
+
+  const limits = { maxOpenTasksForPrincipal: 1000, maxStoredTasksForPrincipal: 100_000 };
+  const completed = { status: 'completed' as const, result: { content: [] } };
+
+  it('sends 16 creates made at once as one statement, and 16 finishes as one more', async () => {
+    const tasks = Array.from({ length: 16 }, () => newTask(limits));
+    const created = await Promise.all(tasks.map((task) => store.create(task)));
+    expect(created.map((c) => [c.created, c.task.taskId, c.task.status])).toEqual(
+      tasks.map((t) => [true, t.taskId, 'working']),
+    );
+    expect(statements).toHaveLength(1);
+
+    const finished = await Promise.all(
+      tasks.map((t) => store.finish({ taskId: t.taskId, fence: 1 }, completed, T0 + 1)),
+    );
+    expect(finished).toEqual(tasks.map(() => true));
+    expect(statements).toHaveLength(2);
+    for (const t of tasks) expect((await store.get(t.taskId))?.status).toBe('completed');
+  });
+
+  it('admits only what the open limit allows when a whole batch is for one principal', async () => {
+    const tasks = Array.from({ length: 16 }, () => newTask({ maxOpenTasksForPrincipal: 5 }));
+    const settled = await Promise.allSettled(tasks.map((task) => store.create(task)));
+    expect(settled.filter((s) => s.status === 'fulfilled')).toHaveLength(5);
+    const refused = settled.filter((s) => s.status === 'rejected');
+    expect(refused).toHaveLength(11);
+    for (const r of refused) expect((r as PromiseRejectedResult).reason).toBeInstanceOf(OpenTaskLimitError);
+    const { rows } = await pool.query<{ n: string }>('SELECT COUNT(*) AS n FROM closeout_tasks');
+    expect(Number(rows[0]!.n)).toBe(5);
+  });
+
+  it('answers an idempotent replay in the same batch with the task its twin created', async () => {
+    const [a, b] = [newTask({ ...limits, idempotencyKey: 'k' }), newTask({ ...limits, idempotencyKey: 'k' })];
+    const [first, second] = await Promise.all([store.create(a), store.create(b)]);
+    expect([first.created, second.created]).toEqual([true, false]);
+    expect(second.task.taskId).toBe(first.task.taskId);
+  });
+
+  it('fails only the create whose value PostgreSQL refuses, and stores the others', async () => {
+    // a NUL character is refused by a TEXT column (SQLSTATE 22021): the batch statement fails, each create then runs
+    // alone
+    const bad = newTask({ ...limits, statusMessage: 'nul \u0000 here' });
+    const good = Array.from({ length: 3 }, () => newTask(limits));
+    const settled = await Promise.allSettled([bad, ...good].map((task) => store.create(task)));
+    expect(settled[0]!.status).toBe('rejected');
+    expect(String((settled[0] as PromiseRejectedResult).reason)).toMatch(/create failed/);
+    expect(settled.slice(1).map((s) => s.status)).toEqual(['fulfilled', 'fulfilled', 'fulfilled']);
+    const { rows } = await pool.query<{ task_id: string }>('SELECT task_id FROM closeout_tasks ORDER BY task_id');
+    expect(rows.map((r) => r.task_id)).toEqual(good.map((t) => t.taskId).sort());
+  });
+
+  it('finishes a task once when two finishes of it share a batch, and not with a stale fence', async () => {
+    const [a, b] = [newTask(limits), newTask(limits)];
+    await Promise.all([store.create(a), store.create(b)]);
+    const failed = { status: 'failed' as const, error: { code: -32603, message: 'second' } };
+    const results = await Promise.all([
+      store.finish({ taskId: a.taskId, fence: 1 }, completed, T0 + 1),
+      store.finish({ taskId: a.taskId, fence: 1 }, failed, T0 + 2),
+      store.finish({ taskId: b.taskId, fence: 2 }, completed, T0 + 1),
+    ]);
+    expect(results).toEqual([true, false, false]);
+    expect((await store.get(a.taskId))?.status).toBe('completed');
+    expect((await store.get(b.taskId))?.status).toBe('working');
+  });
+
+  it('sends and answers the calls made just before close()', async () => {
+    const task = newTask(limits);
+    const created = store.create(task);
+    await store.close();
+    expect((await created).created).toBe(true);
+    const { rows } = await pool.query<{ task_id: string }>('SELECT task_id FROM closeout_tasks');
+    expect(rows).toEqual([{ task_id: task.taskId }]);
+  });
+});
