@@ -202,6 +202,14 @@ const TASK_WITH_INPUTS = `t.*, (
   FROM closeout_task_inputs i WHERE i.task_id = t.task_id
 ) AS inputs`;
 
+/**
+ * The columns of a task row the store reads (TaskRow), named rather than \`*\` where a statement is prepared once per
+ * connection: a prepared statement whose result gains a column (a newer release's migration) would fail.
+ */
+const TASK_COLUMNS = `task_id, owner, tool_name, arguments, status, status_message, created_at, last_updated_at, ttl_ms,
+  poll_interval_ms, resumable, idempotency_key, result, error, cancel_requested, lease_owner, lease_expires_at, fence,
+  attempt, input_capabilities, trace_context`;
+
 /** How often an instance re-reads the database's clock (PostgresTaskStore.syncClock). */
 const CLOCK_SYNC_MS = 60_000;
 
@@ -245,7 +253,7 @@ const SQL = {
                       AND ($18::bigint IS NULL
                            OR (counts.quota_stored_limit = $18::bigint AND counts.stored_tasks < counts.stored_quota))
                     ON CONFLICT DO NOTHING
-                    RETURNING *
+                    RETURNING ${TASK_COLUMNS}
                   )
                   SELECT inserted.* FROM counts LEFT JOIN inserted ON true`,
   // the creates of one batch (see \`batches\`) in one statement: as createInShard, each shard row locked (in
@@ -253,12 +261,11 @@ const SQL = {
   // they were asked, as many of the batch's creates as its quota has room for. Returns the tasks inserted; the others
   // (past a quota, or refused by a unique index) take the path of a refused createInShard
   createBatch: `WITH batch AS (
-                  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bigint[],
-                    $7::bigint[], $8::bigint[], $9::bigint[], $10::boolean[], $11::text[], $12::text[], $13::bigint[],
-                    $14::text[], $15::text[], $16::smallint[], $17::bigint[], $18::bigint[])
-                  WITH ORDINALITY AS b (task_id, owner, tool_name, arguments, status_message, created_at, ttl_ms,
-                    expires_at, poll_interval_ms, resumable, idempotency_key, lease_owner, lease_expires_at,
-                    input_capabilities, trace_context, count_shard, open_limit, stored_limit, n)
+                  SELECT * FROM json_to_recordset($1::json) AS b (task_id text, owner text,
+                    tool_name text, arguments text, status_message text, created_at bigint, ttl_ms bigint,
+                    expires_at bigint, poll_interval_ms bigint, resumable boolean, idempotency_key text,
+                    lease_owner text, lease_expires_at bigint, input_capabilities text, trace_context text,
+                    count_shard smallint, open_limit bigint, stored_limit bigint, n bigint)
                 ), counts AS (
                   INSERT INTO closeout_principal_tasks AS c (owner, shard)
                   SELECT DISTINCT owner, count_shard FROM batch ORDER BY owner, count_shard
@@ -282,7 +289,7 @@ const SQL = {
                          OR (quota_stored_limit = stored_limit AND stored_tasks + place <= stored_quota))
                   ORDER BY n
                   ON CONFLICT DO NOTHING
-                  RETURNING *
+                  RETURNING ${TASK_COLUMNS}
                 )
                 SELECT * FROM inserted`,
   // when a shard's quota is spent: in one transaction, every shard of the principal locked in shard order, the
@@ -329,12 +336,12 @@ const SQL = {
   // status trigger will update are locked first, in (owner, shard) order, as createBatch takes them, so the two never
   // wait for each other in opposite orders. Returns the tasks finished
   finishBatch: `WITH batch AS (
-                  SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[],
-                    $7::int[]) AS b (new_status, new_result, new_error, new_message, finished_at, id, held_fence)
+                  SELECT * FROM json_to_recordset($1::json) AS b (new_status text, new_result text, new_error text,
+                    new_message text, finished_at bigint, id text, held_fence int)
                 ), locked AS (
                   SELECT 1 FROM closeout_principal_tasks c
                   JOIN closeout_tasks t ON t.owner = c.owner AND t.count_shard = c.shard
-                  WHERE t.task_id = ANY ($6::text[])
+                  WHERE t.task_id = ANY ($2::text[])
                   ORDER BY c.owner, c.shard
                   FOR UPDATE OF c
                 ), changed AS (
@@ -342,7 +349,7 @@ const SQL = {
                     status_message = COALESCE(new_message, status_message), last_updated_at = finished_at,
                     lease_owner = NULL, lease_expires_at = NULL
                   FROM batch
-                  WHERE task_id = ANY ($6::text[]) AND task_id = id AND fence = held_fence AND ${OPEN}
+                  WHERE task_id = ANY ($2::text[]) AND task_id = id AND fence = held_fence AND ${OPEN}
                     AND (SELECT count(*) FROM locked) >= 0
                   RETURNING t.task_id
                 ) ${NOTIFY_STATUS}`,
@@ -719,8 +726,10 @@ export class PostgresTaskStore implements TaskStore {
     const { firsts, repeats } = splitRepeats(batch, (c) => c.task.taskId);
     let rows: TaskRow[];
     try {
-      const columns = firsts.map((c) => [...insertParameters(c.task), c.shard, c.open, c.stored]);
-      rows = (await this.pool.query<TaskRow>(SQL.createBatch, transpose(columns, 18))).rows;
+      const records = firsts.map((c, n) => [...insertParameters(c.task), c.shard, c.open, c.stored, n]);
+      rows = (
+        await this.pool.query<TaskRow>(prepared('create_batch', SQL.createBatch, [asJson(records, CREATE_FIELDS)]))
+      ).rows;
     } catch (error) {
       if (!ranAloneAfter(error)) throw error;
       return Promise.all(batch.map(alone));
@@ -733,12 +742,9 @@ export class PostgresTaskStore implements TaskStore {
 
   /** One create in one statement: its task, or undefined where its shard or a unique index did not admit it. */
   private async createAlone({ task, shard, open, stored }: PendingCreate): Promise<StoredTask | undefined> {
-    const { rows } = await this.pool.query<TaskRow>(SQL.createInShard, [
-      ...insertParameters(task),
-      shard,
-      open,
-      stored,
-    ]);
+    const { rows } = await this.pool.query<TaskRow>(
+      prepared('create_in_shard', SQL.createInShard, [...insertParameters(task), shard, open, stored]),
+    );
     return rows[0]!.task_id === null ? undefined : toTask(rows[0]!);
   }
 
@@ -805,8 +811,8 @@ export class PostgresTaskStore implements TaskStore {
     const { firsts, repeats } = splitRepeats(batch, (f) => f.lease.taskId);
     let rows: Array<{ task_id: string }>;
     try {
-      const values = transpose(firsts.map(finishParameters), 7);
-      rows = (await this.pool.query<{ task_id: string }>(SQL.finishBatch, values)).rows;
+      const values = [asJson(firsts.map(finishParameters), FINISH_FIELDS), firsts.map((f) => f.lease.taskId)];
+      rows = (await this.pool.query<{ task_id: string }>(prepared('finish_batch', SQL.finishBatch, values))).rows;
     } catch (error) {
       if (!ranAloneAfter(error)) throw error;
       return Promise.all(batch.map(alone));
@@ -818,7 +824,7 @@ export class PostgresTaskStore implements TaskStore {
   }
 
   private async finishAlone(finish: PendingFinish): Promise<boolean> {
-    const { rowCount } = await this.pool.query(SQL.finish, finishParameters(finish));
+    const { rowCount } = await this.pool.query(prepared('finish', SQL.finish, finishParameters(finish)));
     return rowCount === 1;
   }
 
@@ -1144,9 +1150,44 @@ function splitRepeats<T>(batch: readonly T[], key: (call: T) => string): { first
   return { firsts, repeats };
 }
 
-/** Rows of parameters as the `width` arrays a statement unnests. */
-function transpose(rows: unknown[][], width: number): unknown[][] {
-  return Array.from({ length: width }, (_, column) => rows.map((row) => row[column]));
+/** The fields of createBatch's records, in the order of `insertParameters`, then the shard, the limits and the
+ * place in the batch. */
+const CREATE_FIELDS = [
+  'task_id',
+  'owner',
+  'tool_name',
+  'arguments',
+  'status_message',
+  'created_at',
+  'ttl_ms',
+  'expires_at',
+  'poll_interval_ms',
+  'resumable',
+  'idempotency_key',
+  'lease_owner',
+  'lease_expires_at',
+  'input_capabilities',
+  'trace_context',
+  'count_shard',
+  'open_limit',
+  'stored_limit',
+  'n',
+];
+
+/** The fields of finishBatch's records, in the order of `finishParameters`. */
+const FINISH_FIELDS = ['new_status', 'new_result', 'new_error', 'new_message', 'finished_at', 'id', 'held_fence'];
+
+/** Rows of parameters as one JSON array of records, for `json_to_recordset`: one parameter, whatever the batch. */
+function asJson(rows: unknown[][], fields: readonly string[]): string {
+  return JSON.stringify(rows.map((row) => Object.fromEntries(fields.map((field, i) => [field, row[i]]))));
+}
+
+/**
+ * A statement each pooled connection parses and plans once (node-postgres prepares it by name on first use): for
+ * the statements every create and finish sends. Their results name their columns (TASK_COLUMNS).
+ */
+function prepared(name: string, text: string, values: unknown[]): pg.QueryConfig {
+  return { name: `closeout_${name}`, text, values };
 }
 
 /** One shard row of `closeout_principal_tasks`; BIGINT arrives as a string. */

@@ -488,6 +488,32 @@ describe('PostgresTaskStore batches', () => {
     expect((await store.get(b.taskId))?.status).toBe('working');
   });
 
+  it('keeps creating and finishing after a newer release adds a column to the tasks table', async () => {
+    // the statements every create and finish sends are prepared once per connection; one whose result is `*` would
+    // fail with "cached plan must not change result type" once a migration adds a column
+    const one = new pg.Pool({ connectionString: database.connectionString, max: 1 });
+    one.on('error', () => {});
+    const single = await PostgresTaskStore.open(one, { listen: false });
+    const round = async () => {
+      const alone = newTask(limits);
+      await single.create(alone);
+      await single.finish({ taskId: alone.taskId, fence: 1 }, completed, T0 + 1);
+      const batch = Array.from({ length: 4 }, () => newTask(limits));
+      await Promise.all(batch.map((task) => single.create(task)));
+      expect(
+        await Promise.all(batch.map((t) => single.finish({ taskId: t.taskId, fence: 1 }, completed, T0 + 1))),
+      ).toEqual([true, true, true, true]);
+    };
+    try {
+      await round();
+      await pool.query('ALTER TABLE closeout_tasks ADD COLUMN added_by_a_newer_release TEXT');
+      await round();
+    } finally {
+      await single.close();
+      await one.end();
+    }
+  });
+
   it('sends and answers the calls made just before close()', async () => {
     const task = newTask(limits);
     const created = store.create(task);
