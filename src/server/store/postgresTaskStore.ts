@@ -1121,11 +1121,12 @@ interface PendingFinish {
 /**
  * Whether a batch statement's failure is one to answer by running each call alone: PostgreSQL refused it for a
  * value one call carried (SQLSTATE class 22, a data exception: a NUL character in a text, say), a constraint (23),
- * or a conflict it broke by ending the statement (40: a deadlock, a serialization failure). It changed nothing.
+ * a limit one value is past (54: a principal too long for an index entry), or a conflict it broke by ending the
+ * statement (40: a deadlock, a serialization failure). It changed nothing.
  */
 function ranAloneAfter(error: unknown): boolean {
   if (!(error instanceof pg.DatabaseError) || typeof error.code !== 'string') return false;
-  return ['22', '23', '40'].includes(error.code.slice(0, 2));
+  return ['22', '23', '40', '54'].includes(error.code.slice(0, 2));
 }
 
 /** The calls of a batch whose key came first, and the indexes of those whose key an earlier call already had. */

@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -469,6 +469,19 @@ describe('PostgresTaskStore batches', () => {
     const settled = await Promise.allSettled([bad, ...good].map((task) => store.create(task)));
     expect(settled[0]!.status).toBe('rejected');
     expect(String((settled[0] as PromiseRejectedResult).reason)).toMatch(/create failed/);
+    expect(settled.slice(1).map((s) => s.status)).toEqual(['fulfilled', 'fulfilled', 'fulfilled']);
+    const { rows } = await pool.query<{ task_id: string }>('SELECT task_id FROM closeout_tasks ORDER BY task_id');
+    expect(rows.map((r) => r.task_id)).toEqual(good.map((t) => t.taskId).sort());
+  });
+
+  it('fails only the create whose principal is too long for an index, and stores the others', async () => {
+    // a principal of 4,000 characters that do not compress is past what a btree entry holds: PostgreSQL refuses the
+    // row with SQLSTATE 54000 (program_limit_exceeded), for that value alone, as it did before creates were batched
+    const bad = newTask({ ...limits, principal: randomBytes(3000).toString('base64') });
+    const good = Array.from({ length: 3 }, () => newTask(limits));
+    const settled = await Promise.allSettled([bad, ...good].map((task) => store.create(task)));
+    expect(settled[0]!.status).toBe('rejected');
+    expect(String((settled[0] as PromiseRejectedResult).reason)).toMatch(/create failed: index row size/);
     expect(settled.slice(1).map((s) => s.status)).toEqual(['fulfilled', 'fulfilled', 'fulfilled']);
     const { rows } = await pool.query<{ task_id: string }>('SELECT task_id FROM closeout_tasks ORDER BY task_id');
     expect(rows.map((r) => r.task_id)).toEqual(good.map((t) => t.taskId).sort());
