@@ -327,7 +327,10 @@ const SQL = {
            ) ${NOTIFY_STATUS}`,
   // the finishes of one batch (see \`batches\`) in one statement, each as \`finish\`: the principals' shard rows the
   // status trigger will update are locked first, in (owner, shard) order, as createBatch takes them, so the two never
-  // wait for each other in opposite orders. Returns the tasks finished
+  // wait for each other in opposite orders. The task rows are then taken SKIP LOCKED: a statement holding several
+  // must not wait for one, or it waits in a circle with another that holds several (the lease renewal, one UPDATE
+  // over the instance's leases in an order of its own; expire). Returns a row per task taken, and whether it finished;
+  // the caller runs the finish of a task not taken alone, as \`finish\`
   finishBatch: `WITH batch AS (
                   SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[],
                     $7::int[]) AS b (new_status, new_result, new_error, new_message, finished_at, id, held_fence)
@@ -337,15 +340,22 @@ const SQL = {
                   WHERE t.task_id = ANY ($6::text[])
                   ORDER BY c.owner, c.shard
                   FOR UPDATE OF c
+                ), taken AS (
+                  SELECT task_id FROM closeout_tasks
+                  WHERE task_id = ANY ($6::text[]) AND (SELECT count(*) FROM locked) >= 0
+                  FOR UPDATE SKIP LOCKED
                 ), changed AS (
                   UPDATE closeout_tasks t SET status = new_status, result = new_result, error = new_error,
                     status_message = COALESCE(new_message, status_message), last_updated_at = finished_at,
                     lease_owner = NULL, lease_expires_at = NULL
-                  FROM batch
-                  WHERE task_id = ANY ($6::text[]) AND task_id = id AND fence = held_fence AND ${OPEN}
-                    AND (SELECT count(*) FROM locked) >= 0
+                  FROM batch JOIN taken ON taken.task_id = batch.id
+                  WHERE t.task_id = ANY ($6::text[]) AND t.task_id = id AND fence = held_fence AND ${OPEN}
                   RETURNING t.task_id
-                ) ${NOTIFY_STATUS}`,
+                )
+                SELECT k.task_id, c.task_id IS NOT NULL AS finished,
+                  CASE WHEN c.task_id IS NOT NULL THEN pg_notify('${TASK_SIGNAL_CHANNEL}',
+                    json_build_object('taskId', c.task_id, 'kind', 'status')::text) END
+                FROM taken k LEFT JOIN changed c ON c.task_id = k.task_id`,
 
   // steps: written under lockHeld, in the same transaction
   step: `SELECT name, result, committed_at FROM closeout_task_steps WHERE task_id = $1 AND kind = 'step' AND name = $2`,
@@ -803,17 +813,22 @@ export class PostgresTaskStore implements TaskStore {
     if (batch.length === 1) return [await alone(batch[0]!)];
     // one task twice in one batch: the later call runs after the statement, and finds the task ended
     const { firsts, repeats } = splitRepeats(batch, (f) => f.lease.taskId);
-    let rows: Array<{ task_id: string }>;
+    let rows: Array<{ task_id: string; finished: boolean }>;
     try {
       const values = transpose(firsts.map(finishParameters), 7);
-      rows = (await this.pool.query<{ task_id: string }>(SQL.finishBatch, values)).rows;
+      rows = (await this.pool.query<{ task_id: string; finished: boolean }>(SQL.finishBatch, values)).rows;
     } catch (error) {
       if (!ranAloneAfter(error)) throw error;
       return Promise.all(batch.map(alone));
     }
-    const finished = new Set(rows.map((row) => row.task_id));
+    // a task the statement did not take (its row locked by another statement, or gone) is finished alone, waiting
+    // for that lock as \`finish\` does
+    const taken = new Map(rows.map((row) => [row.task_id, row.finished]));
     return Promise.all(
-      batch.map(async (finish, i) => (repeats.has(i) ? alone(finish) : finished.has(finish.lease.taskId))),
+      batch.map(async (finish, i) => {
+        const finished = repeats.has(i) ? undefined : taken.get(finish.lease.taskId);
+        return finished ?? alone(finish);
+      }),
     );
   }
 

@@ -510,3 +510,152 @@ describe('PostgresTaskStore batches', () => {
     expect(rows).toEqual([{ task_id: task.taskId }]);
   });
 });
+
+describe('PostgresTaskStore batches and the lease loop', () => {
+  // a batch of finishes locks several task rows in one statement, as the lease renewal does (one UPDATE over every
+  // lease of the instance, on its own connection): the two must never wait for each other in a circle, or PostgreSQL
+  // ends one of them, and a renewal that fails reads as an unreachable store (docs/DESIGN.md, "Rules learned in the
+  // field", 3 and 8)
+  let database: Awaited<ReturnType<StartedPostgres['createDatabase']>>;
+  let pool: pg.Pool;
+  let store: PostgresTaskStore;
+  const holders: pg.Client[] = [];
+
+  beforeEach(async () => {
+    database = await postgres.createDatabase();
+    // the lease connection looks for a deadlock after 200 ms, the finishes' connections only after 60 s: when the two
+    // wait for each other, PostgreSQL ends the renewal (each side may be the one it ends; this makes it certain)
+    const admin = new pg.Client({ connectionString: database.connectionString });
+    await admin.connect();
+    await admin.query(`ALTER DATABASE "${database.name}" SET deadlock_timeout = '200ms'`);
+    await admin.end();
+    pool = new pg.Pool({ connectionString: database.connectionString, max: 8 });
+    pool.on('error', () => {});
+    pool.on('connect', (client) => void client.query(`SET deadlock_timeout = '60s'`).catch(() => {}));
+    store = await PostgresTaskStore.open(pool, { listen: false });
+  });
+
+  afterEach(async () => {
+    for (const holder of holders.splice(0)) await holder.end().catch(() => {});
+    await store.close();
+    await pool.end();
+    await database.drop();
+  });
+
+  /** A connection of its own that holds one task's row lock until `release()`. */
+  async function holdRow(taskId: string): Promise<{ pid: number; release: () => Promise<void> }> {
+    const holder = new pg.Client({ connectionString: database.connectionString });
+    holders.push(holder);
+    await holder.connect();
+    const pid = (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+    await holder.query('BEGIN');
+    await holder.query('SELECT 1 FROM closeout_tasks WHERE task_id = $1 FOR UPDATE', [taskId]);
+    return { pid, release: async () => void (await holder.query('COMMIT')) };
+  }
+
+  /** The backends of the store's lease connection and of its pool that wait for a lock, and who they wait for. */
+  async function waiting(): Promise<Array<{ lease: boolean; blockers: number[] }>> {
+    const { rows } = await pool.query<{ application_name: string; blockers: number[] }>(
+      `SELECT application_name, pg_blocking_pids(pid) AS blockers FROM pg_stat_activity
+       WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+    );
+    return rows.map((r) => ({ lease: r.application_name === 'closeout leases', blockers: r.blockers }));
+  }
+
+  async function until(what: string, condition: () => Promise<boolean>): Promise<void> {
+    const deadline = Date.now() + 20_000;
+    while (!(await condition())) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  }
+
+  it('renews the leases while a batch finishes two of their tasks, the two reaching the rows in opposite orders', async () => {
+    // task ids in this order: a statement over both by primary key meets a first
+    const [a, b] = [newTask({ taskId: `task-a-${randomUUID()}` }), newTask({ taskId: `task-b-${randomUUID()}` })];
+    await Promise.all([store.create(a), store.create(b)]);
+    // with other instances' tasks around (and statistics that say so), both statements go by primary key: the
+    // renewal in the order of its leases, the finishes by task id
+    await pool.query(`INSERT INTO closeout_tasks (task_id, owner, tool_name, arguments, status, created_at,
+        last_updated_at, poll_interval_ms, resumable, lease_owner, lease_expires_at)
+      SELECT 'other-' || g, 'bob', 'echo', '{}', 'working', 1, 1, 500, true, 'instance-b', 1
+      FROM generate_series(1, 5000) g`);
+    await pool.query('ANALYZE closeout_tasks');
+    const heldA = await holdRow(a.taskId);
+    const heldB = await holdRow(b.taskId);
+    // the renewal takes b first (its order), then waits for a; the finishes come after it
+    const renewal = store.renewLeases(
+      'instance-a',
+      [b, a].map((t) => ({ taskId: t.taskId, fence: 1 })),
+      T0 + 60_000,
+    );
+    const renewed = renewal.then(
+      (leases) => ({ leases }),
+      (error: unknown) => ({ error }),
+    );
+    await until('the renewal to wait for b', async () =>
+      (await waiting()).some((w) => w.lease && w.blockers.includes(heldB.pid)),
+    );
+    const completed = { status: 'completed' as const, result: { content: [] } };
+    const finishes = Promise.allSettled(
+      [a, b].map((t) => store.finish({ taskId: t.taskId, fence: 1 }, completed, T0 + 1)),
+    );
+    await until('a finish to wait', async () => (await waiting()).some((w) => !w.lease));
+    await heldB.release();
+    await until('the renewal to hold b and wait for a', async () =>
+      (await waiting()).some((w) => w.lease && w.blockers.length > 0 && !w.blockers.includes(heldB.pid)),
+    );
+    // before the fix, the batch took a and waited for b, the renewal holding b waited for a: PostgreSQL ended the
+    // renewal ("deadlock detected")
+    await heldA.release();
+
+    const outcome = await renewed;
+    expect('error' in outcome ? String(outcome.error) : 'renewed').toBe('renewed');
+    // a finished before the renewal reached it; b was renewed, then finished
+    expect('leases' in outcome && outcome.leases.map((l) => l.taskId)).toEqual([b.taskId]);
+    expect((await finishes).map((f) => (f.status === 'fulfilled' ? f.value : String(f.reason)))).toEqual([true, true]);
+    for (const t of [a, b]) expect((await store.get(t.taskId))?.status).toBe('completed');
+  });
+});
+
+describe('PostgresTaskStore batches and signals', () => {
+  let database: Awaited<ReturnType<StartedPostgres['createDatabase']>>;
+  const stores: PostgresTaskStore[] = [];
+
+  beforeEach(async () => {
+    database = await postgres.createDatabase();
+  });
+
+  afterEach(async () => {
+    for (const store of stores.splice(0)) await store.close();
+    await database.drop();
+  });
+
+  it('signals status once for each task a batch of finishes ended, and not for one it did not', async () => {
+    const store = await PostgresTaskStore.open(database.connectionString, { listen: false });
+    stores.push(store);
+    const watcher = await PostgresTaskStore.open(database.connectionString);
+    stores.push(watcher);
+    const signals: TaskSignal[] = [];
+    watcher.subscribe((signal) => signals.push(signal));
+    await watcher.listening();
+    const tasks = Array.from({ length: 6 }, () => newTask());
+    await Promise.all(tasks.map((task) => store.create(task)));
+    const completed = { status: 'completed' as const, result: { content: [] } };
+    // the last one with a fence it does not hold
+    const finished = await Promise.all(
+      tasks.map((t, i) => store.finish({ taskId: t.taskId, fence: i === 5 ? 2 : 1 }, completed, T0 + 1)),
+    );
+    expect(finished).toEqual([true, true, true, true, true, false]);
+    const deadline = Date.now() + 20_000;
+    while (signals.length < 5 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+    // a moment more for a signal that should not come
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(signals.map((s) => `${s.kind}:${s.taskId}`).sort()).toEqual(
+      tasks
+        .slice(0, 5)
+        .map((t) => `status:${t.taskId}`)
+        .sort(),
+    );
+  });
+});
