@@ -425,14 +425,22 @@ const SQL = {
 
   // sweeps: SKIP LOCKED so two instances sweeping at once never wait on (or deadlock over) each other's rows; a
   // skipped row is finished by its holder or swept next time
+  // the principals' shard rows the status trigger will update are locked before it runs, in (owner, shard) order, as
+  // every statement that locks several takes them (createBatch, finishBatch, the delete trigger): row by row, in the
+  // order the tasks happen to be updated, the sweep waited in a circle with a batch of finishes or creates
   expire: `WITH overdue AS (
-             SELECT task_id FROM closeout_tasks
+             SELECT task_id, owner, count_shard FROM closeout_tasks
              WHERE ${OPEN} AND expires_at IS NOT NULL AND expires_at <= $1
              LIMIT $2
              FOR UPDATE SKIP LOCKED
+           ), locked AS (
+             SELECT 1 FROM closeout_principal_tasks c JOIN overdue o ON o.owner = c.owner AND o.count_shard = c.shard
+             ORDER BY c.owner, c.shard
+             FOR UPDATE OF c
            ), expired AS (
              SELECT task_id, format('Task expired: its TTL of %s ms elapsed before it finished', t.ttl_ms) AS message
              FROM closeout_tasks t JOIN overdue USING (task_id)
+             WHERE (SELECT count(*) FROM locked) >= 0
            ), changed AS (
              UPDATE closeout_tasks t
              SET status = ${sqlStatus('failed')}, error = json_build_object('code', -32603, 'message', e.message)::text,

@@ -553,13 +553,27 @@ describe('PostgresTaskStore batches and the lease loop', () => {
     return { pid, release: async () => void (await holder.query('COMMIT')) };
   }
 
-  /** The backends of the store's lease connection and of its pool that wait for a lock, and who they wait for. */
-  async function waiting(): Promise<Array<{ lease: boolean; blockers: number[] }>> {
-    const { rows } = await pool.query<{ application_name: string; blockers: number[] }>(
-      `SELECT application_name, pg_blocking_pids(pid) AS blockers FROM pg_stat_activity
+  /** A connection of its own that holds one shard row of a principal's counts until `release()`. */
+  async function holdShard(owner: string, shard: number): Promise<{ pid: number; release: () => Promise<void> }> {
+    const holder = new pg.Client({ connectionString: database.connectionString });
+    holders.push(holder);
+    await holder.connect();
+    const pid = (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+    await holder.query('BEGIN');
+    await holder.query('SELECT 1 FROM closeout_principal_tasks WHERE owner = $1 AND shard = $2 FOR UPDATE', [
+      owner,
+      shard,
+    ]);
+    return { pid, release: async () => void (await holder.query('COMMIT')) };
+  }
+
+  /** The backends that wait for a lock, and who they wait for; `lease`: the store's lease connection. */
+  async function waiting(): Promise<Array<{ pid: number; lease: boolean; blockers: number[] }>> {
+    const { rows } = await pool.query<{ pid: number; application_name: string; blockers: number[] }>(
+      `SELECT pid, application_name, pg_blocking_pids(pid) AS blockers FROM pg_stat_activity
        WHERE datname = current_database() AND wait_event_type = 'Lock'`,
     );
-    return rows.map((r) => ({ lease: r.application_name === 'closeout leases', blockers: r.blockers }));
+    return rows.map((r) => ({ pid: r.pid, lease: r.application_name === 'closeout leases', blockers: r.blockers }));
   }
 
   async function until(what: string, condition: () => Promise<boolean>): Promise<void> {
@@ -615,6 +629,63 @@ describe('PostgresTaskStore batches and the lease loop', () => {
     expect('leases' in outcome && outcome.leases.map((l) => l.taskId)).toEqual([b.taskId]);
     expect((await finishes).map((f) => (f.status === 'fulfilled' ? f.value : String(f.reason)))).toEqual([true, true]);
     for (const t of [a, b]) expect((await store.get(t.taskId))?.status).toBe('completed');
+  });
+
+  it('expires overdue tasks while a batch finishes others of the same principal, the two reaching the counts in opposite orders', async () => {
+    // the principal's counts in shards 1, 2 and 3: the batch finishes a task of each, locking their shard rows in
+    // order; the expiry sweep (another instance's: its deadlock check comes after 200 ms) ends a task of shard 3 and
+    // one of shard 1
+    const row = (taskId: string, shard: number, expiresAt: number | null) =>
+      pool.query(
+        `INSERT INTO closeout_tasks (task_id, owner, tool_name, arguments, status, created_at, last_updated_at,
+           ttl_ms, expires_at, poll_interval_ms, resumable, lease_owner, lease_expires_at, count_shard)
+         VALUES ($1, 'carol', 'echo', '{}', 'working', 1, 1, $2::bigint - 1, $2, 500, true, 'instance-a', $3, $4)`,
+        [taskId, expiresAt, T0 + 60_000, shard],
+      );
+    const finishing = [1, 2, 3].map((shard) => `finish-${shard}-${randomUUID()}`);
+    for (const [i, taskId] of finishing.entries()) await row(taskId, i + 1, null);
+    const [expiring3, expiring1] = [`expire-3-${randomUUID()}`, `expire-1-${randomUUID()}`];
+    await row(expiring3, 3, T0);
+    await row(expiring1, 1, T0);
+    const sweeper = await PostgresTaskStore.open(database.connectionString, { listen: false });
+    try {
+      // the batch takes shard 1, then waits for shard 2
+      const held = await holdShard('carol', 2);
+      const completed = { status: 'completed' as const, result: { content: [] } };
+      const finishes = Promise.allSettled(
+        finishing.map((taskId) => store.finish({ taskId, fence: 1 }, completed, T0 + 1)),
+      );
+      let batchPid = 0;
+      await until('the batch to wait for shard 2', async () => {
+        batchPid = (await waiting()).find((w) => w.blockers.includes(held.pid))?.pid ?? 0;
+        return batchPid !== 0;
+      });
+      // the sweep waits for the batch: before the fix, holding shard 3 (its first task's) and waiting for shard 1
+      const expired = sweeper.expireOverdue(T0 + 1, 100).then(
+        (ids) => ({ ids }),
+        (error: unknown) => ({ error }),
+      );
+      await until('the sweep to wait for the batch', async () =>
+        (await waiting()).some((w) => w.blockers.includes(batchPid)),
+      );
+      // the batch goes on to shard 3
+      await held.release();
+
+      const outcome = await expired;
+      expect('error' in outcome ? String(outcome.error) : 'expired').toBe('expired');
+      expect('ids' in outcome && [...outcome.ids].sort()).toEqual([expiring1, expiring3].sort());
+      expect((await finishes).map((f) => (f.status === 'fulfilled' ? f.value : String(f.reason)))).toEqual([
+        true,
+        true,
+        true,
+      ]);
+      const { rows } = await pool.query<{ open: string; stored: string }>(
+        `SELECT SUM(open_tasks) AS open, SUM(stored_tasks) AS stored FROM closeout_principal_tasks WHERE owner = 'carol'`,
+      );
+      expect(rows[0]).toEqual({ open: '0', stored: '5' });
+    } finally {
+      await sweeper.close();
+    }
   });
 });
 
