@@ -654,7 +654,8 @@ export class PostgresTaskStore implements TaskStore {
     const shard = Math.floor(Math.random() * COUNT_SHARDS);
     return this.guard('create', async () => {
       // most creates: one statement (with the other creates of this turn), on a shard drawn at random
-      const inserted = await this.creates.load({ task, shard, open, stored });
+      const parameters = [...insertParameters(task), shard, open, stored];
+      const inserted = await this.creates.load({ task, shard, open, stored, parameters });
       if (inserted) return { task: inserted, created: true };
       // an idempotent replay returns its task, at the limits too
       const replay = await this.byIdempotencyKey(task);
@@ -717,10 +718,19 @@ export class PostgresTaskStore implements TaskStore {
    * then run alone and fails alone, while any other failure (the database unreachable, a timeout) fails them all, as
    * it would have failed each alone.
    */
-  private batches<K, V>(run: (batch: readonly K[]) => Promise<Array<V | Error>>): DataLoader<K, V> {
+  private batches<K extends { parameters: unknown[] }, V>(
+    run: (batch: readonly K[]) => Promise<Array<V | Error>>,
+  ): DataLoader<K, V> {
     return new DataLoader<K, V>(
       (batch) => {
-        const sent = run(batch);
+        // calls whose values add up to more than MAX_BATCH_BYTES go out as several statements, one after the other
+        const sent = (async () => {
+          const answers: Array<V | Error> = [];
+          for (const part of partsOfBytes(batch)) {
+            answers.push(...(await run(part).catch((error: unknown) => part.map(() => asError(error)))));
+          }
+          return answers;
+        })();
         this.batchesInFlight.add(sent);
         void sent.finally(() => this.batchesInFlight.delete(sent)).catch(() => {});
         return sent;
@@ -737,7 +747,7 @@ export class PostgresTaskStore implements TaskStore {
     const { firsts, repeats } = splitRepeats(batch, (c) => c.task.taskId);
     let rows: TaskRow[];
     try {
-      const columns = firsts.map((c) => [...insertParameters(c.task), c.shard, c.open, c.stored]);
+      const columns = firsts.map((c) => c.parameters);
       rows = (await this.pool.query<TaskRow>(SQL.createBatch, transpose(columns, 18))).rows;
     } catch (error) {
       if (!ranAloneAfter(error)) throw error;
@@ -750,13 +760,8 @@ export class PostgresTaskStore implements TaskStore {
   }
 
   /** One create in one statement: its task, or undefined where its shard or a unique index did not admit it. */
-  private async createAlone({ task, shard, open, stored }: PendingCreate): Promise<StoredTask | undefined> {
-    const { rows } = await this.pool.query<TaskRow>(SQL.createInShard, [
-      ...insertParameters(task),
-      shard,
-      open,
-      stored,
-    ]);
+  private async createAlone({ parameters }: PendingCreate): Promise<StoredTask | undefined> {
+    const { rows } = await this.pool.query<TaskRow>(SQL.createInShard, parameters);
     return rows[0]!.task_id === null ? undefined : toTask(rows[0]!);
   }
 
@@ -812,7 +817,7 @@ export class PostgresTaskStore implements TaskStore {
 
   async finish(lease: LeaseRef, outcome: TerminalOutcome, now: number): Promise<boolean> {
     // one statement, with the other finishes of this turn
-    return this.guard('finish', () => this.finishes.load({ lease, outcome, now }));
+    return this.guard('finish', () => this.finishes.load({ lease, parameters: finishParameters(lease, outcome, now) }));
   }
 
   /** A batch of finishes: whether each finished its task (false: the lease was lost, or the task had ended). */
@@ -823,7 +828,10 @@ export class PostgresTaskStore implements TaskStore {
     const { firsts, repeats } = splitRepeats(batch, (f) => f.lease.taskId);
     let rows: Array<{ task_id: string; finished: boolean }>;
     try {
-      const values = transpose(firsts.map(finishParameters), 7);
+      const values = transpose(
+        firsts.map((f) => f.parameters),
+        7,
+      );
       rows = (await this.pool.query<{ task_id: string; finished: boolean }>(SQL.finishBatch, values)).rows;
     } catch (error) {
       if (!ranAloneAfter(error)) throw error;
@@ -841,7 +849,7 @@ export class PostgresTaskStore implements TaskStore {
   }
 
   private async finishAlone(finish: PendingFinish): Promise<boolean> {
-    const { rowCount } = await this.pool.query(SQL.finish, finishParameters(finish));
+    const { rowCount } = await this.pool.query(SQL.finish, finish.parameters);
     return rowCount === 1;
   }
 
@@ -1126,19 +1134,47 @@ const DEADLOCK_DETECTED = '40P01';
 /** At most this many calls in one batch statement; more in one turn go out as several. */
 const MAX_BATCH = 256;
 
+/**
+ * At most about this many bytes of values in one batch statement. A statement carries each column as one array: 256
+ * results of 4 MiB (the default maxResultBytes) are past what one JavaScript string holds (512 MiB), and the whole
+ * batch would fail where each call alone succeeds. A call past it alone goes out alone.
+ */
+const MAX_BATCH_BYTES = 16 * 1024 * 1024;
+
 /** A create waiting for its batch: the task, the shard drawn for it, its principal's limits (null: none). */
 interface PendingCreate {
   task: NewTask;
   shard: number;
   open: number | null;
   stored: number | null;
+  /** $1 to $18 of `SQL.createInShard`, one row of `SQL.createBatch`. */
+  parameters: unknown[];
 }
 
 /** A finish waiting for its batch. */
 interface PendingFinish {
   lease: LeaseRef;
-  outcome: TerminalOutcome;
-  now: number;
+  /** $1 to $7 of `SQL.finish`, one row of `SQL.finishBatch`. */
+  parameters: unknown[];
+}
+
+/** A batch cut, in order, into parts whose string values add up to at most MAX_BATCH_BYTES each (UTF-16 units). */
+function partsOfBytes<K extends { parameters: unknown[] }>(batch: readonly K[]): K[][] {
+  const parts: K[][] = [];
+  let part: K[] = [];
+  let bytes = 0;
+  for (const call of batch) {
+    const size = call.parameters.reduce<number>((sum, v) => sum + (typeof v === 'string' ? v.length : 8), 0);
+    if (part.length > 0 && bytes + size > MAX_BATCH_BYTES) {
+      parts.push(part);
+      part = [];
+      bytes = 0;
+    }
+    part.push(call);
+    bytes += size;
+  }
+  if (part.length > 0) parts.push(part);
+  return parts;
 }
 
 /**
@@ -1193,7 +1229,7 @@ function dealQuotas(counts: number[], limit: number | null, first: number): numb
 }
 
 /** $1 to $15 of `SQL.insert` and `SQL.createInShard`: the new task's columns ($16 is the shard). */
-function finishParameters({ lease, outcome, now }: PendingFinish): unknown[] {
+function finishParameters(lease: LeaseRef, outcome: TerminalOutcome, now: number): unknown[] {
   return [
     outcome.status,
     outcome.status === 'completed' ? JSON.stringify(outcome.result) : null,

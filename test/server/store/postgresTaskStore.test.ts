@@ -487,6 +487,25 @@ describe('PostgresTaskStore batches', () => {
     expect(rows.map((r) => r.task_id)).toEqual(good.map((t) => t.taskId).sort());
   });
 
+  it('stores the results of finishes made at once whose results add up to more than one statement can carry', async () => {
+    // 130 results of 4 MiB (the default maxResultBytes) in one turn: 520 MiB, past what one statement's array of them
+    // can be (a JavaScript string holds at most 512 MiB), while each alone is stored as it always was
+    const tasks = Array.from({ length: 130 }, () => newTask(limits));
+    for (let i = 0; i < tasks.length; i += 16) await Promise.all(tasks.slice(i, i + 16).map((t) => store.create(t)));
+    const text = 'x'.repeat(4 * 1024 * 1024 - 64);
+    const big = { status: 'completed' as const, result: { content: [{ type: 'text', text }] } };
+    const settled = await Promise.allSettled(
+      tasks.map((t) => store.finish({ taskId: t.taskId, fence: 1 }, big, T0 + 1)),
+    );
+    expect(
+      settled.map((s) => (s.status === 'fulfilled' ? s.value : String(s.reason))).filter((v) => v !== true),
+    ).toEqual([]);
+    const { rows } = await pool.query<{ n: string }>(
+      `SELECT COUNT(*) AS n FROM closeout_tasks WHERE status = 'completed' AND length(result) > 4000000`,
+    );
+    expect(Number(rows[0]!.n)).toBe(130);
+  }, 300_000);
+
   it('finishes a task once when two finishes of it share a batch, and not with a stale fence', async () => {
     const [a, b] = [newTask(limits), newTask(limits)];
     await Promise.all([store.create(a), store.create(b)]);
