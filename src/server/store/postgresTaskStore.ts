@@ -559,8 +559,11 @@ export class PostgresTaskStore implements TaskStore {
   /** Creates and finishes asked for in one turn of the event loop, each kind sent as one statement (`batches`). */
   private readonly creates = this.batches((batch: readonly PendingCreate[]) => this.createBatch(batch));
   private readonly finishes = this.batches((batch: readonly PendingFinish[]) => this.finishBatch(batch));
-  /** The batches sent and not yet answered: `close()` waits for them. */
-  private readonly batchesInFlight = new Set<Promise<unknown>>();
+  /**
+   * The creates and finishes asked for and not yet answered: `close()` waits for those made before it, their batch and
+   * whatever each does after it (the exact path, an idempotent replay's read, a finish run alone).
+   */
+  private readonly callsInFlight = new Set<Promise<unknown>>();
   /**
    * The database's clock, read at `atMonotonic` (performance.now()): `now()` runs on from it by this process's
    * monotonic clock, so neither another host's wall clock nor a step of this one's moves it.
@@ -652,25 +655,27 @@ export class PostgresTaskStore implements TaskStore {
     const open = task.maxOpenTasksForPrincipal ?? null;
     const stored = task.maxStoredTasksForPrincipal ?? null;
     const shard = Math.floor(Math.random() * COUNT_SHARDS);
-    return this.guard('create', async () => {
-      // most creates: one statement (with the other creates of this turn), on a shard drawn at random
-      const parameters = [...insertParameters(task), shard, open, stored];
-      const inserted = await this.creates.load({ task, shard, open, stored, parameters });
-      if (inserted) return { task: inserted, created: true };
-      // an idempotent replay returns its task, at the limits too
-      const replay = await this.byIdempotencyKey(task);
-      if (replay) return { task: replay, created: false };
-      if (open === null && stored === null) throw new Error(`task id collision on ${task.taskId}`);
-      // the exact path locks all of the principal's rows; a sweep changing many tasks at once (expire) may lock two
-      // of them in another order, and PostgreSQL then ends one side as a deadlock: the create tries again
-      for (let attempt = 1; ; attempt++) {
-        try {
-          return await this.createDealingQuotas(task, shard, open, stored);
-        } catch (error) {
-          if (attempt >= 3 || (error as { code?: unknown }).code !== DEADLOCK_DETECTED) throw error;
+    return this.inFlight(
+      this.guard('create', async () => {
+        // most creates: one statement (with the other creates of this turn), on a shard drawn at random
+        const parameters = [...insertParameters(task), shard, open, stored];
+        const inserted = await this.creates.load({ task, shard, open, stored, parameters });
+        if (inserted) return { task: inserted, created: true };
+        // an idempotent replay returns its task, at the limits too
+        const replay = await this.byIdempotencyKey(task);
+        if (replay) return { task: replay, created: false };
+        if (open === null && stored === null) throw new Error(`task id collision on ${task.taskId}`);
+        // the exact path locks all of the principal's rows; a sweep changing many tasks at once (expire) may lock two
+        // of them in another order, and PostgreSQL then ends one side as a deadlock: the create tries again
+        for (let attempt = 1; ; attempt++) {
+          try {
+            return await this.createDealingQuotas(task, shard, open, stored);
+          } catch (error) {
+            if (attempt >= 3 || (error as { code?: unknown }).code !== DEADLOCK_DETECTED) throw error;
+          }
         }
-      }
-    });
+      }),
+    );
   }
 
   /**
@@ -722,21 +727,23 @@ export class PostgresTaskStore implements TaskStore {
     run: (batch: readonly K[]) => Promise<Array<V | Error>>,
   ): DataLoader<K, V> {
     return new DataLoader<K, V>(
-      (batch) => {
+      async (batch) => {
         // calls whose values add up to more than MAX_BATCH_BYTES go out as several statements, one after the other
-        const sent = (async () => {
-          const answers: Array<V | Error> = [];
-          for (const part of partsOfBytes(batch)) {
-            answers.push(...(await run(part).catch((error: unknown) => part.map(() => asError(error)))));
-          }
-          return answers;
-        })();
-        this.batchesInFlight.add(sent);
-        void sent.finally(() => this.batchesInFlight.delete(sent)).catch(() => {});
-        return sent;
+        const answers: Array<V | Error> = [];
+        for (const part of partsOfBytes(batch)) {
+          answers.push(...(await run(part).catch((error: unknown) => part.map(() => asError(error)))));
+        }
+        return answers;
       },
       { cache: false, maxBatchSize: MAX_BATCH, batchScheduleFn: (send) => setImmediate(send) },
     );
+  }
+
+  /** `call`, counted in `callsInFlight` until it settles. */
+  private inFlight<T>(call: Promise<T>): Promise<T> {
+    this.callsInFlight.add(call);
+    void call.finally(() => this.callsInFlight.delete(call)).catch(() => {});
+    return call;
   }
 
   /** A batch of creates: each inserted task, or undefined where its shard or a unique index did not admit it. */
@@ -817,7 +824,9 @@ export class PostgresTaskStore implements TaskStore {
 
   async finish(lease: LeaseRef, outcome: TerminalOutcome, now: number): Promise<boolean> {
     // one statement, with the other finishes of this turn
-    return this.guard('finish', () => this.finishes.load({ lease, parameters: finishParameters(lease, outcome, now) }));
+    return this.inFlight(
+      this.guard('finish', () => this.finishes.load({ lease, parameters: finishParameters(lease, outcome, now) })),
+    );
   }
 
   /** A batch of finishes: whether each finished its task (false: the lease was lost, or the task had ended). */
@@ -1047,9 +1056,9 @@ export class PostgresTaskStore implements TaskStore {
     if (this.closed) return;
     this.closed = true;
     if (this.clockTimer) clearInterval(this.clockTimer);
-    // calls made before close() are sent (their batch goes out on the next turn) and answered before the pool ends
-    await new Promise((resolve) => setImmediate(resolve));
-    await Promise.allSettled([...this.batchesInFlight]);
+    // creates and finishes asked for before close() are sent (their batch goes out on the next turn) and answered
+    // before the pool ends
+    await Promise.allSettled([...this.callsInFlight]);
     await this.listener.close();
     await this.leasePool.end();
     if (this.ownsPool) await this.pool.end();

@@ -721,6 +721,21 @@ describe('PostgresTaskStore batches and signals', () => {
     await database.drop();
   });
 
+  it('answers the creates made just before close() that take the exact path or find their replay, on its own pool', async () => {
+    const store = await PostgresTaskStore.open(database.connectionString, { listen: false });
+    stores.push(store);
+    const first = newTask({ idempotencyKey: 'k' });
+    await store.create(first);
+    // a principal's first create finds its shard without a quota: it goes on to the exact path after its batch
+    const limited = store.create(newTask({ principal: 'carol', maxOpenTasksForPrincipal: 10 }));
+    // the same key again: refused by the unique index in its batch, it then reads the task created first
+    const replay = store.create(newTask({ idempotencyKey: 'k' }));
+    await store.close();
+    const settled = await Promise.allSettled([limited, replay]);
+    expect(settled.map((s) => (s.status === 'fulfilled' ? s.value.created : String(s.reason)))).toEqual([true, false]);
+    expect(settled[1]!.status === 'fulfilled' && settled[1].value.task.taskId).toBe(first.taskId);
+  });
+
   it('signals status once for each task a batch of finishes ended, and not for one it did not', async () => {
     const store = await PostgresTaskStore.open(database.connectionString, { listen: false });
     stores.push(store);
