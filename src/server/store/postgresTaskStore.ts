@@ -334,7 +334,10 @@ const SQL = {
            ) ${NOTIFY_STATUS}`,
   // the finishes of one batch (see \`batches\`) in one statement, each as \`finish\`: the principals' shard rows the
   // status trigger will update are locked first, in (owner, shard) order, as createBatch takes them, so the two never
-  // wait for each other in opposite orders. Returns the tasks finished
+  // wait for each other in opposite orders. The task rows are then taken SKIP LOCKED: a statement holding several
+  // must not wait for one, or it waits in a circle with another that holds several (the lease renewal, one UPDATE
+  // over the instance's leases in an order of its own; expire). Returns a row per task taken, and whether it finished;
+  // the caller runs the finish of a task not taken alone, as \`finish\`
   finishBatch: `WITH batch AS (
                   SELECT * FROM json_to_recordset($1::json) AS b (new_status text, new_result text, new_error text,
                     new_message text, finished_at bigint, id text, held_fence int)
@@ -344,15 +347,22 @@ const SQL = {
                   WHERE t.task_id = ANY ($2::text[])
                   ORDER BY c.owner, c.shard
                   FOR UPDATE OF c
+                ), taken AS (
+                  SELECT task_id FROM closeout_tasks
+                  WHERE task_id = ANY ($2::text[]) AND (SELECT count(*) FROM locked) >= 0
+                  FOR UPDATE SKIP LOCKED
                 ), changed AS (
                   UPDATE closeout_tasks t SET status = new_status, result = new_result, error = new_error,
                     status_message = COALESCE(new_message, status_message), last_updated_at = finished_at,
                     lease_owner = NULL, lease_expires_at = NULL
-                  FROM batch
-                  WHERE task_id = ANY ($2::text[]) AND task_id = id AND fence = held_fence AND ${OPEN}
-                    AND (SELECT count(*) FROM locked) >= 0
+                  FROM batch JOIN taken ON taken.task_id = batch.id
+                  WHERE t.task_id = ANY ($2::text[]) AND t.task_id = id AND fence = held_fence AND ${OPEN}
                   RETURNING t.task_id
-                ) ${NOTIFY_STATUS}`,
+                )
+                SELECT k.task_id, c.task_id IS NOT NULL AS finished,
+                  CASE WHEN c.task_id IS NOT NULL THEN pg_notify('${TASK_SIGNAL_CHANNEL}',
+                    json_build_object('taskId', c.task_id, 'kind', 'status')::text) END
+                FROM taken k LEFT JOIN changed c ON c.task_id = k.task_id`,
 
   // steps: written under lockHeld, in the same transaction
   step: `SELECT name, result, committed_at FROM closeout_task_steps WHERE task_id = $1 AND kind = 'step' AND name = $2`,
@@ -422,14 +432,22 @@ const SQL = {
 
   // sweeps: SKIP LOCKED so two instances sweeping at once never wait on (or deadlock over) each other's rows; a
   // skipped row is finished by its holder or swept next time
+  // the principals' shard rows the status trigger will update are locked before it runs, in (owner, shard) order, as
+  // every statement that locks several takes them (createBatch, finishBatch, the delete trigger): row by row, in the
+  // order the tasks happen to be updated, the sweep waited in a circle with a batch of finishes or creates
   expire: `WITH overdue AS (
-             SELECT task_id FROM closeout_tasks
+             SELECT task_id, owner, count_shard FROM closeout_tasks
              WHERE ${OPEN} AND expires_at IS NOT NULL AND expires_at <= $1
              LIMIT $2
              FOR UPDATE SKIP LOCKED
+           ), locked AS (
+             SELECT 1 FROM closeout_principal_tasks c JOIN overdue o ON o.owner = c.owner AND o.count_shard = c.shard
+             ORDER BY c.owner, c.shard
+             FOR UPDATE OF c
            ), expired AS (
              SELECT task_id, format('Task expired: its TTL of %s ms elapsed before it finished', t.ttl_ms) AS message
              FROM closeout_tasks t JOIN overdue USING (task_id)
+             WHERE (SELECT count(*) FROM locked) >= 0
            ), changed AS (
              UPDATE closeout_tasks t
              SET status = ${sqlStatus('failed')}, error = json_build_object('code', -32603, 'message', e.message)::text,
@@ -548,8 +566,11 @@ export class PostgresTaskStore implements TaskStore {
   /** Creates and finishes asked for in one turn of the event loop, each kind sent as one statement (`batches`). */
   private readonly creates = this.batches((batch: readonly PendingCreate[]) => this.createBatch(batch));
   private readonly finishes = this.batches((batch: readonly PendingFinish[]) => this.finishBatch(batch));
-  /** The batches sent and not yet answered: `close()` waits for them. */
-  private readonly batchesInFlight = new Set<Promise<unknown>>();
+  /**
+   * The creates and finishes asked for and not yet answered: `close()` waits for those made before it, their batch and
+   * whatever each does after it (the exact path, an idempotent replay's read, a finish run alone).
+   */
+  private readonly callsInFlight = new Set<Promise<unknown>>();
   /**
    * The database's clock, read at `atMonotonic` (performance.now()): `now()` runs on from it by this process's
    * monotonic clock, so neither another host's wall clock nor a step of this one's moves it.
@@ -641,24 +662,27 @@ export class PostgresTaskStore implements TaskStore {
     const open = task.maxOpenTasksForPrincipal ?? null;
     const stored = task.maxStoredTasksForPrincipal ?? null;
     const shard = Math.floor(Math.random() * COUNT_SHARDS);
-    return this.guard('create', async () => {
-      // most creates: one statement (with the other creates of this turn), on a shard drawn at random
-      const inserted = await this.creates.load({ task, shard, open, stored });
-      if (inserted) return { task: inserted, created: true };
-      // an idempotent replay returns its task, at the limits too
-      const replay = await this.byIdempotencyKey(task);
-      if (replay) return { task: replay, created: false };
-      if (open === null && stored === null) throw new Error(`task id collision on ${task.taskId}`);
-      // the exact path locks all of the principal's rows; a sweep changing many tasks at once (expire) may lock two
-      // of them in another order, and PostgreSQL then ends one side as a deadlock: the create tries again
-      for (let attempt = 1; ; attempt++) {
-        try {
-          return await this.createDealingQuotas(task, shard, open, stored);
-        } catch (error) {
-          if (attempt >= 3 || (error as { code?: unknown }).code !== DEADLOCK_DETECTED) throw error;
+    return this.inFlight(
+      this.guard('create', async () => {
+        // most creates: one statement (with the other creates of this turn), on a shard drawn at random
+        const parameters = [...insertParameters(task), shard, open, stored];
+        const inserted = await this.creates.load({ task, shard, open, stored, parameters });
+        if (inserted) return { task: inserted, created: true };
+        // an idempotent replay returns its task, at the limits too
+        const replay = await this.byIdempotencyKey(task);
+        if (replay) return { task: replay, created: false };
+        if (open === null && stored === null) throw new Error(`task id collision on ${task.taskId}`);
+        // the exact path locks all of the principal's rows; a sweep changing many tasks at once (expire) may lock two
+        // of them in another order, and PostgreSQL then ends one side as a deadlock: the create tries again
+        for (let attempt = 1; ; attempt++) {
+          try {
+            return await this.createDealingQuotas(task, shard, open, stored);
+          } catch (error) {
+            if (attempt >= 3 || (error as { code?: unknown }).code !== DEADLOCK_DETECTED) throw error;
+          }
         }
-      }
-    });
+      }),
+    );
   }
 
   /**
@@ -706,16 +730,27 @@ export class PostgresTaskStore implements TaskStore {
    * then run alone and fails alone, while any other failure (the database unreachable, a timeout) fails them all, as
    * it would have failed each alone.
    */
-  private batches<K, V>(run: (batch: readonly K[]) => Promise<Array<V | Error>>): DataLoader<K, V> {
+  private batches<K extends { parameters: unknown[] }, V>(
+    run: (batch: readonly K[]) => Promise<Array<V | Error>>,
+  ): DataLoader<K, V> {
     return new DataLoader<K, V>(
-      (batch) => {
-        const sent = run(batch);
-        this.batchesInFlight.add(sent);
-        void sent.finally(() => this.batchesInFlight.delete(sent)).catch(() => {});
-        return sent;
+      async (batch) => {
+        // calls whose values add up to more than MAX_BATCH_BYTES go out as several statements, one after the other
+        const answers: Array<V | Error> = [];
+        for (const part of partsOfBytes(batch)) {
+          answers.push(...(await run(part).catch((error: unknown) => part.map(() => asError(error)))));
+        }
+        return answers;
       },
       { cache: false, maxBatchSize: MAX_BATCH, batchScheduleFn: (send) => setImmediate(send) },
     );
+  }
+
+  /** `call`, counted in `callsInFlight` until it settles. */
+  private inFlight<T>(call: Promise<T>): Promise<T> {
+    this.callsInFlight.add(call);
+    void call.finally(() => this.callsInFlight.delete(call)).catch(() => {});
+    return call;
   }
 
   /** A batch of creates: each inserted task, or undefined where its shard or a unique index did not admit it. */
@@ -726,7 +761,7 @@ export class PostgresTaskStore implements TaskStore {
     const { firsts, repeats } = splitRepeats(batch, (c) => c.task.taskId);
     let rows: TaskRow[];
     try {
-      const records = firsts.map((c, n) => [...insertParameters(c.task), c.shard, c.open, c.stored, n]);
+      const records = firsts.map((c, n) => [...c.parameters, n]);
       rows = (
         await this.pool.query<TaskRow>(prepared('create_batch', SQL.createBatch, [asJson(records, CREATE_FIELDS)]))
       ).rows;
@@ -741,10 +776,8 @@ export class PostgresTaskStore implements TaskStore {
   }
 
   /** One create in one statement: its task, or undefined where its shard or a unique index did not admit it. */
-  private async createAlone({ task, shard, open, stored }: PendingCreate): Promise<StoredTask | undefined> {
-    const { rows } = await this.pool.query<TaskRow>(
-      prepared('create_in_shard', SQL.createInShard, [...insertParameters(task), shard, open, stored]),
-    );
+  private async createAlone({ parameters }: PendingCreate): Promise<StoredTask | undefined> {
+    const { rows } = await this.pool.query<TaskRow>(prepared('create_in_shard', SQL.createInShard, parameters));
     return rows[0]!.task_id === null ? undefined : toTask(rows[0]!);
   }
 
@@ -800,7 +833,9 @@ export class PostgresTaskStore implements TaskStore {
 
   async finish(lease: LeaseRef, outcome: TerminalOutcome, now: number): Promise<boolean> {
     // one statement, with the other finishes of this turn
-    return this.guard('finish', () => this.finishes.load({ lease, outcome, now }));
+    return this.inFlight(
+      this.guard('finish', () => this.finishes.load({ lease, parameters: finishParameters(lease, outcome, now) })),
+    );
   }
 
   /** A batch of finishes: whether each finished its task (false: the lease was lost, or the task had ended). */
@@ -809,22 +844,35 @@ export class PostgresTaskStore implements TaskStore {
     if (batch.length === 1) return [await alone(batch[0]!)];
     // one task twice in one batch: the later call runs after the statement, and finds the task ended
     const { firsts, repeats } = splitRepeats(batch, (f) => f.lease.taskId);
-    let rows: Array<{ task_id: string }>;
+    let rows: Array<{ task_id: string; finished: boolean }>;
     try {
-      const values = [asJson(firsts.map(finishParameters), FINISH_FIELDS), firsts.map((f) => f.lease.taskId)];
-      rows = (await this.pool.query<{ task_id: string }>(prepared('finish_batch', SQL.finishBatch, values))).rows;
+      const values = [
+        asJson(
+          firsts.map((f) => f.parameters),
+          FINISH_FIELDS,
+        ),
+        firsts.map((f) => f.lease.taskId),
+      ];
+      rows = (
+        await this.pool.query<{ task_id: string; finished: boolean }>(prepared('finish_batch', SQL.finishBatch, values))
+      ).rows;
     } catch (error) {
       if (!ranAloneAfter(error)) throw error;
       return Promise.all(batch.map(alone));
     }
-    const finished = new Set(rows.map((row) => row.task_id));
+    // a task the statement did not take (its row locked by another statement, or gone) is finished alone, waiting
+    // for that lock as \`finish\` does
+    const taken = new Map(rows.map((row) => [row.task_id, row.finished]));
     return Promise.all(
-      batch.map(async (finish, i) => (repeats.has(i) ? alone(finish) : finished.has(finish.lease.taskId))),
+      batch.map(async (finish, i) => {
+        const finished = repeats.has(i) ? undefined : taken.get(finish.lease.taskId);
+        return finished ?? alone(finish);
+      }),
     );
   }
 
   private async finishAlone(finish: PendingFinish): Promise<boolean> {
-    const { rowCount } = await this.pool.query(prepared('finish', SQL.finish, finishParameters(finish)));
+    const { rowCount } = await this.pool.query(prepared('finish', SQL.finish, finish.parameters));
     return rowCount === 1;
   }
 
@@ -1022,9 +1070,9 @@ export class PostgresTaskStore implements TaskStore {
     if (this.closed) return;
     this.closed = true;
     if (this.clockTimer) clearInterval(this.clockTimer);
-    // calls made before close() are sent (their batch goes out on the next turn) and answered before the pool ends
-    await new Promise((resolve) => setImmediate(resolve));
-    await Promise.allSettled([...this.batchesInFlight]);
+    // creates and finishes asked for before close() are sent (their batch goes out on the next turn) and answered
+    // before the pool ends
+    await Promise.allSettled([...this.callsInFlight]);
     await this.listener.close();
     await this.leasePool.end();
     if (this.ownsPool) await this.pool.end();
@@ -1109,29 +1157,58 @@ const DEADLOCK_DETECTED = '40P01';
 /** At most this many calls in one batch statement; more in one turn go out as several. */
 const MAX_BATCH = 256;
 
+/**
+ * At most about this many bytes of values in one batch statement. A statement carries each column as one array: 256
+ * results of 4 MiB (the default maxResultBytes) are past what one JavaScript string holds (512 MiB), and the whole
+ * batch would fail where each call alone succeeds. A call past it alone goes out alone.
+ */
+const MAX_BATCH_BYTES = 16 * 1024 * 1024;
+
 /** A create waiting for its batch: the task, the shard drawn for it, its principal's limits (null: none). */
 interface PendingCreate {
   task: NewTask;
   shard: number;
   open: number | null;
   stored: number | null;
+  /** $1 to $18 of `SQL.createInShard`, one row of `SQL.createBatch`. */
+  parameters: unknown[];
 }
 
 /** A finish waiting for its batch. */
 interface PendingFinish {
   lease: LeaseRef;
-  outcome: TerminalOutcome;
-  now: number;
+  /** $1 to $7 of `SQL.finish`, one row of `SQL.finishBatch`. */
+  parameters: unknown[];
+}
+
+/** A batch cut, in order, into parts whose string values add up to at most MAX_BATCH_BYTES each (UTF-16 units). */
+function partsOfBytes<K extends { parameters: unknown[] }>(batch: readonly K[]): K[][] {
+  const parts: K[][] = [];
+  let part: K[] = [];
+  let bytes = 0;
+  for (const call of batch) {
+    const size = call.parameters.reduce<number>((sum, v) => sum + (typeof v === 'string' ? v.length : 8), 0);
+    if (part.length > 0 && bytes + size > MAX_BATCH_BYTES) {
+      parts.push(part);
+      part = [];
+      bytes = 0;
+    }
+    part.push(call);
+    bytes += size;
+  }
+  if (part.length > 0) parts.push(part);
+  return parts;
 }
 
 /**
  * Whether a batch statement's failure is one to answer by running each call alone: PostgreSQL refused it for a
  * value one call carried (SQLSTATE class 22, a data exception: a NUL character in a text, say), a constraint (23),
- * or a conflict it broke by ending the statement (40: a deadlock, a serialization failure). It changed nothing.
+ * a limit one value is past (54: a principal too long for an index entry), or a conflict it broke by ending the
+ * statement (40: a deadlock, a serialization failure). It changed nothing.
  */
 function ranAloneAfter(error: unknown): boolean {
   if (!(error instanceof pg.DatabaseError) || typeof error.code !== 'string') return false;
-  return ['22', '23', '40'].includes(error.code.slice(0, 2));
+  return ['22', '23', '40', '54'].includes(error.code.slice(0, 2));
 }
 
 /** The calls of a batch whose key came first, and the indexes of those whose key an earlier call already had. */
@@ -1210,7 +1287,7 @@ function dealQuotas(counts: number[], limit: number | null, first: number): numb
 }
 
 /** $1 to $15 of `SQL.insert` and `SQL.createInShard`: the new task's columns ($16 is the shard). */
-function finishParameters({ lease, outcome, now }: PendingFinish): unknown[] {
+function finishParameters(lease: LeaseRef, outcome: TerminalOutcome, now: number): unknown[] {
   return [
     outcome.status,
     outcome.status === 'completed' ? JSON.stringify(outcome.result) : null,

@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -474,6 +474,38 @@ describe('PostgresTaskStore batches', () => {
     expect(rows.map((r) => r.task_id)).toEqual(good.map((t) => t.taskId).sort());
   });
 
+  it('fails only the create whose principal is too long for an index, and stores the others', async () => {
+    // a principal of 4,000 characters that do not compress is past what a btree entry holds: PostgreSQL refuses the
+    // row with SQLSTATE 54000 (program_limit_exceeded), for that value alone, as it did before creates were batched
+    const bad = newTask({ ...limits, principal: randomBytes(3000).toString('base64') });
+    const good = Array.from({ length: 3 }, () => newTask(limits));
+    const settled = await Promise.allSettled([bad, ...good].map((task) => store.create(task)));
+    expect(settled[0]!.status).toBe('rejected');
+    expect(String((settled[0] as PromiseRejectedResult).reason)).toMatch(/create failed: index row size/);
+    expect(settled.slice(1).map((s) => s.status)).toEqual(['fulfilled', 'fulfilled', 'fulfilled']);
+    const { rows } = await pool.query<{ task_id: string }>('SELECT task_id FROM closeout_tasks ORDER BY task_id');
+    expect(rows.map((r) => r.task_id)).toEqual(good.map((t) => t.taskId).sort());
+  });
+
+  it('stores the results of finishes made at once whose results add up to more than one statement can carry', async () => {
+    // 130 results of 4 MiB (the default maxResultBytes) in one turn: 520 MiB, past what one statement's array of them
+    // can be (a JavaScript string holds at most 512 MiB), while each alone is stored as it always was
+    const tasks = Array.from({ length: 130 }, () => newTask(limits));
+    for (let i = 0; i < tasks.length; i += 16) await Promise.all(tasks.slice(i, i + 16).map((t) => store.create(t)));
+    const text = 'x'.repeat(4 * 1024 * 1024 - 64);
+    const big = { status: 'completed' as const, result: { content: [{ type: 'text', text }] } };
+    const settled = await Promise.allSettled(
+      tasks.map((t) => store.finish({ taskId: t.taskId, fence: 1 }, big, T0 + 1)),
+    );
+    expect(
+      settled.map((s) => (s.status === 'fulfilled' ? s.value : String(s.reason))).filter((v) => v !== true),
+    ).toEqual([]);
+    const { rows } = await pool.query<{ n: string }>(
+      `SELECT COUNT(*) AS n FROM closeout_tasks WHERE status = 'completed' AND length(result) > 4000000`,
+    );
+    expect(Number(rows[0]!.n)).toBe(130);
+  }, 300_000);
+
   it('finishes a task once when two finishes of it share a batch, and not with a stale fence', async () => {
     const [a, b] = [newTask(limits), newTask(limits)];
     await Promise.all([store.create(a), store.create(b)]);
@@ -521,5 +553,240 @@ describe('PostgresTaskStore batches', () => {
     expect((await created).created).toBe(true);
     const { rows } = await pool.query<{ task_id: string }>('SELECT task_id FROM closeout_tasks');
     expect(rows).toEqual([{ task_id: task.taskId }]);
+  });
+});
+
+describe('PostgresTaskStore batches and the lease loop', () => {
+  // a batch of finishes locks several task rows in one statement, as the lease renewal does (one UPDATE over every
+  // lease of the instance, on its own connection): the two must never wait for each other in a circle, or PostgreSQL
+  // ends one of them, and a renewal that fails reads as an unreachable store (docs/DESIGN.md, "Rules learned in the
+  // field", 3 and 8)
+  let database: Awaited<ReturnType<StartedPostgres['createDatabase']>>;
+  let pool: pg.Pool;
+  let store: PostgresTaskStore;
+  const holders: pg.Client[] = [];
+
+  beforeEach(async () => {
+    database = await postgres.createDatabase();
+    // the lease connection looks for a deadlock after 200 ms, the finishes' connections only after 60 s: when the two
+    // wait for each other, PostgreSQL ends the renewal (each side may be the one it ends; this makes it certain)
+    const admin = new pg.Client({ connectionString: database.connectionString });
+    await admin.connect();
+    await admin.query(`ALTER DATABASE "${database.name}" SET deadlock_timeout = '200ms'`);
+    await admin.end();
+    pool = new pg.Pool({ connectionString: database.connectionString, max: 8 });
+    pool.on('error', () => {});
+    pool.on('connect', (client) => void client.query(`SET deadlock_timeout = '60s'`).catch(() => {}));
+    store = await PostgresTaskStore.open(pool, { listen: false });
+  });
+
+  afterEach(async () => {
+    for (const holder of holders.splice(0)) await holder.end().catch(() => {});
+    await store.close();
+    await pool.end();
+    await database.drop();
+  });
+
+  /** A connection of its own that holds one task's row lock until `release()`. */
+  async function holdRow(taskId: string): Promise<{ pid: number; release: () => Promise<void> }> {
+    const holder = new pg.Client({ connectionString: database.connectionString });
+    holders.push(holder);
+    await holder.connect();
+    const pid = (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+    await holder.query('BEGIN');
+    await holder.query('SELECT 1 FROM closeout_tasks WHERE task_id = $1 FOR UPDATE', [taskId]);
+    return { pid, release: async () => void (await holder.query('COMMIT')) };
+  }
+
+  /** A connection of its own that holds one shard row of a principal's counts until `release()`. */
+  async function holdShard(owner: string, shard: number): Promise<{ pid: number; release: () => Promise<void> }> {
+    const holder = new pg.Client({ connectionString: database.connectionString });
+    holders.push(holder);
+    await holder.connect();
+    const pid = (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+    await holder.query('BEGIN');
+    await holder.query('SELECT 1 FROM closeout_principal_tasks WHERE owner = $1 AND shard = $2 FOR UPDATE', [
+      owner,
+      shard,
+    ]);
+    return { pid, release: async () => void (await holder.query('COMMIT')) };
+  }
+
+  /** The backends that wait for a lock, and who they wait for; `lease`: the store's lease connection. */
+  async function waiting(): Promise<Array<{ pid: number; lease: boolean; blockers: number[] }>> {
+    const { rows } = await pool.query<{ pid: number; application_name: string; blockers: number[] }>(
+      `SELECT pid, application_name, pg_blocking_pids(pid) AS blockers FROM pg_stat_activity
+       WHERE datname = current_database() AND wait_event_type = 'Lock'`,
+    );
+    return rows.map((r) => ({ pid: r.pid, lease: r.application_name === 'closeout leases', blockers: r.blockers }));
+  }
+
+  async function until(what: string, condition: () => Promise<boolean>): Promise<void> {
+    const deadline = Date.now() + 20_000;
+    while (!(await condition())) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  }
+
+  it('renews the leases while a batch finishes two of their tasks, the two reaching the rows in opposite orders', async () => {
+    // task ids in this order: a statement over both by primary key meets a first
+    const [a, b] = [newTask({ taskId: `task-a-${randomUUID()}` }), newTask({ taskId: `task-b-${randomUUID()}` })];
+    await Promise.all([store.create(a), store.create(b)]);
+    // with other instances' tasks around (and statistics that say so), both statements go by primary key: the
+    // renewal in the order of its leases, the finishes by task id
+    await pool.query(`INSERT INTO closeout_tasks (task_id, owner, tool_name, arguments, status, created_at,
+        last_updated_at, poll_interval_ms, resumable, lease_owner, lease_expires_at)
+      SELECT 'other-' || g, 'bob', 'echo', '{}', 'working', 1, 1, 500, true, 'instance-b', 1
+      FROM generate_series(1, 5000) g`);
+    await pool.query('ANALYZE closeout_tasks');
+    const heldA = await holdRow(a.taskId);
+    const heldB = await holdRow(b.taskId);
+    // the renewal takes b first (its order), then waits for a; the finishes come after it
+    const renewal = store.renewLeases(
+      'instance-a',
+      [b, a].map((t) => ({ taskId: t.taskId, fence: 1 })),
+      T0 + 60_000,
+    );
+    const renewed = renewal.then(
+      (leases) => ({ leases }),
+      (error: unknown) => ({ error }),
+    );
+    await until('the renewal to wait for b', async () =>
+      (await waiting()).some((w) => w.lease && w.blockers.includes(heldB.pid)),
+    );
+    const completed = { status: 'completed' as const, result: { content: [] } };
+    const finishes = Promise.allSettled(
+      [a, b].map((t) => store.finish({ taskId: t.taskId, fence: 1 }, completed, T0 + 1)),
+    );
+    await until('a finish to wait', async () => (await waiting()).some((w) => !w.lease));
+    await heldB.release();
+    await until('the renewal to hold b and wait for a', async () =>
+      (await waiting()).some((w) => w.lease && w.blockers.length > 0 && !w.blockers.includes(heldB.pid)),
+    );
+    // before the fix, the batch took a and waited for b, the renewal holding b waited for a: PostgreSQL ended the
+    // renewal ("deadlock detected")
+    await heldA.release();
+
+    const outcome = await renewed;
+    expect('error' in outcome ? String(outcome.error) : 'renewed').toBe('renewed');
+    // a finished before the renewal reached it; b was renewed, then finished
+    expect('leases' in outcome && outcome.leases.map((l) => l.taskId)).toEqual([b.taskId]);
+    expect((await finishes).map((f) => (f.status === 'fulfilled' ? f.value : String(f.reason)))).toEqual([true, true]);
+    for (const t of [a, b]) expect((await store.get(t.taskId))?.status).toBe('completed');
+  });
+
+  it('expires overdue tasks while a batch finishes others of the same principal, the two reaching the counts in opposite orders', async () => {
+    // the principal's counts in shards 1, 2 and 3: the batch finishes a task of each, locking their shard rows in
+    // order; the expiry sweep (another instance's: its deadlock check comes after 200 ms) ends a task of shard 3 and
+    // one of shard 1
+    const row = (taskId: string, shard: number, expiresAt: number | null) =>
+      pool.query(
+        `INSERT INTO closeout_tasks (task_id, owner, tool_name, arguments, status, created_at, last_updated_at,
+           ttl_ms, expires_at, poll_interval_ms, resumable, lease_owner, lease_expires_at, count_shard)
+         VALUES ($1, 'carol', 'echo', '{}', 'working', 1, 1, $2::bigint - 1, $2, 500, true, 'instance-a', $3, $4)`,
+        [taskId, expiresAt, T0 + 60_000, shard],
+      );
+    const finishing = [1, 2, 3].map((shard) => `finish-${shard}-${randomUUID()}`);
+    for (const [i, taskId] of finishing.entries()) await row(taskId, i + 1, null);
+    const [expiring3, expiring1] = [`expire-3-${randomUUID()}`, `expire-1-${randomUUID()}`];
+    await row(expiring3, 3, T0);
+    await row(expiring1, 1, T0);
+    const sweeper = await PostgresTaskStore.open(database.connectionString, { listen: false });
+    try {
+      // the batch takes shard 1, then waits for shard 2
+      const held = await holdShard('carol', 2);
+      const completed = { status: 'completed' as const, result: { content: [] } };
+      const finishes = Promise.allSettled(
+        finishing.map((taskId) => store.finish({ taskId, fence: 1 }, completed, T0 + 1)),
+      );
+      let batchPid = 0;
+      await until('the batch to wait for shard 2', async () => {
+        batchPid = (await waiting()).find((w) => w.blockers.includes(held.pid))?.pid ?? 0;
+        return batchPid !== 0;
+      });
+      // the sweep waits for the batch: before the fix, holding shard 3 (its first task's) and waiting for shard 1
+      const expired = sweeper.expireOverdue(T0 + 1, 100).then(
+        (ids) => ({ ids }),
+        (error: unknown) => ({ error }),
+      );
+      await until('the sweep to wait for the batch', async () =>
+        (await waiting()).some((w) => w.blockers.includes(batchPid)),
+      );
+      // the batch goes on to shard 3
+      await held.release();
+
+      const outcome = await expired;
+      expect('error' in outcome ? String(outcome.error) : 'expired').toBe('expired');
+      expect('ids' in outcome && [...outcome.ids].sort()).toEqual([expiring1, expiring3].sort());
+      expect((await finishes).map((f) => (f.status === 'fulfilled' ? f.value : String(f.reason)))).toEqual([
+        true,
+        true,
+        true,
+      ]);
+      const { rows } = await pool.query<{ open: string; stored: string }>(
+        `SELECT SUM(open_tasks) AS open, SUM(stored_tasks) AS stored FROM closeout_principal_tasks WHERE owner = 'carol'`,
+      );
+      expect(rows[0]).toEqual({ open: '0', stored: '5' });
+    } finally {
+      await sweeper.close();
+    }
+  });
+});
+
+describe('PostgresTaskStore batches and signals', () => {
+  let database: Awaited<ReturnType<StartedPostgres['createDatabase']>>;
+  const stores: PostgresTaskStore[] = [];
+
+  beforeEach(async () => {
+    database = await postgres.createDatabase();
+  });
+
+  afterEach(async () => {
+    for (const store of stores.splice(0)) await store.close();
+    await database.drop();
+  });
+
+  it('answers the creates made just before close() that take the exact path or find their replay, on its own pool', async () => {
+    const store = await PostgresTaskStore.open(database.connectionString, { listen: false });
+    stores.push(store);
+    const first = newTask({ idempotencyKey: 'k' });
+    await store.create(first);
+    // a principal's first create finds its shard without a quota: it goes on to the exact path after its batch
+    const limited = store.create(newTask({ principal: 'carol', maxOpenTasksForPrincipal: 10 }));
+    // the same key again: refused by the unique index in its batch, it then reads the task created first
+    const replay = store.create(newTask({ idempotencyKey: 'k' }));
+    await store.close();
+    const settled = await Promise.allSettled([limited, replay]);
+    expect(settled.map((s) => (s.status === 'fulfilled' ? s.value.created : String(s.reason)))).toEqual([true, false]);
+    expect(settled[1]!.status === 'fulfilled' && settled[1].value.task.taskId).toBe(first.taskId);
+  });
+
+  it('signals status once for each task a batch of finishes ended, and not for one it did not', async () => {
+    const store = await PostgresTaskStore.open(database.connectionString, { listen: false });
+    stores.push(store);
+    const watcher = await PostgresTaskStore.open(database.connectionString);
+    stores.push(watcher);
+    const signals: TaskSignal[] = [];
+    watcher.subscribe((signal) => signals.push(signal));
+    await watcher.listening();
+    const tasks = Array.from({ length: 6 }, () => newTask());
+    await Promise.all(tasks.map((task) => store.create(task)));
+    const completed = { status: 'completed' as const, result: { content: [] } };
+    // the last one with a fence it does not hold
+    const finished = await Promise.all(
+      tasks.map((t, i) => store.finish({ taskId: t.taskId, fence: i === 5 ? 2 : 1 }, completed, T0 + 1)),
+    );
+    expect(finished).toEqual([true, true, true, true, true, false]);
+    const deadline = Date.now() + 20_000;
+    while (signals.length < 5 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+    // a moment more for a signal that should not come
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(signals.map((s) => `${s.kind}:${s.taskId}`).sort()).toEqual(
+      tasks
+        .slice(0, 5)
+        .map((t) => `status:${t.taskId}`)
+        .sort(),
+    );
   });
 });
