@@ -337,20 +337,25 @@ const SQL = {
   // wait for each other in opposite orders. The task rows are then taken SKIP LOCKED: a statement holding several
   // must not wait for one, or it waits in a circle with another that holds several (the lease renewal, one UPDATE
   // over the instance's leases in an order of its own; expire). Returns a row per task taken, and whether it finished;
-  // the caller runs the finish of a task not taken alone, as \`finish\`
+  // the caller runs the finish of a task not taken alone, as \`finish\`. Prepared once per connection, its plan may be
+  // made on an empty table: each task is looked up by its id (LATERAL, one primary key probe per id), so no plan can
+  // scan the table
   finishBatch: `WITH batch AS (
                   SELECT * FROM json_to_recordset($1::json) AS b (new_status text, new_result text, new_error text,
                     new_message text, finished_at bigint, id text, held_fence int)
                 ), locked AS (
-                  SELECT 1 FROM closeout_principal_tasks c
-                  JOIN closeout_tasks t ON t.owner = c.owner AND t.count_shard = c.shard
-                  WHERE t.task_id = ANY ($2::text[])
+                  SELECT 1 FROM unnest($2::text[]) AS ids (id)
+                  CROSS JOIN LATERAL (SELECT owner, count_shard FROM closeout_tasks WHERE task_id = ids.id OFFSET 0) t
+                  JOIN closeout_principal_tasks c ON c.owner = t.owner AND c.shard = t.count_shard
                   ORDER BY c.owner, c.shard
                   FOR UPDATE OF c
                 ), taken AS (
-                  SELECT task_id FROM closeout_tasks
-                  WHERE task_id = ANY ($2::text[]) AND (SELECT count(*) FROM locked) >= 0
-                  FOR UPDATE SKIP LOCKED
+                  SELECT t.task_id FROM unnest($2::text[]) AS ids (id)
+                  CROSS JOIN LATERAL (
+                    SELECT task_id FROM closeout_tasks
+                    WHERE task_id = ids.id AND (SELECT count(*) FROM locked) >= 0
+                    FOR UPDATE SKIP LOCKED
+                  ) t
                 ), changed AS (
                   UPDATE closeout_tasks t SET status = new_status, result = new_result, error = new_error,
                     status_message = COALESCE(new_message, status_message), last_updated_at = finished_at,

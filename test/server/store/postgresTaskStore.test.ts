@@ -546,6 +546,49 @@ describe('PostgresTaskStore batches', () => {
     }
   });
 
+  it('finishes batches through the primary key when their statement was prepared while the table was empty', async () => {
+    // a statement prepared once per connection keeps the plan it got when PostgreSQL had no statistics; a plan that
+    // scanned the tasks table then scans all of it for every batch once the table has grown (until an ANALYZE)
+    await pool.query('ALTER TABLE closeout_tasks SET (autovacuum_enabled = false)');
+    const one = new pg.Pool({ connectionString: database.connectionString, max: 1 });
+    one.on('error', () => {});
+    const single = await PostgresTaskStore.open(one, { listen: false });
+    const rounds = async (n: number) => {
+      for (let i = 0; i < n; i++) {
+        const batch = Array.from({ length: 4 }, () => newTask(limits));
+        await Promise.all(batch.map((task) => single.create(task)));
+        await Promise.all(batch.map((t) => single.finish({ taskId: t.taskId, fence: 1 }, completed, T0 + 1)));
+      }
+    };
+    try {
+      await rounds(10);
+      await pool.query(
+        `INSERT INTO closeout_tasks (task_id, owner, tool_name, arguments, status, created_at, last_updated_at, ttl_ms,
+           expires_at, poll_interval_ms, resumable, result)
+         SELECT 'filler-' || g, 'filler', 'job', '{}', 'completed', 1, 1, NULL, NULL, 1000, false, '{}'
+         FROM generate_series(1, 20000) g`,
+      );
+      await rounds(10);
+    } finally {
+      await single.close();
+      await one.end();
+    }
+    // a backend's counters reach pg_stat_user_tables when it ends (the pools above have ended): wait for the index
+    // scans of the twenty rounds to show, which come with its table scans
+    const counters = async () =>
+      (
+        await pool.query<{ seq: string; idx: string }>(
+          `SELECT seq_tup_read AS seq, idx_scan AS idx FROM pg_stat_user_tables WHERE relname = 'closeout_tasks'`,
+        )
+      ).rows[0]!;
+    await vi.waitFor(async () => expect(Number((await counters()).idx)).toBeGreaterThanOrEqual(160), {
+      timeout: 10_000,
+    });
+    // ten batches, each scanning the 20,000 rows, would have read 200,000 or more
+    const read = async () => Number((await counters()).seq);
+    expect(await read()).toBeLessThan(20_000);
+  });
+
   it('sends and answers the calls made just before close()', async () => {
     const task = newTask(limits);
     const created = store.create(task);
