@@ -5,7 +5,10 @@
  * that process's start: when `resumeAll()` returned, and when the server had seen a tasks/get for every one of the N
  * tasks. Each round kills the resuming process and resumes again from the same ledger.
  *
- *   node dist/bench/bench/clientResume.js [--smoke] [--tasks 10000] [--rounds 3]
+ * `--profile DIR` also writes the inspector's CPU profile of each resuming process, from just after its start until every
+ * task was re-queried (one `.cpuprofile` per round).
+ *
+ *   node dist/bench/bench/clientResume.js [--smoke] [--tasks 10000] [--rounds 3] [--profile DIR]
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -23,6 +26,7 @@ const { values: flags } = parseArgs({
     smoke: { type: 'boolean', default: false },
     tasks: { type: 'string' },
     rounds: { type: 'string' },
+    profile: { type: 'string' },
   },
 });
 const taskCount = positive(flags.tasks, flags.smoke ? 50 : 10_000);
@@ -86,6 +90,7 @@ try {
     const resumer = startFollowClient({ ...base, mode: 'resume', offsetsMs: [] });
     try {
       const resumed = resumer.next('resumed');
+      if (flags.profile !== undefined) await resumer.profile('start');
       let lastFirstGet = 0;
       let firstGet = Number.POSITIVE_INFINITY;
       for (;;) {
@@ -103,6 +108,7 @@ try {
         await sleep(10);
       }
       const { sinceStartMs, resumed: count } = await resumed;
+      if (flags.profile !== undefined) await resumer.profile('stop', join(flags.profile, `resume-${round}.cpuprofile`));
       if (count !== taskCount) throw new Error(`resumeAll() took up ${count} of ${taskCount} records`);
       figures.push({
         resumeAllMs: sinceStartMs,

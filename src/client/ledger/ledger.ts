@@ -292,8 +292,8 @@ export interface Ledger {
   claimAll(recordIds: readonly string[], holder: string, leaseExpiresAt: number, now: number): Promise<string[]>;
   /** Whether `holder` holds the lease on the record and it is still tracked (the cheap check before a poll). */
   isTrackedBy(recordId: string, holder: string): Promise<boolean>;
-  /** Extend every lease `holder` holds on open records. */
-  renewLeases(holder: string, leaseExpiresAt: number): Promise<number>;
+  /** Extend every lease `holder` holds on open records to `leaseExpiresAt`. */
+  renewLeases(holder: string, leaseExpiresAt: number): Promise<void>;
   release(recordId: string, holder: string): Promise<void>;
   /** Free every lease `holder` holds (its process is known to be dead); resolves with how many. */
   releaseAllOf(holder: string): Promise<number>;

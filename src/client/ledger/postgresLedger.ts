@@ -734,12 +734,9 @@ export class PostgresLedger implements Ledger {
     return this.guard('isTrackedBy', async () => (await this.query(SQL.trackedBy, [recordId, holder])).rowCount === 1);
   }
 
-  async renewLeases(holder: string, leaseExpiresAt: number): Promise<number> {
+  async renewLeases(holder: string, leaseExpiresAt: number): Promise<void> {
     // one statement on the lease connection: neither the pending schedule notes nor the other calls go first
-    return this.guard(
-      'renewLeases',
-      async () => (await this.leasePool.query(SQL.renewLeases, [holder, leaseExpiresAt])).rowCount ?? 0,
-    );
+    await this.guard('renewLeases', () => this.leasePool.query(SQL.renewLeases, [holder, leaseExpiresAt]));
   }
 
   async release(recordId: string, holder: string): Promise<void> {

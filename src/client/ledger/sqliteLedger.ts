@@ -40,7 +40,7 @@ import {
 } from './records.js';
 
 /** SQLite hands integer columns over as numbers. */
-type SubmissionRow = Row<number>;
+type SubmissionRow = Row<number> & { lease_until?: number | null };
 
 /**
  * Versioned migrations: entry i brings `user_version` from i to i + 1. Never edit a shipped entry; append. Its status
@@ -137,7 +137,29 @@ const MIGRATIONS: readonly Migration[] = [
   // 3 -> 4: the call's W3C trace context (and baggage), JSON: a process that resumes the record joins its trace
   // (README.md, "Observability")
   `ALTER TABLE submissions ADD COLUMN trace_context TEXT;`,
+  // 4 -> 5: a holder renews its leases by writing its own row, not every record it holds (LEASE_UNTIL)
+  `CREATE TABLE lease_holders (
+     holder     TEXT PRIMARY KEY,
+     expires_at INTEGER NOT NULL -- local epoch ms: the end of the holder's last renewal
+   ) WITHOUT ROWID;`,
 ];
+
+/**
+ * When a record's lease runs out: at the end of its holder's last renewal (`lease_holders`) or of the record's own claim,
+ * whichever is later, while the record is open; NULL when nobody holds it. So a renewal writes one row, however many
+ * records the holder follows (docs/DESIGN.md, "Rules learned in the field", 8): rewriting each held record wrote every
+ * whole row to the WAL, about 7 MB every `leaseMs / 3` for 10,000 open tasks.
+ */
+const LEASE_UNTIL = `CASE WHEN submissions.local_state IN ('submitting','tracking')
+  THEN MAX(submissions.lease_expires_at, COALESCE(
+    (SELECT expires_at FROM lease_holders WHERE holder = submissions.lease_owner), submissions.lease_expires_at))
+  ELSE submissions.lease_expires_at END`;
+
+/** A record's row with the end of its lease as LEASE_UNTIL says, which is what a TaskRecord's `leaseExpiresAt` is. */
+const RECORD_COLUMNS = `*, ${LEASE_UNTIL} AS lease_until`;
+
+/** Holder rows this long past their end are deleted: by then every record they covered has run out on its own. */
+const FORGET_HOLDERS_AFTER_MS = 24 * 3_600_000;
 
 /**
  * Rebuild `submissions` from its own stored definition with `superseded_by` deferred, whatever columns later steps
@@ -214,13 +236,14 @@ export class SqliteLedger implements Ledger {
         `UPDATE submissions SET superseded_by = ?, updated_at = ?
          WHERE record_id = ? AND superseded_by IS NULL AND local_state IN ('terminal','expired','unknown-outcome')`,
       ),
-      get: db.prepare(`SELECT * FROM submissions WHERE record_id = ?`),
-      byTaskId: db.prepare(`SELECT * FROM submissions WHERE endpoint = ? AND task_id = ?`),
+      get: db.prepare(`SELECT ${RECORD_COLUMNS} FROM submissions WHERE record_id = ?`),
+      localState: db.prepare(`SELECT local_state FROM submissions WHERE record_id = ?`).pluck(),
+      byTaskId: db.prepare(`SELECT ${RECORD_COLUMNS} FROM submissions WHERE endpoint = ? AND task_id = ?`),
       byIdempotencyKey: db.prepare(
-        `SELECT * FROM submissions WHERE endpoint = ? AND idempotency_key = ? AND superseded_by IS NULL`,
+        `SELECT ${RECORD_COLUMNS} FROM submissions WHERE endpoint = ? AND idempotency_key = ? AND superseded_by IS NULL`,
       ),
       list: db.prepare(
-        `SELECT * FROM submissions
+        `SELECT ${RECORD_COLUMNS} FROM submissions
          WHERE (@endpoint IS NULL OR endpoint = @endpoint)
            AND (@states IS NULL OR local_state IN (SELECT value FROM json_each(@states)))
            AND (@toolName IS NULL OR tool_name = @toolName)
@@ -228,7 +251,7 @@ export class SqliteLedger implements Ledger {
            AND (@idempotencyKey IS NULL OR idempotency_key = @idempotencyKey)
            AND (@since IS NULL OR submitted_at >= @since)
            AND (@claimableAt IS NULL OR (local_state IN ('tracking','detached')
-                AND (lease_owner IS NULL OR lease_expires_at < @claimableAt)))
+                AND (lease_owner IS NULL OR ${LEASE_UNTIL} < @claimableAt)))
          ORDER BY submitted_at, record_id
          LIMIT @limit`,
       ),
@@ -304,8 +327,8 @@ export class SqliteLedger implements Ledger {
       secret: db.prepare(`SELECT secret FROM ledger_secret WHERE id = 1`),
       insertSecret: db.prepare(`INSERT OR IGNORE INTO ledger_secret (id, secret) VALUES (1, ?)`),
       abandonedSubmissions: db.prepare(
-        `SELECT * FROM submissions
-         WHERE endpoint = ? AND local_state = 'submitting' AND (lease_expires_at IS NULL OR lease_expires_at < ?)`,
+        `SELECT ${RECORD_COLUMNS} FROM submissions
+         WHERE endpoint = ? AND local_state = 'submitting' AND (lease_expires_at IS NULL OR ${LEASE_UNTIL} < ?)`,
       ),
       settleAbandoned: db.prepare(
         `UPDATE submissions SET local_state = 'unknown-outcome', terminal_reason = @reason, terminal_at = @at,
@@ -326,12 +349,14 @@ export class SqliteLedger implements Ledger {
         `UPDATE submissions SET lease_owner = @holder, lease_expires_at = @leaseExpiresAt,
            local_state = CASE local_state WHEN 'detached' THEN 'tracking' ELSE local_state END
          WHERE record_id = @recordId AND local_state IN ('tracking','detached')
-           AND (lease_owner IS NULL OR lease_owner = @holder OR lease_expires_at < @now)`,
+           AND (lease_owner IS NULL OR lease_owner = @holder OR ${LEASE_UNTIL} < @now)`,
       ),
-      renewLeases: db.prepare(
-        `UPDATE submissions SET lease_expires_at = ?
-         WHERE lease_owner = ? AND local_state IN ('submitting','tracking')`,
+      renewHolder: db.prepare(
+        `INSERT INTO lease_holders (holder, expires_at) VALUES (?, ?)
+         ON CONFLICT (holder) DO UPDATE SET expires_at = excluded.expires_at`,
       ),
+      forgetHolders: db.prepare(`DELETE FROM lease_holders WHERE expires_at < ?`),
+      forgetHolder: db.prepare(`DELETE FROM lease_holders WHERE holder = ?`),
       release: db.prepare(
         `UPDATE submissions SET lease_owner = NULL, lease_expires_at = NULL WHERE record_id = ? AND lease_owner = ?`,
       ),
@@ -576,8 +601,11 @@ export class SqliteLedger implements Ledger {
     return this.stmt.trackedBy.get(recordId, holder) !== undefined;
   }
 
-  async renewLeases(holder: string, leaseExpiresAt: number): Promise<number> {
-    return this.write(() => this.stmt.renewLeases.run(leaseExpiresAt, holder).changes);
+  async renewLeases(holder: string, leaseExpiresAt: number): Promise<void> {
+    this.write(() => {
+      this.stmt.renewHolder.run(holder, leaseExpiresAt);
+      this.stmt.forgetHolders.run(leaseExpiresAt - FORGET_HOLDERS_AFTER_MS);
+    });
   }
 
   async release(recordId: string, holder: string): Promise<void> {
@@ -585,7 +613,10 @@ export class SqliteLedger implements Ledger {
   }
 
   async releaseAllOf(holder: string): Promise<number> {
-    return this.write(() => this.stmt.releaseAllOf.run(holder).changes);
+    return this.write(() => {
+      this.stmt.forgetHolder.run(holder);
+      return this.stmt.releaseAllOf.run(holder).changes;
+    });
   }
 
   async recordInputAsked(
@@ -756,11 +787,11 @@ export class SqliteLedger implements Ledger {
   }
 
   private claimOne(recordId: string, holder: string, leaseExpiresAt: number, now: number): boolean {
-    const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
-    if (!before || this.stmt.claim.run({ recordId, holder, leaseExpiresAt, now }).changes !== 1) return false;
-    if (before.local_state === 'detached') {
-      this.appendLocalChange(before, 'tracking', now, 'attached');
-    }
+    // the whole row only when the claim attaches a detached record (its history line); a resume claims thousands
+    const localState = this.stmt.localState.get(recordId) as LocalState | undefined;
+    const before = localState === 'detached' ? (this.stmt.get.get(recordId) as SubmissionRow) : undefined;
+    if (!localState || this.stmt.claim.run({ recordId, holder, leaseExpiresAt, now }).changes !== 1) return false;
+    if (before) this.appendLocalChange(before, 'tracking', now, 'attached');
     return true;
   }
 
@@ -834,6 +865,8 @@ export class SqliteLedger implements Ledger {
     row: SubmissionRow,
     inputs: InputAnswer[] = (this.stmt.inputs.all(row.record_id) as InputRow[]).map(toInputAnswer),
   ): TaskRecord {
+    // the lease runs out when its holder's renewals say, not at the record's own claim (LEASE_UNTIL)
+    if (row.lease_until !== undefined) row.lease_expires_at = row.lease_until;
     const record = toRecord(row, inputs);
     // what this object noted but has not committed yet, as the write will apply it
     applyNote(record, this.pendingNotes.get(row.record_id));

@@ -250,8 +250,10 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       const other = await openSecond();
       expect(await other.claim('l', 'p2', T0 + 60_000, T0 + 1_000)).toBe(false);
       expect(await other.recordObservation('l', 'p2', task({ status: 'failed' }), T0 + 1_000)).toBe(false);
-      expect(await other.renewLeases('p2', T0 + 99_999)).toBe(0);
-      expect(await ledger.renewLeases('p1', T0 + 40_000)).toBe(1);
+      await other.renewLeases('p2', T0 + 99_999);
+      expect((await ledger.get('l'))?.leaseHolder).toBe('p1');
+      await ledger.renewLeases('p1', T0 + 40_000);
+      expect((await ledger.get('l'))?.leaseExpiresAt).toBe(T0 + 40_000);
       expect(await other.claim('l', 'p2', T0 + 60_000, T0 + 39_999)).toBe(false);
       // p1 stopped renewing: its lease runs out and p2 takes over
       expect(await other.claim('l', 'p2', T0 + 100_000, T0 + 40_001)).toBe(true);
@@ -271,7 +273,7 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       expect(await ledger.closeOut('fence', 'p1', { localState: 'expired', reason: 'late' }, T0 + 40_002)).toBe(false);
       expect(await ledger.detach('fence', 'p1', T0 + 40_002)).toBe(false);
       expect(await ledger.isTrackedBy('fence', 'p1')).toBe(false);
-      expect(await ledger.renewLeases('p1', T0 + 200_000)).toBe(0);
+      await ledger.renewLeases('p1', T0 + 200_000);
       ledger.noteSchedule('fence', 'p1', { polledAt: T0 + 40_003, nextPollAt: T0 + 41_000 });
       await ledger.release('fence', 'p1');
       expect(await other.get('fence')).toMatchObject({

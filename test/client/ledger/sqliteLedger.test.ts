@@ -89,3 +89,79 @@ describe('SqliteLedger file', () => {
     ledger = new SqliteLedger(join(dir, 'other.db'));
   });
 });
+
+describe('SqliteLedger leases', () => {
+  // docs/DESIGN.md, "Rules learned in the field", 8: what a renewal costs must not grow with the leases held. A renewal
+  // that rewrote every record it held wrote each whole row (arguments, result and all) to the WAL: about 7 MB every
+  // leaseMs / 3 for 10,000 open tasks (bench/RESULTS.md, the resume of 10,000 records).
+  it('renews every lease of a holder by writing the same few pages whether it holds 10 records or 2,000', async () => {
+    const walBytesOfRenewal = async (held: number) => {
+      const file = join(dir, `held-${held}.db`);
+      const holding = new SqliteLedger(file);
+      try {
+        for (let i = 0; i < held; i++) {
+          const recordId = `held-${i}`;
+          await holding.recordIntent(submission({ recordId, arguments: { city: 'Oslo', padding: 'x'.repeat(400) } }));
+          await holding.commitTask(recordId, 'p1', observed(`task-${i}`), T0);
+        }
+        const raw = new Database(file);
+        try {
+          raw.pragma('wal_checkpoint(TRUNCATE)');
+          await holding.renewLeases('p1', T0 + 60_000);
+          expect((await holding.get('held-0'))?.leaseExpiresAt).toBe(T0 + 60_000);
+          return statSync(`${file}-wal`).size;
+        } finally {
+          raw.close();
+        }
+      } finally {
+        await holding.dispose();
+      }
+    };
+    const few = await walBytesOfRenewal(10);
+    const many = await walBytesOfRenewal(2_000);
+    // before: 10 records 8 KB, 2,000 records over 1 MB
+    expect(many, `WAL bytes of one renewal: ${few} holding 10, ${many} holding 2,000`).toBeLessThanOrEqual(few);
+  });
+
+  it('keeps a record its holder renews out of every other process’s reach, however old its own lease', async () => {
+    await ledger.recordIntent(submission({ recordId: 'old', leaseExpiresAt: T0 + 1_000 }));
+    await ledger.commitTask('old', 'p1', observed('task-old'), T0, T0 + 1_000);
+    const other = new SqliteLedger(path);
+    try {
+      await ledger.renewLeases('p1', T0 + 50_000);
+      expect(await ledger.get('old')).toMatchObject({ leaseHolder: 'p1', leaseExpiresAt: T0 + 50_000 });
+      expect(await other.list({ claimableAt: T0 + 49_999 })).toEqual([]);
+      expect(await other.claim('old', 'p2', T0 + 90_000, T0 + 49_999)).toBe(false);
+      // the holder stops renewing: at its last renewal's end the record is free for the taking
+      expect((await other.list({ claimableAt: T0 + 50_001 })).map((record) => record.recordId)).toEqual(['old']);
+      expect(await other.claim('old', 'p2', T0 + 90_000, T0 + 50_001)).toBe(true);
+      // a renewal of the holder that lost it changes nothing of the record now
+      await ledger.renewLeases('p1', T0 + 200_000);
+      expect(await other.get('old')).toMatchObject({ leaseHolder: 'p2', leaseExpiresAt: T0 + 90_000 });
+    } finally {
+      await other.dispose();
+    }
+  });
+
+  it('takes an abandoned submission for dead only once its holder stopped renewing', async () => {
+    await ledger.recordIntent(submission({ recordId: 'sending', leaseExpiresAt: T0 + 1_000 }));
+    await ledger.renewLeases('p1', T0 + 50_000);
+    const endpoint = 'http://127.0.0.1:1/mcp';
+    expect(await ledger.settleAbandonedSubmissions(endpoint, T0 + 49_999, 'found on resume')).toEqual([]);
+    expect(
+      (await ledger.settleAbandonedSubmissions(endpoint, T0 + 50_001, 'found on resume')).map((r) => r.recordId),
+    ).toEqual(['sending']);
+  });
+});
+
+function observed(taskId: string) {
+  return {
+    taskId,
+    status: 'working' as const,
+    statusMessage: undefined,
+    createdAt: new Date(T0).toISOString(),
+    lastUpdatedAt: new Date(T0).toISOString(),
+    ttlMs: 3_600_000,
+    pollIntervalMs: 1_000,
+  };
+}
