@@ -19,7 +19,7 @@
  */
 import { randomBytes } from 'node:crypto';
 
-import pg from 'pg';
+import type pg from 'pg';
 
 import { inTransaction, isTransientPgError } from '../../postgresTransaction.js';
 import type { InputRequest, InputResponse, TaskStatus } from '../../protocol/index.js';
@@ -418,7 +418,7 @@ export class PostgresLedger implements Ledger {
   private clockSample: { databaseMs: number; atMonotonic: number; roundTripMs: number } | undefined;
   private clockTimer: NodeJS.Timeout | undefined;
 
-  private constructor(connectionString: string, options: PostgresLedgerOptions) {
+  private constructor(driver: typeof pg, connectionString: string, options: PostgresLedgerOptions) {
     this.location = redactConnectionString(connectionString);
     this.passwords = passwordsOf(connectionString);
     this.deferMs = options.deferMs ?? 1000;
@@ -436,9 +436,9 @@ export class PostgresLedger implements Ledger {
       query_timeout: statementTimeoutMs + 1000,
       keepAlive: true,
     };
-    this.pool = new pg.Pool({ ...config, max: maxConnections, application_name: 'closeout ledger' });
+    this.pool = new driver.Pool({ ...config, max: maxConnections, application_name: 'closeout ledger' });
     this.gate = new ConnectionGate(maxConnections);
-    this.leasePool = new pg.Pool({ ...config, max: 1, application_name: 'closeout ledger leases' });
+    this.leasePool = new driver.Pool({ ...config, max: 1, application_name: 'closeout ledger leases' });
     for (const pool of [this.pool, this.leasePool]) {
       // an idle connection that drops is removed by the pool; without a handler its error would crash the process
       pool.on('error', (error) => this.onError(this.wrap('idle connection lost', error)));
@@ -456,7 +456,9 @@ export class PostgresLedger implements Ledger {
         `PostgreSQL ledger: not a postgres:// connection string: ${redactConnectionString(connectionString)}`,
       );
     }
-    const ledger = new PostgresLedger(connectionString, options);
+    // the driver is loaded here, not on import: a process on a SQLite ledger never pays for loading it
+    const { default: driver } = await import('pg');
+    const ledger = new PostgresLedger(driver, connectionString, options);
     try {
       await ledger.migrate();
       await ledger.syncClock();
