@@ -148,11 +148,6 @@ const MIGRATIONS: readonly string[] = [
   // 1 -> 2: the call's W3C trace context (and baggage), JSON text: a worker that resumes the record joins its trace
   // (README.md, "Observability")
   `ALTER TABLE closeout_ledger_submissions ADD COLUMN trace_context TEXT;`,
-  // 2 -> 3: a worker renews its leases by writing its own row, not every record it holds (LEASE_UNTIL)
-  `CREATE TABLE closeout_ledger_lease_holders (
-     holder     TEXT PRIMARY KEY,
-     expires_at BIGINT NOT NULL -- the ledger's clock (Ledger.now): the end of the holder's last renewal
-   );`,
 ];
 
 /** The ledger schema version this build writes. */
@@ -164,21 +159,8 @@ const OPEN_TO_DRIVE = `local_state IN ('submitting','tracking')`;
 const FOLLOWABLE = `local_state IN ('tracking','detached')`;
 const CLOSED = `local_state IN ('terminal','expired','unknown-outcome')`;
 
-/**
- * When the lease of the record `s` runs out: at the end of its holder's last renewal (`closeout_ledger_lease_holders`)
- * or of the record's own claim, whichever is later, while the record is open; NULL when nobody holds it. So a renewal
- * writes one row, however many records the worker follows (docs/DESIGN.md, "Rules learned in the field", 8): updating
- * every held record made a new version of each row, every `leaseMs / 3`.
- */
-const LEASE_UNTIL = `CASE WHEN s.lease_expires_at IS NULL OR NOT s.${OPEN_TO_DRIVE} THEN s.lease_expires_at
-  ELSE GREATEST(s.lease_expires_at,
-    (SELECT h.expires_at FROM closeout_ledger_lease_holders h WHERE h.holder = s.lease_owner)) END`;
-
-/** Holder rows this long past their end are deleted: by then every record they covered has run out on its own. */
-const FORGET_HOLDERS_AFTER_MS = 24 * 3_600_000;
-
 /** A submission with its inputs, read in one statement so both come from one snapshot. */
-const WITH_INPUTS = `s.*, ${LEASE_UNTIL} AS lease_until, (
+const WITH_INPUTS = `s.*, (
   SELECT json_agg(json_build_object('key', i.key, 'request', i.request, 'asked_at', i.asked_at,
            'response', i.response, 'answered_at', i.answered_at, 'sent_at', i.sent_at) ORDER BY i.seq)
   FROM closeout_ledger_input_answers i WHERE i.record_id = s.record_id
@@ -219,7 +201,7 @@ const SQL = {
            AND ($5::text IS NULL OR s.idempotency_key = $5)
            AND ($6::bigint IS NULL OR s.submitted_at >= $6)
            AND ($8::bigint IS NULL OR (s.${FOLLOWABLE}
-                AND (s.lease_owner IS NULL OR ${LEASE_UNTIL} < $8)))
+                AND (s.lease_owner IS NULL OR s.lease_expires_at < $8)))
          ORDER BY s.submitted_at, s.record_id COLLATE "C"
          LIMIT $7`,
 
@@ -265,9 +247,9 @@ const SQL = {
              lease_owner = $2, lease_expires_at = $3, updated_at = $4
            WHERE record_id = $1 AND local_state = 'expired' AND task_id IS NOT NULL`,
   // SKIP LOCKED: two workers settling at once split the rows instead of waiting on each other
-  abandonedSubmissions: `SELECT s.*, ${LEASE_UNTIL} AS lease_until FROM closeout_ledger_submissions s
-                         WHERE s.endpoint_identity = $1 AND s.local_state = 'submitting'
-                           AND (s.lease_expires_at IS NULL OR ${LEASE_UNTIL} < $2)
+  abandonedSubmissions: `SELECT * FROM closeout_ledger_submissions
+                         WHERE endpoint_identity = $1 AND local_state = 'submitting'
+                           AND (lease_expires_at IS NULL OR lease_expires_at < $2)
                          ORDER BY submitted_at
                          FOR UPDATE SKIP LOCKED`,
   settleAbandoned: `UPDATE closeout_ledger_submissions SET local_state = 'unknown-outcome', terminal_reason = $2,
@@ -283,9 +265,9 @@ const SQL = {
   // leases: free when nobody holds one, it is ours, or its holder stopped renewing it. One claim waits for a row
   // another transaction holds; claimAll skips it (SKIP LOCKED), so workers resuming together split the records
   claim: `WITH taken AS (
-            SELECT s.record_id, s.local_state AS previous_state FROM closeout_ledger_submissions s
-            WHERE s.record_id = ANY ($1::text[]) AND s.${FOLLOWABLE}
-              AND (s.lease_owner IS NULL OR s.lease_owner = $2 OR ${LEASE_UNTIL} < $4)
+            SELECT record_id, local_state AS previous_state FROM closeout_ledger_submissions
+            WHERE record_id = ANY ($1::text[]) AND ${FOLLOWABLE}
+              AND (lease_owner IS NULL OR lease_owner = $2 OR lease_expires_at < $4)
             FOR UPDATE SKIP LOCKED
           )
           UPDATE closeout_ledger_submissions s SET lease_owner = $2, lease_expires_at = $3,
@@ -296,20 +278,15 @@ const SQL = {
   claimOne: `UPDATE closeout_ledger_submissions s SET lease_owner = $2, lease_expires_at = $3, local_state = 'tracking'
              FROM (SELECT local_state AS previous_state FROM closeout_ledger_submissions WHERE record_id = $1) t
              WHERE s.record_id = $1 AND s.${FOLLOWABLE}
-               AND (s.lease_owner IS NULL OR s.lease_owner = $2 OR ${LEASE_UNTIL} < $4)
+               AND (s.lease_owner IS NULL OR s.lease_owner = $2 OR s.lease_expires_at < $4)
              RETURNING s.record_id, t.previous_state, s.task_id, s.status, s.status_message`,
   trackedBy: `SELECT 1 FROM closeout_ledger_submissions
               WHERE record_id = $1 AND lease_owner = $2 AND local_state = 'tracking'`,
-  renewLeases: `WITH forgotten AS (
-                  DELETE FROM closeout_ledger_lease_holders
-                  WHERE expires_at < $2::bigint - ${FORGET_HOLDERS_AFTER_MS} AND holder <> $1
-                )
-                INSERT INTO closeout_ledger_lease_holders (holder, expires_at) VALUES ($1, $2)
-                ON CONFLICT (holder) DO UPDATE SET expires_at = EXCLUDED.expires_at`,
+  renewLeases: `UPDATE closeout_ledger_submissions SET lease_expires_at = $2
+                WHERE lease_owner = $1 AND ${OPEN_TO_DRIVE}`,
   release: `UPDATE closeout_ledger_submissions SET lease_owner = NULL, lease_expires_at = NULL
             WHERE record_id = $1 AND lease_owner = $2`,
-  releaseAllOf: `WITH forgotten AS (DELETE FROM closeout_ledger_lease_holders WHERE holder = $1)
-                 UPDATE closeout_ledger_submissions SET lease_owner = NULL, lease_expires_at = NULL
+  releaseAllOf: `UPDATE closeout_ledger_submissions SET lease_owner = NULL, lease_expires_at = NULL
                  WHERE lease_owner = $1`,
 
   // history
@@ -345,8 +322,6 @@ const SQL = {
 interface SubmissionRow extends Row<string> {
   /** Present where the statement reads WITH_INPUTS; json_build_object turns BIGINT into a JSON number. */
   inputs?: InputRow[] | null;
-  /** Present where the statement reads LEASE_UNTIL: when the lease runs out, which `leaseExpiresAt` says. */
-  lease_until?: string | null;
 }
 
 interface ClaimedRow {
@@ -1048,7 +1023,6 @@ export class PostgresLedger implements Ledger {
   }
 
   private toRecord(row: SubmissionRow): TaskRecord {
-    if (row.lease_until !== undefined) row.lease_expires_at = row.lease_until;
     const record = toRecord(row, (row.inputs ?? []).map(toInputAnswer));
     // what this object noted but has not committed yet, as the write will apply it (the older notes first)
     applyNote(record, this.writingNotes.get(record.recordId));
