@@ -145,14 +145,17 @@ const MIGRATIONS: readonly Migration[] = [
 ];
 
 /**
- * When a record's lease runs out: at the end of its holder's last renewal (`lease_holders`) or of the record's own claim,
- * whichever is later, while the record is open; NULL when nobody holds it. So a renewal writes one row, however many
- * records the holder follows (docs/DESIGN.md, "Rules learned in the field", 8): rewriting each held record wrote every
- * whole row to the WAL, about 7 MB every `leaseMs / 3` for 10,000 open tasks.
+ * When a record's lease runs out, while the record is open: at the end its holder last set (`lease_holders`), or, when
+ * the holder has no row (a file written by schema 4, a row forgotten), at the record's own; NULL when nobody holds it.
+ * So a renewal writes one row, however many records the holder follows (docs/DESIGN.md, "Rules learned in the
+ * field", 8): rewriting each held record wrote every whole row to the WAL, about 7 MB every `leaseMs / 3` for 10,000
+ * open tasks. Every statement that gives a holder a lease also sets its row (`setHolder`), so the holder's latest
+ * word is its lease's end, as when each record was rewritten: a renewal after the host's clock stepped back ends the
+ * leases claimed on the clock ahead (the later of the two would keep them for as long as the step).
  */
 const LEASE_UNTIL = `CASE WHEN submissions.local_state IN ('submitting','tracking')
-  THEN MAX(submissions.lease_expires_at, COALESCE(
-    (SELECT expires_at FROM lease_holders WHERE holder = submissions.lease_owner), submissions.lease_expires_at))
+  THEN COALESCE((SELECT expires_at FROM lease_holders WHERE holder = submissions.lease_owner),
+    submissions.lease_expires_at)
   ELSE submissions.lease_expires_at END`;
 
 /** A record's row with the end of its lease as LEASE_UNTIL says, which is what a TaskRecord's `leaseExpiresAt` is. */
@@ -351,7 +354,8 @@ export class SqliteLedger implements Ledger {
          WHERE record_id = @recordId AND local_state IN ('tracking','detached')
            AND (lease_owner IS NULL OR lease_owner = @holder OR ${LEASE_UNTIL} < @now)`,
       ),
-      renewHolder: db.prepare(
+      // the holder's latest word on when its leases end (LEASE_UNTIL): a renewal, or a lease just given to it
+      setHolder: db.prepare(
         `INSERT INTO lease_holders (holder, expires_at) VALUES (?, ?)
          ON CONFLICT (holder) DO UPDATE SET expires_at = excluded.expires_at`,
       ),
@@ -450,6 +454,7 @@ export class SqliteLedger implements Ledger {
       leaseExpiresAt: submission.leaseExpiresAt,
       traceContext: submission.traceContext ? JSON.stringify(submission.traceContext) : null,
     });
+    this.stmt.setHolder.run(submission.leaseHolder, submission.leaseExpiresAt);
     this.appendHistory({
       recordId: submission.recordId,
       localState: 'submitting',
@@ -486,6 +491,7 @@ export class SqliteLedger implements Ledger {
         leaseExpiresAt: leaseExpiresAt ?? null,
       });
       if (localState === undefined) return false;
+      if (leaseExpiresAt !== undefined) this.stmt.setHolder.run(holder, leaseExpiresAt);
       const note = commitNote({ localState: before.local_state, terminalReason: before.terminal_reason });
       this.appendObserved(recordId, task, localState, at, note);
       return true;
@@ -551,6 +557,7 @@ export class SqliteLedger implements Ledger {
     return this.write((): boolean => {
       const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
       if (!before || this.stmt.reopen.run({ recordId, holder, leaseExpiresAt, at }).changes !== 1) return false;
+      this.stmt.setHolder.run(holder, leaseExpiresAt);
       this.appendLocalChange(before, 'tracking', at, note);
       return true;
     });
@@ -603,7 +610,7 @@ export class SqliteLedger implements Ledger {
 
   async renewLeases(holder: string, leaseExpiresAt: number): Promise<void> {
     this.write(() => {
-      this.stmt.renewHolder.run(holder, leaseExpiresAt);
+      this.stmt.setHolder.run(holder, leaseExpiresAt);
       this.stmt.forgetHolders.run(leaseExpiresAt - FORGET_HOLDERS_AFTER_MS);
     });
   }
@@ -791,6 +798,7 @@ export class SqliteLedger implements Ledger {
     const localState = this.stmt.localState.get(recordId) as LocalState | undefined;
     const before = localState === 'detached' ? (this.stmt.get.get(recordId) as SubmissionRow) : undefined;
     if (!localState || this.stmt.claim.run({ recordId, holder, leaseExpiresAt, now }).changes !== 1) return false;
+    this.stmt.setHolder.run(holder, leaseExpiresAt);
     if (before) this.appendLocalChange(before, 'tracking', now, 'attached');
     return true;
   }

@@ -143,6 +143,35 @@ describe('SqliteLedger leases', () => {
     }
   });
 
+  // The host's wall clock stepped back an hour (an NTP correction) while p1 held records it had claimed on the clock
+  // ahead: a renewal sets p1's leases to its end, as it did when it rewrote each record (Ledger.renewLeases), so once
+  // p1 is killed its records are taken over a lease later, not an hour later.
+  it('lets a renewal after the clock stepped back end the leases its holder claimed on the clock ahead', async () => {
+    const ahead = T0 + 3_600_000;
+    await ledger.recordIntent(submission({ recordId: 'sent', submittedAt: ahead, leaseExpiresAt: ahead + 30_000 }));
+    await ledger.commitTask('sent', 'p1', observed('task-sent'), ahead, ahead + 30_000);
+    await ledger.recordIntent(submission({ recordId: 'resumed', submittedAt: ahead, leaseExpiresAt: ahead + 30_000 }));
+    await ledger.commitTask('resumed', 'p1', observed('task-resumed'), ahead, ahead + 30_000);
+    await ledger.detach('resumed', 'p1', ahead);
+    expect(await ledger.claim('resumed', 'p1', ahead + 30_000, ahead)).toBe(true);
+    const other = new SqliteLedger(path);
+    try {
+      // the clock is back at T0; p1 renews once, then is killed
+      await ledger.renewLeases('p1', T0 + 30_000);
+      for (const recordId of ['sent', 'resumed']) {
+        expect(await other.get(recordId)).toMatchObject({ leaseHolder: 'p1', leaseExpiresAt: T0 + 30_000 });
+      }
+      expect(await other.list({ claimableAt: T0 + 29_999 })).toEqual([]);
+      expect((await other.list({ claimableAt: T0 + 30_001 })).map((record) => record.recordId).sort()).toEqual([
+        'resumed',
+        'sent',
+      ]);
+      expect(await other.claimAll(['sent', 'resumed'], 'p2', T0 + 90_000, T0 + 30_001)).toEqual(['sent', 'resumed']);
+    } finally {
+      await other.dispose();
+    }
+  });
+
   it('takes an abandoned submission for dead only once its holder stopped renewing', async () => {
     await ledger.recordIntent(submission({ recordId: 'sending', leaseExpiresAt: T0 + 1_000 }));
     await ledger.renewLeases('p1', T0 + 50_000);
