@@ -142,6 +142,15 @@ const MIGRATIONS: readonly Migration[] = [
      holder     TEXT PRIMARY KEY,
      expires_at INTEGER NOT NULL -- local epoch ms: the end of the holder's last renewal
    ) WITHOUT ROWID;`,
+  // 5 -> 6: a process of a build before schema 5 that still has the file open claims on the record's own lease, which
+  // a holder of this build no longer rewrites when it renews: its claim of a tracked record whose holder's row has not
+  // run out on this host's clock (Ledger.now) is skipped, as this build's own claim (LEASE_UNTIL < now) skips it.
+  // Only a claim moves a tracked record to another holder and keeps it tracked.
+  `CREATE TRIGGER submissions_live_holder BEFORE UPDATE OF lease_owner ON submissions
+     WHEN OLD.local_state = 'tracking' AND NEW.local_state = 'tracking'
+       AND OLD.lease_owner IS NOT NULL AND NEW.lease_owner IS NOT NULL AND NEW.lease_owner <> OLD.lease_owner
+       AND (SELECT expires_at FROM lease_holders WHERE holder = OLD.lease_owner) >= unixepoch('subsec') * 1000
+     BEGIN SELECT RAISE(IGNORE); END;`,
 ];
 
 /**

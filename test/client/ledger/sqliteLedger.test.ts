@@ -183,6 +183,48 @@ describe('SqliteLedger leases', () => {
   });
 });
 
+// A process of a build before ledger schema 5, still running when a newer build migrated the file, claims as it always
+// did: on the record's own lease, which a holder of this build no longer rewrites when it renews. Its claim statement,
+// as that build (7f9f229) prepared it, must not take a record whose holder renews (RELIABILITY.md, "Liveness of a
+// lease holder"): run through another connection to the file, as that process would.
+describe('SqliteLedger leases and a process of the build before schema 5', () => {
+  const OLD_CLAIM = `UPDATE submissions SET lease_owner = @holder, lease_expires_at = @leaseExpiresAt,
+       local_state = CASE local_state WHEN 'detached' THEN 'tracking' ELSE local_state END
+     WHERE record_id = @recordId AND local_state IN ('tracking','detached')
+       AND (lease_owner IS NULL OR lease_owner = @holder OR lease_expires_at < @now)`;
+
+  it('cannot take a record its holder renews, and takes it once the holder stopped renewing', async () => {
+    // claimed two minutes ago, renewed since: the record's own lease ran out a minute ago
+    const claimedAt = Date.now() - 120_000;
+    await ledger.recordIntent(
+      submission({ recordId: 'held', submittedAt: claimedAt, leaseHolder: 'new', leaseExpiresAt: claimedAt + 60_000 }),
+    );
+    await ledger.commitTask('held', 'new', observed('task-held'), claimedAt, claimedAt + 60_000);
+    await ledger.renewLeases('new', Date.now() + 60_000);
+    const old = new Database(path);
+    try {
+      const claim = old.prepare(OLD_CLAIM);
+      const oldClaim = () => {
+        const now = Date.now();
+        return claim.run({ recordId: 'held', holder: 'old', leaseExpiresAt: now + 60_000, now }).changes;
+      };
+      expect(oldClaim()).toBe(0);
+      expect(await ledger.get('held')).toMatchObject({ leaseHolder: 'new', localState: 'tracking' });
+      expect(await ledger.isTrackedBy('held', 'new')).toBe(true);
+      // the holder renews a last time, for 200 ms, and stops: then the old process takes the record over
+      await ledger.renewLeases('new', Date.now() + 200);
+      const deadline = Date.now() + 10_000;
+      while (Date.now() < deadline && (await ledger.get('held'))!.leaseExpiresAt! >= Date.now()) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      expect(oldClaim()).toBe(1);
+      expect((await ledger.get('held'))?.leaseHolder).toBe('old');
+    } finally {
+      old.close();
+    }
+  });
+});
+
 function observed(taskId: string) {
   return {
     taskId,
