@@ -606,11 +606,20 @@ export class SqliteLedger implements Ledger {
   }
 
   async claim(recordId: string, holder: string, leaseExpiresAt: number, now: number): Promise<boolean> {
-    return this.write(() => this.claimOne(recordId, holder, leaseExpiresAt, now));
+    return this.write(() => {
+      if (!this.claimOne(recordId, holder, leaseExpiresAt, now)) return false;
+      this.stmt.setHolder.run(holder, leaseExpiresAt);
+      return true;
+    });
   }
 
   async claimAll(recordIds: readonly string[], holder: string, leaseExpiresAt: number, now: number): Promise<string[]> {
-    return this.write(() => recordIds.filter((recordId) => this.claimOne(recordId, holder, leaseExpiresAt, now)));
+    return this.write(() => {
+      const claimed = recordIds.filter((recordId) => this.claimOne(recordId, holder, leaseExpiresAt, now));
+      // one write of the holder's row for all of them
+      if (claimed.length > 0) this.stmt.setHolder.run(holder, leaseExpiresAt);
+      return claimed;
+    });
   }
 
   async isTrackedBy(recordId: string, holder: string): Promise<boolean> {
@@ -802,12 +811,12 @@ export class SqliteLedger implements Ledger {
     this.noteTimer = undefined;
   }
 
+  /** Claim one record; the caller sets the holder's row (LEASE_UNTIL) when any claim succeeded. */
   private claimOne(recordId: string, holder: string, leaseExpiresAt: number, now: number): boolean {
     // the whole row only when the claim attaches a detached record (its history line); a resume claims thousands
     const localState = this.stmt.localState.get(recordId) as LocalState | undefined;
     const before = localState === 'detached' ? (this.stmt.get.get(recordId) as SubmissionRow) : undefined;
     if (!localState || this.stmt.claim.run({ recordId, holder, leaseExpiresAt, now }).changes !== 1) return false;
-    this.stmt.setHolder.run(holder, leaseExpiresAt);
     if (before) this.appendLocalChange(before, 'tracking', now, 'attached');
     return true;
   }

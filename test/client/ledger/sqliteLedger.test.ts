@@ -172,6 +172,27 @@ describe('SqliteLedger leases', () => {
     }
   });
 
+  it('gives a record its claim’s lease even when its holder’s last renewal ended before', async () => {
+    for (const recordId of ['one', 'many']) {
+      await ledger.recordIntent(submission({ recordId, leaseHolder: 'p0' }));
+      await ledger.commitTask(recordId, 'p0', observed(`task-${recordId}`), T0, T0 + 30_000);
+      await ledger.detach(recordId, 'p0', T0);
+    }
+    // p1's and p3's renewals stopped long ago (the ledger was locked past them, say); they claim now, at T0 + 50 s
+    await ledger.renewLeases('p1', T0 + 1_000);
+    await ledger.renewLeases('p3', T0 + 1_000);
+    expect(await ledger.claim('one', 'p1', T0 + 80_000, T0 + 50_000)).toBe(true);
+    expect(await ledger.claimAll(['many'], 'p3', T0 + 80_000, T0 + 50_000)).toEqual(['many']);
+    const other = new SqliteLedger(path);
+    try {
+      expect(await other.claimAll(['one', 'many'], 'p2', T0 + 90_000, T0 + 50_001)).toEqual([]);
+      expect(await other.get('one')).toMatchObject({ leaseHolder: 'p1', leaseExpiresAt: T0 + 80_000 });
+      expect(await other.get('many')).toMatchObject({ leaseHolder: 'p3', leaseExpiresAt: T0 + 80_000 });
+    } finally {
+      await other.dispose();
+    }
+  });
+
   it('takes an abandoned submission for dead only once its holder stopped renewing', async () => {
     await ledger.recordIntent(submission({ recordId: 'sending', leaseExpiresAt: T0 + 1_000 }));
     await ledger.renewLeases('p1', T0 + 50_000);
