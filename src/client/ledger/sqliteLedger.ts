@@ -142,17 +142,29 @@ const MIGRATIONS: readonly Migration[] = [
      holder     TEXT PRIMARY KEY,
      expires_at INTEGER NOT NULL -- local epoch ms: the end of the holder's last renewal
    ) WITHOUT ROWID;`,
+  // 5 -> 6: a process of a build before schema 5 that still has the file open claims on the record's own lease, which
+  // a holder of this build no longer rewrites when it renews: its claim of a tracked record whose holder's row has not
+  // run out on this host's clock (Ledger.now) is skipped, as this build's own claim (LEASE_UNTIL < now) skips it.
+  // Only a claim moves a tracked record to another holder and keeps it tracked.
+  `CREATE TRIGGER submissions_live_holder BEFORE UPDATE OF lease_owner ON submissions
+     WHEN OLD.local_state = 'tracking' AND NEW.local_state = 'tracking'
+       AND OLD.lease_owner IS NOT NULL AND NEW.lease_owner IS NOT NULL AND NEW.lease_owner <> OLD.lease_owner
+       AND (SELECT expires_at FROM lease_holders WHERE holder = OLD.lease_owner) >= unixepoch('subsec') * 1000
+     BEGIN SELECT RAISE(IGNORE); END;`,
 ];
 
 /**
- * When a record's lease runs out: at the end of its holder's last renewal (`lease_holders`) or of the record's own claim,
- * whichever is later, while the record is open; NULL when nobody holds it. So a renewal writes one row, however many
- * records the holder follows (docs/DESIGN.md, "Rules learned in the field", 8): rewriting each held record wrote every
- * whole row to the WAL, about 7 MB every `leaseMs / 3` for 10,000 open tasks.
+ * When a record's lease runs out, while the record is open: at the end its holder last set (`lease_holders`), or, when
+ * the holder has no row (a file written by schema 4, a row forgotten), at the record's own; NULL when nobody holds it.
+ * So a renewal writes one row, however many records the holder follows (docs/DESIGN.md, "Rules learned in the
+ * field", 8): rewriting each held record wrote every whole row to the WAL, about 7 MB every `leaseMs / 3` for 10,000
+ * open tasks. Every statement that gives a holder a lease also sets its row (`setHolder`), so the holder's latest
+ * word is its lease's end, as when each record was rewritten: a renewal after the host's clock stepped back ends the
+ * leases claimed on the clock ahead (the later of the two would keep them for as long as the step).
  */
 const LEASE_UNTIL = `CASE WHEN submissions.local_state IN ('submitting','tracking')
-  THEN MAX(submissions.lease_expires_at, COALESCE(
-    (SELECT expires_at FROM lease_holders WHERE holder = submissions.lease_owner), submissions.lease_expires_at))
+  THEN COALESCE((SELECT expires_at FROM lease_holders WHERE holder = submissions.lease_owner),
+    submissions.lease_expires_at)
   ELSE submissions.lease_expires_at END`;
 
 /** A record's row with the end of its lease as LEASE_UNTIL says, which is what a TaskRecord's `leaseExpiresAt` is. */
@@ -351,7 +363,8 @@ export class SqliteLedger implements Ledger {
          WHERE record_id = @recordId AND local_state IN ('tracking','detached')
            AND (lease_owner IS NULL OR lease_owner = @holder OR ${LEASE_UNTIL} < @now)`,
       ),
-      renewHolder: db.prepare(
+      // the holder's latest word on when its leases end (LEASE_UNTIL): a renewal, or a lease just given to it
+      setHolder: db.prepare(
         `INSERT INTO lease_holders (holder, expires_at) VALUES (?, ?)
          ON CONFLICT (holder) DO UPDATE SET expires_at = excluded.expires_at`,
       ),
@@ -450,6 +463,7 @@ export class SqliteLedger implements Ledger {
       leaseExpiresAt: submission.leaseExpiresAt,
       traceContext: submission.traceContext ? JSON.stringify(submission.traceContext) : null,
     });
+    this.stmt.setHolder.run(submission.leaseHolder, submission.leaseExpiresAt);
     this.appendHistory({
       recordId: submission.recordId,
       localState: 'submitting',
@@ -486,6 +500,7 @@ export class SqliteLedger implements Ledger {
         leaseExpiresAt: leaseExpiresAt ?? null,
       });
       if (localState === undefined) return false;
+      if (leaseExpiresAt !== undefined) this.stmt.setHolder.run(holder, leaseExpiresAt);
       const note = commitNote({ localState: before.local_state, terminalReason: before.terminal_reason });
       this.appendObserved(recordId, task, localState, at, note);
       return true;
@@ -551,6 +566,7 @@ export class SqliteLedger implements Ledger {
     return this.write((): boolean => {
       const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
       if (!before || this.stmt.reopen.run({ recordId, holder, leaseExpiresAt, at }).changes !== 1) return false;
+      this.stmt.setHolder.run(holder, leaseExpiresAt);
       this.appendLocalChange(before, 'tracking', at, note);
       return true;
     });
@@ -590,11 +606,20 @@ export class SqliteLedger implements Ledger {
   }
 
   async claim(recordId: string, holder: string, leaseExpiresAt: number, now: number): Promise<boolean> {
-    return this.write(() => this.claimOne(recordId, holder, leaseExpiresAt, now));
+    return this.write(() => {
+      if (!this.claimOne(recordId, holder, leaseExpiresAt, now)) return false;
+      this.stmt.setHolder.run(holder, leaseExpiresAt);
+      return true;
+    });
   }
 
   async claimAll(recordIds: readonly string[], holder: string, leaseExpiresAt: number, now: number): Promise<string[]> {
-    return this.write(() => recordIds.filter((recordId) => this.claimOne(recordId, holder, leaseExpiresAt, now)));
+    return this.write(() => {
+      const claimed = recordIds.filter((recordId) => this.claimOne(recordId, holder, leaseExpiresAt, now));
+      // one write of the holder's row for all of them
+      if (claimed.length > 0) this.stmt.setHolder.run(holder, leaseExpiresAt);
+      return claimed;
+    });
   }
 
   async isTrackedBy(recordId: string, holder: string): Promise<boolean> {
@@ -603,7 +628,7 @@ export class SqliteLedger implements Ledger {
 
   async renewLeases(holder: string, leaseExpiresAt: number): Promise<void> {
     this.write(() => {
-      this.stmt.renewHolder.run(holder, leaseExpiresAt);
+      this.stmt.setHolder.run(holder, leaseExpiresAt);
       this.stmt.forgetHolders.run(leaseExpiresAt - FORGET_HOLDERS_AFTER_MS);
     });
   }
@@ -786,6 +811,7 @@ export class SqliteLedger implements Ledger {
     this.noteTimer = undefined;
   }
 
+  /** Claim one record; the caller sets the holder's row (LEASE_UNTIL) when any claim succeeded. */
   private claimOne(recordId: string, holder: string, leaseExpiresAt: number, now: number): boolean {
     // the whole row only when the claim attaches a detached record (its history line); a resume claims thousands
     const localState = this.stmt.localState.get(recordId) as LocalState | undefined;

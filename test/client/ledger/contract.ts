@@ -360,7 +360,8 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       await ledger.recordIntent(submission({ recordId: 'sent' }));
       await ledger.markSent('sent', 'p1', T0 + 1);
       await ledger.recordIntent(submission({ recordId: 'unsent' }));
-      await ledger.recordIntent(submission({ recordId: 'live', leaseExpiresAt: T0 + 999_999 }));
+      // another process's, sending now (a holder's leases end together, at its latest renewal or claim)
+      await ledger.recordIntent(submission({ recordId: 'live', leaseHolder: 'p2', leaseExpiresAt: T0 + 999_999 }));
       const settled = await ledger.settleAbandonedSubmissions(ENDPOINT, T0 + 60_000, 'found on resume');
       expect(settled.map((record) => record.recordId).sort()).toEqual(['sent', 'unsent']);
       expect(await ledger.get('sent')).toMatchObject({

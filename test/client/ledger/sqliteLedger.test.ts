@@ -144,6 +144,56 @@ describe('SqliteLedger leases', () => {
     }
   });
 
+  // The host's wall clock stepped back an hour (an NTP correction) while p1 held records it had claimed on the clock
+  // ahead: a renewal sets p1's leases to its end, as it did when it rewrote each record (Ledger.renewLeases), so once
+  // p1 is killed its records are taken over a lease later, not an hour later.
+  it('lets a renewal after the clock stepped back end the leases its holder claimed on the clock ahead', async () => {
+    const ahead = T0 + 3_600_000;
+    await ledger.recordIntent(submission({ recordId: 'sent', submittedAt: ahead, leaseExpiresAt: ahead + 30_000 }));
+    await ledger.commitTask('sent', 'p1', observed('task-sent'), ahead, ahead + 30_000);
+    await ledger.recordIntent(submission({ recordId: 'resumed', submittedAt: ahead, leaseExpiresAt: ahead + 30_000 }));
+    await ledger.commitTask('resumed', 'p1', observed('task-resumed'), ahead, ahead + 30_000);
+    await ledger.detach('resumed', 'p1', ahead);
+    expect(await ledger.claim('resumed', 'p1', ahead + 30_000, ahead)).toBe(true);
+    const other = new SqliteLedger(path);
+    try {
+      // the clock is back at T0; p1 renews once, then is killed
+      await ledger.renewLeases('p1', T0 + 30_000);
+      for (const recordId of ['sent', 'resumed']) {
+        expect(await other.get(recordId)).toMatchObject({ leaseHolder: 'p1', leaseExpiresAt: T0 + 30_000 });
+      }
+      expect(await other.list({ claimableAt: T0 + 29_999 })).toEqual([]);
+      expect((await other.list({ claimableAt: T0 + 30_001 })).map((record) => record.recordId).sort()).toEqual([
+        'resumed',
+        'sent',
+      ]);
+      expect(await other.claimAll(['sent', 'resumed'], 'p2', T0 + 90_000, T0 + 30_001)).toEqual(['sent', 'resumed']);
+    } finally {
+      await other.dispose();
+    }
+  });
+
+  it('gives a record its claim’s lease even when its holder’s last renewal ended before', async () => {
+    for (const recordId of ['one', 'many']) {
+      await ledger.recordIntent(submission({ recordId, leaseHolder: 'p0' }));
+      await ledger.commitTask(recordId, 'p0', observed(`task-${recordId}`), T0, T0 + 30_000);
+      await ledger.detach(recordId, 'p0', T0);
+    }
+    // p1's and p3's renewals stopped long ago (the ledger was locked past them, say); they claim now, at T0 + 50 s
+    await ledger.renewLeases('p1', T0 + 1_000);
+    await ledger.renewLeases('p3', T0 + 1_000);
+    expect(await ledger.claim('one', 'p1', T0 + 80_000, T0 + 50_000)).toBe(true);
+    expect(await ledger.claimAll(['many'], 'p3', T0 + 80_000, T0 + 50_000)).toEqual(['many']);
+    const other = new SqliteLedger(path);
+    try {
+      expect(await other.claimAll(['one', 'many'], 'p2', T0 + 90_000, T0 + 50_001)).toEqual([]);
+      expect(await other.get('one')).toMatchObject({ leaseHolder: 'p1', leaseExpiresAt: T0 + 80_000 });
+      expect(await other.get('many')).toMatchObject({ leaseHolder: 'p3', leaseExpiresAt: T0 + 80_000 });
+    } finally {
+      await other.dispose();
+    }
+  });
+
   it('takes an abandoned submission for dead only once its holder stopped renewing', async () => {
     await ledger.recordIntent(submission({ recordId: 'sending', leaseExpiresAt: T0 + 1_000 }));
     await ledger.renewLeases('p1', T0 + 50_000);
@@ -152,6 +202,48 @@ describe('SqliteLedger leases', () => {
     expect(
       (await ledger.settleAbandonedSubmissions(endpoint, T0 + 50_001, 'found on resume')).map((r) => r.recordId),
     ).toEqual(['sending']);
+  });
+});
+
+// A process of a build before ledger schema 5, still running when a newer build migrated the file, claims as it always
+// did: on the record's own lease, which a holder of this build no longer rewrites when it renews. Its claim statement,
+// as that build (7f9f229) prepared it, must not take a record whose holder renews (RELIABILITY.md, "Liveness of a
+// lease holder"): run through another connection to the file, as that process would.
+describe('SqliteLedger leases and a process of the build before schema 5', () => {
+  const OLD_CLAIM = `UPDATE submissions SET lease_owner = @holder, lease_expires_at = @leaseExpiresAt,
+       local_state = CASE local_state WHEN 'detached' THEN 'tracking' ELSE local_state END
+     WHERE record_id = @recordId AND local_state IN ('tracking','detached')
+       AND (lease_owner IS NULL OR lease_owner = @holder OR lease_expires_at < @now)`;
+
+  it('cannot take a record its holder renews, and takes it once the holder stopped renewing', async () => {
+    // claimed two minutes ago, renewed since: the record's own lease ran out a minute ago
+    const claimedAt = Date.now() - 120_000;
+    await ledger.recordIntent(
+      submission({ recordId: 'held', submittedAt: claimedAt, leaseHolder: 'new', leaseExpiresAt: claimedAt + 60_000 }),
+    );
+    await ledger.commitTask('held', 'new', observed('task-held'), claimedAt, claimedAt + 60_000);
+    await ledger.renewLeases('new', Date.now() + 60_000);
+    const old = new Database(path);
+    try {
+      const claim = old.prepare(OLD_CLAIM);
+      const oldClaim = () => {
+        const now = Date.now();
+        return claim.run({ recordId: 'held', holder: 'old', leaseExpiresAt: now + 60_000, now }).changes;
+      };
+      expect(oldClaim()).toBe(0);
+      expect(await ledger.get('held')).toMatchObject({ leaseHolder: 'new', localState: 'tracking' });
+      expect(await ledger.isTrackedBy('held', 'new')).toBe(true);
+      // the holder renews a last time, for 200 ms, and stops: then the old process takes the record over
+      await ledger.renewLeases('new', Date.now() + 200);
+      const deadline = Date.now() + 10_000;
+      while (Date.now() < deadline && (await ledger.get('held'))!.leaseExpiresAt! >= Date.now()) {
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      expect(oldClaim()).toBe(1);
+      expect((await ledger.get('held'))?.leaseHolder).toBe('old');
+    } finally {
+      old.close();
+    }
   });
 });
 
