@@ -185,6 +185,11 @@ export const MIGRATIONS: readonly string[] = [
    INSERT INTO closeout_principal_tasks (owner, shard, open_tasks, stored_tasks)
    SELECT owner, count_shard, COUNT(*) FILTER (WHERE status IN ('working','input_required')), COUNT(*)
    FROM closeout_tasks GROUP BY owner, count_shard;`,
+  // since version 8 no statement reads tasks by owner alone (the shard rows count them), and every index costs each
+  // create and finish a write (issue 19; docs/DESIGN.md, "Per-principal limits on PostgreSQL"): the two owner indexes
+  // go. An instance of a release before version 8 still counts by owner: upgrade every instance past it first
+  `DROP INDEX IF EXISTS closeout_tasks_open_owner;
+   DROP INDEX IF EXISTS closeout_tasks_owner;`,
 ];
 
 /**
@@ -213,7 +218,8 @@ const TASK_COLUMNS = `task_id, owner, tool_name, arguments, status, status_messa
 /** How often an instance re-reads the database's clock (PostgresTaskStore.syncClock). */
 const CLOCK_SYNC_MS = 60_000;
 
-const SQL = {
+/** Every statement of the store; exported for the tests that check their plans (test/server/store). */
+export const SQL = {
   // migrations: one transaction, serialised by an advisory lock, so instances starting together migrate once
   migrationLock: `SELECT pg_advisory_xact_lock(${MIGRATION_LOCK_KEY})`,
   createVersionTable: `CREATE TABLE IF NOT EXISTS closeout_schema_version (
@@ -655,7 +661,8 @@ export class PostgresTaskStore implements TaskStore {
       await client.query(SQL.migrationLock);
       await client.query(SQL.createVersionTable);
       const { rows } = await client.query<{ version: number }>(SQL.schemaVersion);
-      // a database migrated by a newer release is left as it is: migrations only ever add
+      // a database migrated by a newer release is left as it is: migrations only ever add (version 9 drops two
+      // indexes no statement of a release since version 8 reads)
       for (let v = rows[0]?.version ?? 0; v < MIGRATIONS.length; v++) {
         await client.query(MIGRATIONS[v]!);
         await client.query(SQL.recordVersion, [v + 1]);
