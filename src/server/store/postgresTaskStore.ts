@@ -345,7 +345,8 @@ export const SQL = {
   // over the instance's leases in an order of its own; expire). Returns a row per task taken, and whether it finished;
   // the caller runs the finish of a task not taken alone, as \`finish\`. Prepared once per connection, its plan may be
   // made on an empty table: each task is looked up by its id (LATERAL, one primary key probe per id), so no plan can
-  // scan the table
+  // scan the table. The update says "not terminal" rather than "open" (the same rows: status is NOT NULL and CHECKed),
+  // so no plan can read an open-tasks index, which also holds an entry for every task finished since the last vacuum
   finishBatch: `WITH batch AS (
                   SELECT * FROM json_to_recordset($1::json) AS b (new_status text, new_result text, new_error text,
                     new_message text, finished_at bigint, id text, held_fence int)
@@ -367,7 +368,7 @@ export const SQL = {
                     status_message = COALESCE(new_message, status_message), last_updated_at = finished_at,
                     lease_owner = NULL, lease_expires_at = NULL
                   FROM batch JOIN taken ON taken.task_id = batch.id
-                  WHERE t.task_id = ANY ($2::text[]) AND t.task_id = id AND fence = held_fence AND ${OPEN}
+                  WHERE t.task_id = ANY ($2::text[]) AND t.task_id = id AND fence = held_fence AND NOT ${TERMINAL}
                   RETURNING t.task_id
                 )
                 SELECT k.task_id, c.task_id IS NOT NULL AS finished,
