@@ -500,6 +500,34 @@ describe('PostgresTaskStore batches', () => {
     for (const t of tasks) expect((await store.get(t.taskId))?.status).toBe('completed');
   });
 
+  it('answers each create of a batch with the task a read of its row gives, every field set or unset', async () => {
+    // invariant: a create's answer is the stored task, whether the batch statement read it back or not (issue 19)
+    const tasks = [
+      newTask(limits),
+      newTask({
+        ...limits,
+        arguments: { text: 'é 𝄞 "quoted" \\ back', nested: { n: -0, big: 2 ** 53, list: [1.5, null, true] } },
+        statusMessage: 'starting ✓',
+        idempotencyKey: 'key 🔑',
+        ttlMs: null,
+        pollIntervalMs: 1,
+        resumable: false,
+        inputCapabilities: { elicitation: {}, sampling: {} },
+        traceContext: { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' },
+        leaseExpiresAt: 2 ** 53 - 1,
+      }),
+      newTask({ ...limits, principal: 'bob', toolName: "o'neil", createdAt: 0, ttlMs: 1 }),
+    ];
+    // each principal's first create deals its quotas out (the exact path, which reads its row back)
+    for (const principal of ['alice', 'bob']) await store.create(newTask({ ...limits, principal }));
+    statements.length = 0;
+    const created = await Promise.all(tasks.map((task) => store.create(task)));
+    expect(statements).toEqual([expect.stringContaining('json_to_recordset')]);
+    expect(created.map((c) => c.created)).toEqual([true, true, true]);
+    for (const { task } of created) expect(task).toEqual(await store.get(task.taskId));
+    expect(created.map((c) => c.task.arguments)).toEqual(tasks.map((t) => JSON.parse(JSON.stringify(t.arguments))));
+  });
+
   it('admits only what the open limit allows when a whole batch is for one principal', async () => {
     const tasks = Array.from({ length: 16 }, () => newTask({ maxOpenTasksForPrincipal: 5 }));
     const settled = await Promise.allSettled(tasks.map((task) => store.create(task)));
