@@ -18,7 +18,7 @@
  *   node dist/bench/bench/postgresCreate.js [--smoke] [--tasks 2000] [--concurrency 16] [--rounds 3] [--rows 100000]
  */
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -80,12 +80,44 @@ interface Figures {
   tasksPerSecond: number;
   createP50: number;
   createP99: number;
+  /** Where a task's time went: wall clock, this process's CPU, the PostgreSQL cluster's CPU (µs per task). */
+  wallUs: number;
+  nodeCpuUs: number;
+  postgresCpuUs: number | undefined;
+}
+
+/** The PostgreSQL cluster's postmaster, whose processes' CPU `postgresCpuMs` sums (undefined: not measured). */
+let postmaster: number | undefined;
+
+/**
+ * CPU time (user + system, ms) of the postmaster and of every process it started (backends, WAL writer, autovacuum),
+ * from Linux's /proc/<pid>/stat (fields 14 and 15, in clock ticks of 1/100 s); undefined where there is no /proc.
+ */
+function postgresCpuMs(): number | undefined {
+  if (postmaster === undefined) return undefined;
+  let ticks = 0;
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+    } catch {
+      continue; // exited meanwhile
+    }
+    // after "pid (comm) ": state, ppid, ... utime is the 12th field from there, stime the 13th
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    if (Number(entry) === postmaster || Number(fields[1]) === postmaster)
+      ticks += Number(fields[11]) + Number(fields[12]);
+  }
+  return ticks * 10;
 }
 
 /** `TASKS` create-then-finish cycles over `CONCURRENCY` workers; worker i creates as `principalOf(i)`. */
 async function run(store: TaskStore, principalOf: (worker: number) => string, tasks = TASKS): Promise<Figures> {
   const createMs: number[] = [];
   let next = 0;
+  const cpuBefore = process.cpuUsage();
+  const postgresBefore = postgresCpuMs();
   const started = performance.now();
   await Promise.all(
     Array.from({ length: CONCURRENCY }, async (_, worker) => {
@@ -101,8 +133,20 @@ async function run(store: TaskStore, principalOf: (worker: number) => string, ta
     }),
   );
   const seconds = (performance.now() - started) / 1000;
+  const cpu = process.cpuUsage(cpuBefore);
+  const postgresAfter = postgresCpuMs();
   createMs.sort((a, b) => a - b);
-  return { tasksPerSecond: tasks / seconds, createP50: percentile(createMs, 50), createP99: percentile(createMs, 99) };
+  return {
+    tasksPerSecond: tasks / seconds,
+    createP50: percentile(createMs, 50),
+    createP99: percentile(createMs, 99),
+    wallUs: (seconds * 1e6) / tasks,
+    nodeCpuUs: (cpu.user + cpu.system) / tasks,
+    postgresCpuUs:
+      postgresBefore === undefined || postgresAfter === undefined
+        ? undefined
+        : ((postgresAfter - postgresBefore) * 1000) / tasks,
+  };
 }
 
 /** Round trips per create, get and finish, one call at a time on an otherwise idle store. */
@@ -171,6 +215,14 @@ try {
     [ROWS, Date.now()],
   );
   await filler.query('VACUUM ANALYZE closeout_tasks');
+  // the backend's parent is the postmaster (where /proc exists: Linux)
+  try {
+    const { rows } = await filler.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    const stat = readFileSync(`/proc/${rows[0]!.pid}/stat`, 'utf8');
+    postmaster = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+  } catch {
+    postmaster = undefined;
+  }
   await filler.end();
   console.log(`filled ${ROWS} rows in ${fixed((performance.now() - fillStarted) / 1000, 1)} s\n`);
 
@@ -215,6 +267,25 @@ try {
     ];
   });
   console.log(table(['scenario', 'tasks/s', 'create p50 ms', 'create p99 ms'], rows));
+
+  // where a task's time goes: with 2 cores shared by this process and the database, their CPU adds up to the wall
+  // clock (the SQLite scenarios' database work is this process's CPU, and their fsyncs are neither)
+  console.log('');
+  console.log(
+    table(
+      ['per task (medians)', 'wall µs', 'this process CPU µs', 'PostgreSQL CPU µs'],
+      names.map((name) => {
+        const f = figures.get(name)!;
+        const pgCpu = f.map((x) => x.postgresCpuUs).filter((x) => x !== undefined);
+        return [
+          name,
+          fixed(median(f.map((x) => x.wallUs))),
+          fixed(median(f.map((x) => x.nodeCpuUs))),
+          name.startsWith('pg') && pgCpu.length > 0 ? fixed(median(pgCpu)) : '',
+        ];
+      }),
+    ),
+  );
 
   const trips = await roundTrips(stores.fresh);
   console.log('');

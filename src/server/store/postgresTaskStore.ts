@@ -185,6 +185,11 @@ export const MIGRATIONS: readonly string[] = [
    INSERT INTO closeout_principal_tasks (owner, shard, open_tasks, stored_tasks)
    SELECT owner, count_shard, COUNT(*) FILTER (WHERE status IN ('working','input_required')), COUNT(*)
    FROM closeout_tasks GROUP BY owner, count_shard;`,
+  // since version 8 no statement reads tasks by owner alone (the shard rows count them), and every index costs each
+  // create and finish a write (issue 19; docs/DESIGN.md, "Per-principal limits on PostgreSQL"): the two owner indexes
+  // go. An instance of a release before version 8 still counts by owner: upgrade every instance past it first
+  `DROP INDEX IF EXISTS closeout_tasks_open_owner;
+   DROP INDEX IF EXISTS closeout_tasks_owner;`,
 ];
 
 /**
@@ -213,7 +218,8 @@ const TASK_COLUMNS = `task_id, owner, tool_name, arguments, status, status_messa
 /** How often an instance re-reads the database's clock (PostgresTaskStore.syncClock). */
 const CLOCK_SYNC_MS = 60_000;
 
-const SQL = {
+/** Every statement of the store; exported for the tests that check their plans (test/server/store). */
+export const SQL = {
   // migrations: one transaction, serialised by an advisory lock, so instances starting together migrate once
   migrationLock: `SELECT pg_advisory_xact_lock(${MIGRATION_LOCK_KEY})`,
   createVersionTable: `CREATE TABLE IF NOT EXISTS closeout_schema_version (
@@ -339,7 +345,8 @@ const SQL = {
   // over the instance's leases in an order of its own; expire). Returns a row per task taken, and whether it finished;
   // the caller runs the finish of a task not taken alone, as \`finish\`. Prepared once per connection, its plan may be
   // made on an empty table: each task is looked up by its id (LATERAL, one primary key probe per id), so no plan can
-  // scan the table
+  // scan the table. The update says "not terminal" rather than "open" (the same rows: status is NOT NULL and CHECKed),
+  // so no plan can read an open-tasks index, which also holds an entry for every task finished since the last vacuum
   finishBatch: `WITH batch AS (
                   SELECT * FROM json_to_recordset($1::json) AS b (new_status text, new_result text, new_error text,
                     new_message text, finished_at bigint, id text, held_fence int)
@@ -361,7 +368,7 @@ const SQL = {
                     status_message = COALESCE(new_message, status_message), last_updated_at = finished_at,
                     lease_owner = NULL, lease_expires_at = NULL
                   FROM batch JOIN taken ON taken.task_id = batch.id
-                  WHERE t.task_id = ANY ($2::text[]) AND t.task_id = id AND fence = held_fence AND ${OPEN}
+                  WHERE t.task_id = ANY ($2::text[]) AND t.task_id = id AND fence = held_fence AND NOT ${TERMINAL}
                   RETURNING t.task_id
                 )
                 SELECT k.task_id, c.task_id IS NOT NULL AS finished,
@@ -655,7 +662,8 @@ export class PostgresTaskStore implements TaskStore {
       await client.query(SQL.migrationLock);
       await client.query(SQL.createVersionTable);
       const { rows } = await client.query<{ version: number }>(SQL.schemaVersion);
-      // a database migrated by a newer release is left as it is: migrations only ever add
+      // a database migrated by a newer release is left as it is: migrations only ever add (version 9 drops two
+      // indexes no statement of a release since version 8 reads)
       for (let v = rows[0]?.version ?? 0; v < MIGRATIONS.length; v++) {
         await client.query(MIGRATIONS[v]!);
         await client.query(SQL.recordVersion, [v + 1]);

@@ -4,7 +4,7 @@ import pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 
 import { openTaskStore } from '../../../src/server/store/openTaskStore.js';
-import { PostgresTaskStore } from '../../../src/server/store/postgresTaskStore.js';
+import { PostgresTaskStore, SQL } from '../../../src/server/store/postgresTaskStore.js';
 import type { NewTask, StoredTask, TaskSignal } from '../../../src/server/store/taskStore.js';
 import { OpenTaskLimitError } from '../../../src/server/store/taskStore.js';
 import { freePort, type StartedPostgres, startPostgres } from '../../support/postgres.js';
@@ -81,9 +81,9 @@ describe('PostgresTaskStore across instances', () => {
     const versions = await admin.query<{ version: number }>(
       'SELECT version FROM closeout_schema_version ORDER BY version',
     );
-    expect(versions.rows).toEqual([1, 2, 3, 4, 5, 6, 7, 8].map((version) => ({ version })));
+    expect(versions.rows).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9].map((version) => ({ version })));
     await openStore({ listen: false });
-    expect((await admin.query('SELECT version FROM closeout_schema_version')).rowCount).toBe(8);
+    expect((await admin.query('SELECT version FROM closeout_schema_version')).rowCount).toBe(9);
   });
 
   it('migrates a version 5 database with its tasks to the current version, where steps are stored and fenced', async () => {
@@ -106,7 +106,7 @@ describe('PostgresTaskStore across instances', () => {
     const versions = await admin.query<{ version: number }>(
       'SELECT MAX(version) AS version FROM closeout_schema_version',
     );
-    expect(versions.rows[0]?.version).toBe(8);
+    expect(versions.rows[0]?.version).toBe(9);
     expect(await store.get(task.taskId)).toEqual(task);
     const lease = { taskId: task.taskId, fence: task.fence };
     expect((await store.recordStep(lease, 'start-job', { jobId: 'j-1' }, T0 + 1)).held).toBe(true);
@@ -118,6 +118,63 @@ describe('PostgresTaskStore across instances', () => {
       steps: [{ name: 'start-job', result: { jobId: 'j-1' }, committedAt: T0 + 1 }],
       checkpoint: undefined,
     });
+  });
+
+  it('keeps only the indexes a statement of the store reads, and every read of tasks still uses one at 100k rows', async () => {
+    // invariant: an index costs every create and finish a write (issue 19); since schema 8 counts a principal's tasks
+    // in closeout_principal_tasks, nothing reads the owner indexes, and without them no statement that filters tasks
+    // scans the table, on a database holding 100,000 finished tasks of one principal and some open ones
+    await openStore({ listen: false });
+    const { rows: indexes } = await admin.query<{ indexname: string }>(
+      `SELECT indexname FROM pg_indexes WHERE tablename = 'closeout_tasks' ORDER BY indexname`,
+    );
+    expect(indexes.map((r) => r.indexname)).toEqual([
+      'closeout_tasks_closed_expiry',
+      'closeout_tasks_closed_unlimited',
+      'closeout_tasks_idempotency',
+      'closeout_tasks_open_expiry',
+      'closeout_tasks_open_lease',
+      'closeout_tasks_open_lease_owner',
+      'closeout_tasks_pkey',
+    ]);
+    await admin.query(
+      `INSERT INTO closeout_tasks (task_id, owner, tool_name, arguments, status, created_at, last_updated_at, ttl_ms,
+         expires_at, poll_interval_ms, resumable, result, idempotency_key, lease_owner, lease_expires_at, count_shard)
+       SELECT 'filler-' || g, 'one', 'bench', '{}', CASE WHEN g % 1000 = 0 THEN 'working' ELSE 'completed' END,
+         $1::bigint, $1::bigint, CASE WHEN g % 7 = 0 THEN NULL ELSE 3600000 END,
+         CASE WHEN g % 7 = 0 THEN NULL ELSE $1::bigint + 3600000 END, 1000, false, '{}', 'key-' || g,
+         CASE WHEN g % 1000 = 0 THEN 'instance-' || (g % 3) END, CASE WHEN g % 1000 = 0 THEN $1::bigint END, g % 128
+       FROM generate_series(1, 100000) g`,
+      [T0],
+    );
+    await admin.query('VACUUM ANALYZE closeout_tasks');
+    const reads = [
+      'get',
+      'getMany',
+      'byIdempotencyKey',
+      'createBatch',
+      'finishBatch',
+      'finish',
+      'setStatusMessage',
+      'lockHeld',
+      'lockOpen',
+      'cancel',
+      'renew',
+      'claim',
+      'leaseHolders',
+      'expire',
+      'purge',
+      'versions',
+    ] as const;
+    for (const name of reads) {
+      // the plan made without parameter values: what a statement prepared once per connection runs with
+      const { rows } = await admin.query<{ 'QUERY PLAN': string }>(`EXPLAIN (GENERIC_PLAN) ${SQL[name]}`);
+      const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
+      expect(plan, `${name}:\n${plan}`).not.toMatch(/Seq Scan on closeout_tasks/);
+      // a batch of finishes finds its tasks by id alone: an open-tasks index also holds an entry for every task
+      // finished since the last vacuum, which such a scan reads, thousands of them in a busy minute
+      if (name === 'finishBatch') expect(plan, plan).not.toMatch(/closeout_tasks_open_/);
+    }
   });
 
   it('turns two concurrent creates with one idempotency key on two instances into one task', async () => {
@@ -441,6 +498,34 @@ describe('PostgresTaskStore batches', () => {
     expect(finished).toEqual(tasks.map(() => true));
     expect(statements).toHaveLength(2);
     for (const t of tasks) expect((await store.get(t.taskId))?.status).toBe('completed');
+  });
+
+  it('answers each create of a batch with the task a read of its row gives, every field set or unset', async () => {
+    // invariant: a create's answer is the stored task, whether the batch statement read it back or not (issue 19)
+    const tasks = [
+      newTask(limits),
+      newTask({
+        ...limits,
+        arguments: { text: 'é 𝄞 "quoted" \\ back', nested: { n: -0, big: 2 ** 53, list: [1.5, null, true] } },
+        statusMessage: 'starting ✓',
+        idempotencyKey: 'key 🔑',
+        ttlMs: null,
+        pollIntervalMs: 1,
+        resumable: false,
+        inputCapabilities: { elicitation: {}, sampling: {} },
+        traceContext: { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' },
+        leaseExpiresAt: 2 ** 53 - 1,
+      }),
+      newTask({ ...limits, principal: 'bob', toolName: "o'neil", createdAt: 0, ttlMs: 1 }),
+    ];
+    // each principal's first create deals its quotas out (the exact path, which reads its row back)
+    for (const principal of ['alice', 'bob']) await store.create(newTask({ ...limits, principal }));
+    statements.length = 0;
+    const created = await Promise.all(tasks.map((task) => store.create(task)));
+    expect(statements).toEqual([expect.stringContaining('json_to_recordset')]);
+    expect(created.map((c) => c.created)).toEqual([true, true, true]);
+    for (const { task } of created) expect(task).toEqual(await store.get(task.taskId));
+    expect(created.map((c) => c.task.arguments)).toEqual(tasks.map((t) => JSON.parse(JSON.stringify(t.arguments))));
   });
 
   it('admits only what the open limit allows when a whole batch is for one principal', async () => {
