@@ -22,7 +22,7 @@ import type { PollVerdict } from './scheduler.js';
 import { nextPollDelay, PollScheduler } from './scheduler.js';
 import { sdkServerOutputMessage } from './serverOutput.js';
 import type { ResumeReport } from './taskClient.js';
-import { outcomeOf, TaskHandle } from './taskHandle.js';
+import { outcomeOf, TaskHandle, type TaskHandleDriver } from './taskHandle.js';
 import type { TaskRequests } from './taskRequests.js';
 import { checkTask } from './taskRequests.js';
 
@@ -38,6 +38,7 @@ export class Following {
   private leaseTimer: unknown;
   private takeOverTimer: unknown;
   private takingOver: Promise<void> | undefined;
+  private handleDriver: TaskHandleDriver | undefined;
   /** What this worker's own lease renewals and take-overs say of the ledger: after they failed, take-overs wait. */
   private readonly outage: LeaseOutage;
   /** Set while the client recovers from a connection that closed under it. */
@@ -642,12 +643,13 @@ export class Following {
     }
   }
 
-  private driver() {
-    return {
+  /** One driver for every handle (it takes the recordId): not three closures per open task. */
+  private driver(): TaskHandleDriver {
+    return (this.handleDriver ??= {
       cancel: (recordId: string) => this.cancel(recordId),
       detach: (recordId: string) => this.detach(recordId),
       record: (recordId: string) => this.core.reload(recordId),
-    };
+    });
   }
 
   private async detach(recordId: string): Promise<void> {

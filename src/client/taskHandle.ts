@@ -33,7 +33,8 @@ export class TaskHandle {
   private readonly outcomePromise: Promise<TaskOutcome>;
   private resolveOutcome!: (outcome: TaskOutcome) => void;
   private rejectOutcome!: (error: unknown) => void;
-  private readonly listeners = new Set<(record: TaskRecord) => void>();
+  /** Made on the first `onChange`: most handles are only awaited, and 10,000 open ones would each hold an empty set. */
+  private listeners: Set<(record: TaskRecord) => void> | undefined;
 
   /** @internal Created by TaskClient only. */
   constructor(
@@ -126,15 +127,16 @@ export class TaskHandle {
 
   /** Called with the record after every observed change; returns the unsubscribe function. */
   onChange(listener: (record: TaskRecord) => void): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
+    const listeners = (this.listeners ??= new Set());
+    listeners.add(listener);
+    return () => listeners.delete(listener);
   }
 
   /** @internal The TaskClient saw a new record state. */
   observe(record: TaskRecord): void {
     if (this.settled) return;
     this.snapshot = record;
-    for (const listener of this.listeners) {
+    for (const listener of this.listeners ?? []) {
       try {
         listener(record);
       } catch {

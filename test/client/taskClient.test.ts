@@ -81,6 +81,19 @@ describe('TaskClient against a raw Tasks fixture', () => {
     expect(history.map((entry) => entry.status ?? null)).toEqual([null, 'working', 'completed']);
   });
 
+  it('tells onChange listeners of each observed change until they unsubscribe', async () => {
+    const client = await harness.connect();
+    const handle = await task(client, 'slow', { city: 'Bergen' });
+    const seen: string[] = [];
+    const unsubscribed: string[] = [];
+    handle.onChange((record) => seen.push(`${record.localState}/${record.status}`));
+    const stop = handle.onChange((record) => unsubscribed.push(`${record.localState}/${record.status}`));
+    stop();
+    await handle.result();
+    expect(seen.at(-1)).toBe('terminal/completed');
+    expect(unsubscribed).toEqual([]);
+  });
+
   it('closes out a task whose ttlMs is null', async () => {
     const client = await harness.connect();
     const handle = await task(client, 'unlimited');

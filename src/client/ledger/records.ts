@@ -100,20 +100,38 @@ export interface PendingNote {
   observedAgeMs: number | undefined;
 }
 
+/**
+ * The values most records share (the server, the tool, the holder, the credential's fingerprint, the states) as one
+ * string each: a client following 10,000 tasks keeps a record per task, and each read of a row makes fresh strings.
+ * Bounded: past 4,096 distinct values it starts over, and a record just keeps its own copy.
+ */
+const sharedValues = new Map<string, string>();
+function shared<T extends string>(value: T): T;
+function shared<T extends string>(value: T | null): T | undefined;
+function shared<T extends string>(value: T | null): T | undefined {
+  // a PostgreSQL row may leave an absent column undefined
+  if (value === null || value === undefined) return undefined;
+  const known = sharedValues.get(value);
+  if (known !== undefined) return known as T;
+  if (sharedValues.size >= 4096) sharedValues.clear();
+  sharedValues.set(value, value);
+  return value;
+}
+
 export function toRecord(row: SubmissionRow, inputs: InputAnswer[]): TaskRecord {
   return {
     recordId: row.record_id,
-    endpoint: row.endpoint,
-    toolName: row.tool_name,
+    endpoint: shared(row.endpoint),
+    toolName: shared(row.tool_name),
     arguments: JSON.parse(row.arguments) as JsonObject,
     argumentsDigest: row.arguments_digest,
     correlationId: row.correlation_id ?? undefined,
     idempotencyKey: row.idempotency_key ?? undefined,
     wireIdempotencyKey: row.wire_idempotency_key ?? undefined,
-    credential: row.credential ?? undefined,
+    credential: shared(row.credential),
     taskId: row.task_id ?? undefined,
-    localState: row.local_state,
-    status: row.status ?? undefined,
+    localState: shared(row.local_state),
+    status: shared(row.status),
     statusMessage: row.status_message ?? undefined,
     createdAt: row.created_at ?? undefined,
     lastUpdatedAt: row.last_updated_at ?? undefined,
@@ -132,7 +150,7 @@ export function toRecord(row: SubmissionRow, inputs: InputAnswer[]): TaskRecord 
     cancelRequestedAt: optionalNumber(row.cancel_requested_at),
     resubmittedFrom: row.resubmitted_from ?? undefined,
     supersededBy: row.superseded_by ?? undefined,
-    leaseHolder: row.lease_owner ?? undefined,
+    leaseHolder: shared(row.lease_owner),
     leaseExpiresAt: optionalNumber(row.lease_expires_at),
     updatedAt: Number(row.updated_at),
     observedAgeMs: optionalNumber(row.observed_age_ms),
