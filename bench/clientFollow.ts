@@ -11,7 +11,8 @@
  * per poll, peak RSS and RSS while waiting over the connected baseline, tasks/get per task against the ideal
  * (duration / pollIntervalMs + 1, duration = creation to completion), tasks/get after the client was told the task was
  * terminal, and the lateness of each close-out behind the server's completion. Runs of 1,000 are repeated (medians);
- * the 10,000 runs are one run each, with Node's default heap and with `--max-old-space-size` = `--heap-cap-mb`.
+ * the 10,000 runs are one run each, with Node's default heap and with `--max-old-space-size` = `--heap-cap-mb`, and a
+ * third with the SDK alone following them (bench/followClient.ts, `sdkAloneClient`): the floor under their targets.
  * First, in a process of its own, the floor: what one tasks/get costs a client through the SDK alone, and as raw HTTP.
  *
  *   node dist/bench/bench/clientFollow.js [--smoke] [--rounds 3] [--small 1000] [--large 10000]
@@ -215,7 +216,8 @@ try {
   console.log(
     `${small} tasks per client (TaskClient and ext-tasks at once, pollIntervalMs ${smallPollMs}, ${rounds} round(s)), ` +
       `then ${large} tasks on one TaskClient (pollIntervalMs ${largePollMs}; Node's default heap, then ` +
-      `--max-old-space-size=${heapCapMb}); each waits one interval before the release, completions spread over 2`,
+      `--max-old-space-size=${heapCapMb}; then the SDK alone); each waits one interval before the release, ` +
+      `completions spread over 2`,
   );
   const floor = await measureFloor();
   const smallRuns = { closeout: [] as ClientFigures[], ext: [] as ClientFigures[] };
@@ -244,11 +246,16 @@ try {
     )
   ).get('closeout-capped')!;
 
+  // the floor under both targets of the large run: the SDK alone (bench/followClient.ts, sdkAloneClient) following the
+  // same tasks the same way, in a process of its own
+  const sdkRun = (await run(dir, largePollMs, [{ kind: 'sdk', group: 'sdk-large' }], large)).get('sdk-large')!;
+
   const columns: [string, ClientFigures[]][] = [
     [`TaskClient ${small}`, smallRuns.closeout],
     [`ext-tasks ${small}`, smallRuns.ext],
     [`TaskClient ${large}`, [largeRun]],
     [`same, heap cap ${heapCapMb} MB`, [cappedRun]],
+    [`SDK alone ${large}`, [sdkRun]],
   ];
   const rows: [string, (f: ClientFigures) => number, number][] = [
     ['submit, wall ms', (f) => f.submitMs, 0],
@@ -308,11 +315,13 @@ try {
         [`${large} tasks: extra RSS < 100 MB, peak`, mb(largeRun.extraRssMb), verdict(largeRun.extraRssMb < 100)],
         [`  same, while waiting`, mb(largeRun.waitRssMb), verdict(largeRun.waitRssMb < 100)],
         [`  same, heap cap ${heapCapMb} MB, peak`, mb(cappedRun.extraRssMb), verdict(cappedRun.extraRssMb < 100)],
+        [`  (floor) the SDK alone, ${large} tasks, peak`, mb(sdkRun.extraRssMb), ''],
         [
           `${large} tasks: < 5% of one core while waiting`,
           `${fixed(largeRun.waitCorePercent, 1)}%`,
           verdict(largeRun.waitCorePercent < 5),
         ],
+        [`  (floor) the SDK alone, ${large} tasks, waiting`, `${fixed(sdkRun.waitCorePercent, 1)}%`, ''],
         [
           `${large} tasks: 0 polls after terminal`,
           fixed(largeRun.pollsAfterTerminal),

@@ -9,12 +9,14 @@
  *   follow its own tasks and take over those of workers that stop renewing (`takeOverEveryMs`) until killed;
  * - `floor`: what one tasks/get costs the client alone, with no ledger and no scheduler: through the SDK Client on the
  *   fetch the TaskClient uses, and as raw HTTP with prebuilt bytes (undici), reported as CPU µs per request.
- * `kind` picks the client: Closeout's TaskClient on a SQLite ledger, or the official @modelcontextprotocol/ext-tasks.
+ * `kind` picks the client: Closeout's TaskClient on a SQLite ledger, the official @modelcontextprotocol/ext-tasks, or
+ * (`follow` only) the SDK alone, the floor under any client built on it (`sdkAloneClient`).
  */
 import { type ChildProcess, fork } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { performance } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
@@ -23,14 +25,15 @@ import { connectHttpTaskClient, createHttpFetch, isTaskHandle, type TaskClient }
 import { Agent } from 'undici';
 import * as z from 'zod/v4';
 
+import { attachTaskResultCarrier } from '../src/client/sdkGlue.js';
 import { streamableHttpDispatch } from '../test/support/extTasksDispatch.js';
-import { PROTOCOL_VERSION, wireRequest } from '../test/support/rpc.js';
+import { PROTOCOL_VERSION, TASKS, wireRequest } from '../test/support/rpc.js';
 import { childMailbox } from './childMailbox.js';
 import { SLEEP_TOOL } from './clockworkServer.js';
 import { median } from './figures.js';
 
 export interface FollowClientConfig {
-  kind: 'closeout' | 'ext-tasks';
+  kind: 'closeout' | 'ext-tasks' | 'sdk';
   mode: 'follow' | 'submit' | 'resume' | 'floor' | 'fleet';
   url: string;
   group: string;
@@ -187,6 +190,49 @@ async function extTasksClient(): Promise<{ submit: Submitter }> {
   return { submit };
 }
 
+/**
+ * The floor of following N tasks through the SDK: its Client and transport on the same fetch, plus the one piece of glue
+ * a client of this SDK needs to be handed a task at all (sdkGlue's carrier: the SDK's 2026 codec refuses
+ * `resultType: "task"`). Per task it keeps the taskId and one pending poll, asks `tasks/get` at the interval the server
+ * suggests until a terminal status, and nothing else: no ledger, no validation beyond the SDK's, no retries, no
+ * backstop. What it spends is what the SDK spends; nobody should run it as a client.
+ */
+async function sdkAloneClient(): Promise<{ submit: Submitter }> {
+  const http = createHttpFetch();
+  const client = new Client(CLIENT_INFO, { versionNegotiation: { mode: 'auto' } });
+  const transport = new StreamableHTTPClientTransport(new URL(config.url), { fetch: http.fetch });
+  const carrier = attachTaskResultCarrier(transport);
+  await client.connect(transport);
+  const _meta = { 'io.modelcontextprotocol/clientCapabilities': { extensions: { [TASKS]: {} } } };
+  const AnyResult = z.looseObject({});
+  const submit: Submitter = async (offsetMs) => {
+    let created: Record<string, unknown> | undefined;
+    try {
+      await client.callTool({ name: SLEEP_TOOL, arguments: { group: config.group, offsetMs }, _meta });
+    } catch (error) {
+      created = carrier.extract(error);
+      if (!created) throw error;
+    }
+    if (!created) throw new Error('the server answered without a task');
+    const taskId = created['taskId'] as string;
+    let pollMs = Number(created['pollIntervalMs'] ?? 1000);
+    const closed = (async () => {
+      for (;;) {
+        await sleep(pollMs);
+        const task = await client
+          .request({ method: 'tasks/get', params: { taskId, _meta } }, AnyResult)
+          .catch(() => undefined);
+        if (!task) continue;
+        if (typeof task['pollIntervalMs'] === 'number') pollMs = task['pollIntervalMs'];
+        if (task['status'] === 'completed') return true;
+        if (task['status'] === 'failed' || task['status'] === 'cancelled') return false;
+      }
+    })();
+    return { taskId, closed };
+  };
+  return { submit };
+}
+
 /** How many floor requests are in flight at once. */
 const FLOOR_CONCURRENCY = 16;
 
@@ -294,7 +340,12 @@ async function main(): Promise<void> {
     await send({ type: 'resumed', sinceStartMs: performance.now(), resumed: report.resumed.length });
     return; // idles, following, until the parent kills it
   }
-  const { submit } = config.kind === 'closeout' ? await closeoutClient() : await extTasksClient();
+  const { submit } =
+    config.kind === 'closeout'
+      ? await closeoutClient()
+      : config.kind === 'sdk'
+        ? await sdkAloneClient()
+        : await extTasksClient();
   await send({ type: 'ready', rssBytes: process.memoryUsage().rss, liveHeapBytes: liveHeap() });
 
   const cpuBefore = cpuNow();
