@@ -4,7 +4,8 @@
  *   the CPU, memory and the moment each task was closed out; a `sample` message from the parent at any time is
  *   answered with the CPU and memory used so far (the parent measures the wait before it releases the tasks);
  * - `submit`: submit and report, then idle until killed (the crash before a resume);
- * - `resume`: open the ledger a killed `submit` process left and `resumeAll()`, then idle until killed;
+ * - `resume`: open the ledger a killed `submit` process left and `resumeAll()`, then idle until killed (kind `sdk`:
+ *   the SDK alone re-queries the ledger's open tasks, `sdkAloneResume`);
  * - `fleet`: one worker of a fleet on a shared PostgreSQL ledger (issue 17): submit and report like `follow`, then
  *   follow its own tasks and take over those of workers that stop renewing (`takeOverEveryMs`) until killed;
  * - `floor`: what one tasks/get costs the client alone, with no ledger and no scheduler: through the SDK Client on the
@@ -21,6 +22,7 @@ import { fileURLToPath } from 'node:url';
 
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { createTaskSessionFromClient } from '@modelcontextprotocol/ext-tasks/client';
+import Database from 'better-sqlite3';
 import { connectHttpTaskClient, createHttpFetch, isTaskHandle, type TaskClient } from 'closeout/client';
 import { Agent } from 'undici';
 import * as z from 'zod/v4';
@@ -233,6 +235,29 @@ async function sdkAloneClient(): Promise<{ submit: Submitter }> {
   return { submit };
 }
 
+/**
+ * The floor of a resume through the SDK: a fresh process reads the open records' taskIds from the ledger file a killed
+ * TaskClient left (one SELECT, read-only) and asks `tasks/get` for each through the SDK's Client, as many in flight as
+ * the TaskClient's polls in this benchmark. No leases, no records written, no validation beyond the SDK's.
+ */
+async function sdkAloneResume(): Promise<void> {
+  const ledger = new Database(config.ledgerPath!, { readonly: true });
+  const taskIds = ledger
+    .prepare(`SELECT task_id FROM submissions WHERE local_state = 'tracking' AND task_id IS NOT NULL`)
+    .pluck()
+    .all() as string[];
+  ledger.close();
+  const http = createHttpFetch();
+  const client = new Client(CLIENT_INFO, { versionNegotiation: { mode: 'auto' } });
+  await client.connect(new StreamableHTTPClientTransport(new URL(config.url), { fetch: http.fetch }));
+  await send({ type: 'resumed', sinceStartMs: performance.now(), resumed: taskIds.length });
+  const _meta = { 'io.modelcontextprotocol/clientCapabilities': { extensions: { [TASKS]: {} } } };
+  const AnyResult = z.looseObject({});
+  await eachConcurrently(taskIds, config.maxConcurrentPolls ?? 32, async (taskId) => {
+    await client.request({ method: 'tasks/get', params: { taskId, _meta } }, AnyResult);
+  });
+}
+
 /** How many floor requests are in flight at once. */
 const FLOOR_CONCURRENCY = 16;
 
@@ -333,6 +358,7 @@ async function main(): Promise<void> {
     }
   });
   if (config.mode === 'floor') return floor();
+  if (config.mode === 'resume' && config.kind === 'sdk') return sdkAloneResume();
   if (config.mode === 'resume') {
     const { client } = await closeoutClient();
     const report = await client.resumeAll();
