@@ -88,12 +88,16 @@ describe.concurrent('benchmark smoke runs', () => {
     ];
     for (const label of labels) {
       const cells = row(output, label);
-      // one column per client run: TaskClient small, ext-tasks small, TaskClient large, the same with a heap cap
-      expect(cells.slice(1), `${label} in:\n${output}`).toHaveLength(4);
+      // one column per client run: TaskClient small, ext-tasks small, TaskClient large, the same with a heap cap, and
+      // the SDK alone following the large run's tasks
+      expect(cells.slice(1), `${label} in:\n${output}`).toHaveLength(5);
       for (const cell of cells.slice(1)) expect(cell, `${label} in:\n${output}`).toMatch(NUMBER);
     }
-    expect(row(output, 'tasks/get after terminal').slice(1)).toEqual(['0', '0', '0', '0']);
-    expect(row(output, 'tasks not closed out completed').slice(1)).toEqual(['0', '0', '0', '0']);
+    expect(row(output, 'tasks/get after terminal').slice(1)).toEqual(['0', '0', '0', '0', '0']);
+    expect(row(output, 'tasks not closed out completed').slice(1)).toEqual(['0', '0', '0', '0', '0']);
+    // the SDK alone under the large run's targets: its peak RSS and its share of a core while waiting
+    expect(output).toMatch(/^ {2}\(floor\) the SDK alone, \d+ tasks, peak +\d+\.\d MB *$/m);
+    expect(output).toMatch(/^ {2}\(floor\) the SDK alone, \d+ tasks, waiting +\d+\.\d% *$/m);
     // the floor: a tasks/get through the SDK alone and as raw HTTP, each a number of µs
     for (const label of ['SDK Client.request, same fetch', 'raw HTTP, prebuilt bytes'])
       expect(row(output, label)[1], `${label} in:\n${output}`).toMatch(NUMBER);
@@ -106,6 +110,11 @@ describe.concurrent('benchmark smoke runs', () => {
     expect(row(output, 'tasks/get beyond one per task (must be 0)').at(-1)).toBe('0');
     expect(output).toMatch(/^server rate: \d+ tasks\/get per second/m);
     expect(output).toMatch(/^all \d+ re-queried within 2 s \+ N \/ server rate +\d+ ms +\d+ ms +(met|NOT MET)$/m);
+    // the floor: the SDK alone resuming the same ledger
+    expect(row(output, '(floor) the SDK alone: process spawn to all 50 re-queried, ms').at(-1)).toMatch(NUMBER);
+    expect(output).toMatch(
+      /^\(floor\) the SDK alone resuming: spawn, one SELECT, \d+ tasks\/get +\d+ ms +(fits the allowance|over the allowance alone)$/m,
+    );
   }, 90_000);
 
   // issue 20: runningTasks starts an embedded PostgreSQL, storeGrowth seeds two stores: longer bounds
