@@ -190,6 +190,16 @@ export const MIGRATIONS: readonly string[] = [
   // go. An instance of a release before version 8 still counts by owner: upgrade every instance past it first
   `DROP INDEX IF EXISTS closeout_tasks_open_owner;
    DROP INDEX IF EXISTS closeout_tasks_owner;`,
+  // a batch of finishes counts the tasks it closed in its own statement, one write of each shard row it touches
+  // instead of one per task (issue 19; bench/RESULTS.md, section 19): it marks the rows it closes, and the status
+  // trigger leaves those. Every other statement, and an instance of an older release, leaves the mark false and is
+  // counted by the trigger as before; a closed task never opens again, so the mark is never read after
+  `ALTER TABLE closeout_tasks ADD COLUMN closed_counted BOOLEAN NOT NULL DEFAULT false;
+   DROP TRIGGER closeout_tasks_count_status ON closeout_tasks;
+   CREATE TRIGGER closeout_tasks_count_status AFTER UPDATE OF status ON closeout_tasks
+     FOR EACH ROW WHEN ((OLD.status IN ('working','input_required')) IS DISTINCT FROM
+                        (NEW.status IN ('working','input_required')) AND NOT NEW.closed_counted)
+     EXECUTE FUNCTION closeout_count_task_status();`,
 ];
 
 /**
@@ -338,8 +348,9 @@ export const SQL = {
              WHERE task_id = $6 AND fence = $7 AND ${OPEN}
              RETURNING task_id
            ) ${NOTIFY_STATUS}`,
-  // the finishes of one batch (see \`batches\`) in one statement, each as \`finish\`: the principals' shard rows the
-  // status trigger will update are locked first, in (owner, shard) order, as createBatch takes them, so the two never
+  // the finishes of one batch (see \`batches\`) in one statement, each as \`finish\`: the principals' shard rows it
+  // will count the closed tasks in (\`counted\`, once per row; the rows it closes carry \`closed_counted\`, which the
+  // status trigger leaves) are locked first, in (owner, shard) order, as createBatch takes them, so the two never
   // wait for each other in opposite orders. The task rows are then taken SKIP LOCKED: a statement holding several
   // must not wait for one, or it waits in a circle with another that holds several (the lease renewal, one UPDATE
   // over the instance's leases in an order of its own; expire). Returns a row per task taken, and whether it finished;
@@ -366,10 +377,15 @@ export const SQL = {
                 ), changed AS (
                   UPDATE closeout_tasks t SET status = new_status, result = new_result, error = new_error,
                     status_message = COALESCE(new_message, status_message), last_updated_at = finished_at,
-                    lease_owner = NULL, lease_expires_at = NULL
+                    lease_owner = NULL, lease_expires_at = NULL, closed_counted = true
                   FROM batch JOIN taken ON taken.task_id = batch.id
                   WHERE t.task_id = ANY ($2::text[]) AND t.task_id = id AND fence = held_fence AND NOT ${TERMINAL}
-                  RETURNING t.task_id
+                  RETURNING t.task_id, t.owner, t.count_shard, t.status
+                ), counted AS (
+                  UPDATE closeout_principal_tasks c SET open_tasks = c.open_tasks - d.closed
+                  FROM (SELECT owner, count_shard, COUNT(*) AS closed FROM changed WHERE NOT ${OPEN}
+                        GROUP BY owner, count_shard) d
+                  WHERE c.owner = d.owner AND c.shard = d.count_shard
                 )
                 SELECT k.task_id, c.task_id IS NOT NULL AS finished,
                   CASE WHEN c.task_id IS NOT NULL THEN pg_notify('${TASK_SIGNAL_CHANNEL}',
