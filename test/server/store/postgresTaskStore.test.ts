@@ -507,7 +507,8 @@ describe('PostgresTaskStore batches', () => {
     const random = vi.spyOn(Math, 'random').mockReturnValue(5.5 / 128);
     const tasks = Array.from({ length: 8 }, () => newTask(limits));
     try {
-      await Promise.all(tasks.map((task) => store.create(task)));
+      // one at a time: each on the shard it drew (a batch places its creates on shards of its own)
+      for (const task of tasks) await store.create(task);
     } finally {
       random.mockRestore();
     }
@@ -524,6 +525,40 @@ describe('PostgresTaskStore batches', () => {
     expect(statements).toHaveLength(1);
     const { rows } = await pool.query('SELECT owner, shard, open_tasks FROM shard_writes');
     expect(rows).toEqual([{ owner: 'alice', shard: 5, open_tasks: '0' }]);
+  });
+
+  it('places the creates of one principal in one batch on a few shard rows while its shards have room', async () => {
+    // every shard row a batch touches is written by the statement and by its insert trigger; 8 creates on 8 rows
+    // wrote 16 row versions (bench/RESULTS.md, section 19). A group shares a row while each shard has room for it
+    const logWrites = () =>
+      pool.query(`CREATE TABLE IF NOT EXISTS shard_writes (owner TEXT, shard SMALLINT, open_tasks BIGINT);
+        CREATE OR REPLACE FUNCTION log_shard_write() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN INSERT INTO shard_writes VALUES (NEW.owner, NEW.shard, NEW.open_tasks); RETURN NULL; END $$;
+        CREATE OR REPLACE TRIGGER log_shard_write AFTER UPDATE ON closeout_principal_tasks
+          FOR EACH ROW EXECUTE FUNCTION log_shard_write();
+        TRUNCATE shard_writes;`);
+    const batchOf8 = async (overrides: Partial<NewTask>) => {
+      // the principal's first create deals its quotas out (the exact path), alone
+      await store.create(newTask(overrides));
+      await logWrites();
+      const created = await Promise.all(Array.from({ length: 8 }, () => store.create(newTask(overrides))));
+      expect(created.map((c) => c.created)).toEqual(Array.from({ length: 8 }, () => true));
+      const { rows } = await pool.query<{ shard: number; writes: number }>(
+        `SELECT shard, COUNT(*)::int AS writes FROM shard_writes WHERE owner = $1 GROUP BY shard`,
+        [overrides.principal],
+      );
+      return rows;
+    };
+    // the default open limit dealt over 128 shards: 7 each, room for groups of 3
+    const limited = await batchOf8({ principal: 'carol', ...limits });
+    expect(limited).toHaveLength(3);
+    expect(limited.map((r) => r.writes)).toEqual([2, 2, 2]);
+    // without limits no shard can run out: groups of 4
+    const unlimited = await batchOf8({ principal: 'dave' });
+    expect(unlimited).toHaveLength(2);
+    // 200 open tasks dealt over 128 shards: 1 each, so the creates spread one to a shard
+    const tight = await batchOf8({ principal: 'erin', maxOpenTasksForPrincipal: 200 });
+    expect(tight).toHaveLength(8);
   });
 
   it('counts a finish that leaves its row unmarked, as an instance of a release before schema 10 does', async () => {
