@@ -190,6 +190,16 @@ export const MIGRATIONS: readonly string[] = [
   // go. An instance of a release before version 8 still counts by owner: upgrade every instance past it first
   `DROP INDEX IF EXISTS closeout_tasks_open_owner;
    DROP INDEX IF EXISTS closeout_tasks_owner;`,
+  // a batch of finishes counts the tasks it closed in its own statement, one write of each shard row it touches
+  // instead of one per task (issue 19; bench/RESULTS.md, section 19): it marks the rows it closes, and the status
+  // trigger leaves those. Every other statement, and an instance of an older release, leaves the mark false and is
+  // counted by the trigger as before; a closed task never opens again, so the mark is never read after
+  `ALTER TABLE closeout_tasks ADD COLUMN closed_counted BOOLEAN NOT NULL DEFAULT false;
+   DROP TRIGGER closeout_tasks_count_status ON closeout_tasks;
+   CREATE TRIGGER closeout_tasks_count_status AFTER UPDATE OF status ON closeout_tasks
+     FOR EACH ROW WHEN ((OLD.status IN ('working','input_required')) IS DISTINCT FROM
+                        (NEW.status IN ('working','input_required')) AND NOT NEW.closed_counted)
+     EXECUTE FUNCTION closeout_count_task_status();`,
 ];
 
 /**
@@ -338,8 +348,9 @@ export const SQL = {
              WHERE task_id = $6 AND fence = $7 AND ${OPEN}
              RETURNING task_id
            ) ${NOTIFY_STATUS}`,
-  // the finishes of one batch (see \`batches\`) in one statement, each as \`finish\`: the principals' shard rows the
-  // status trigger will update are locked first, in (owner, shard) order, as createBatch takes them, so the two never
+  // the finishes of one batch (see \`batches\`) in one statement, each as \`finish\`: the principals' shard rows it
+  // will count the closed tasks in (\`counted\`, once per row; the rows it closes carry \`closed_counted\`, which the
+  // status trigger leaves) are locked first, in (owner, shard) order, as createBatch takes them, so the two never
   // wait for each other in opposite orders. The task rows are then taken SKIP LOCKED: a statement holding several
   // must not wait for one, or it waits in a circle with another that holds several (the lease renewal, one UPDATE
   // over the instance's leases in an order of its own; expire). Returns a row per task taken, and whether it finished;
@@ -366,10 +377,15 @@ export const SQL = {
                 ), changed AS (
                   UPDATE closeout_tasks t SET status = new_status, result = new_result, error = new_error,
                     status_message = COALESCE(new_message, status_message), last_updated_at = finished_at,
-                    lease_owner = NULL, lease_expires_at = NULL
+                    lease_owner = NULL, lease_expires_at = NULL, closed_counted = true
                   FROM batch JOIN taken ON taken.task_id = batch.id
                   WHERE t.task_id = ANY ($2::text[]) AND t.task_id = id AND fence = held_fence AND NOT ${TERMINAL}
-                  RETURNING t.task_id
+                  RETURNING t.task_id, t.owner, t.count_shard, t.status
+                ), counted AS (
+                  UPDATE closeout_principal_tasks c SET open_tasks = c.open_tasks - d.closed
+                  FROM (SELECT owner, count_shard, COUNT(*) AS closed FROM changed WHERE NOT ${OPEN}
+                        GROUP BY owner, count_shard) d
+                  WHERE c.owner = d.owner AND c.shard = d.count_shard
                 )
                 SELECT k.task_id, c.task_id IS NOT NULL AS finished,
                   CASE WHEN c.task_id IS NOT NULL THEN pg_notify('${TASK_SIGNAL_CHANNEL}',
@@ -577,6 +593,8 @@ export class PostgresTaskStore implements TaskStore {
   private closed = false;
   /** Creates and finishes asked for in one turn of the event loop, each kind sent as one statement (`batches`). */
   private readonly creates = this.batches((batch: readonly PendingCreate[]) => this.createBatch(batch));
+  /** How many creates of a principal in one batch share a shard row (\`placeInShards\`, \`rememberShardGroup\`). */
+  private readonly shardGroups = new Map<string, number>();
   private readonly finishes = this.batches((batch: readonly PendingFinish[]) => this.finishBatch(batch));
   /**
    * The creates and finishes asked for and not yet answered: `close()` waits for those made before it, their batch and
@@ -677,9 +695,16 @@ export class PostgresTaskStore implements TaskStore {
     const shard = Math.floor(Math.random() * COUNT_SHARDS);
     return this.inFlight(
       this.guard('create', async () => {
-        // most creates: one statement (with the other creates of this turn), on a shard drawn at random
-        const parameters = [...insertParameters(task), shard, open, stored];
-        const inserted = await this.creates.load({ task, shard, open, stored, parameters });
+        // most creates: one statement (with the other creates of this turn), on a shard drawn at random (its batch
+        // may place it on another: \`placeInShards\`)
+        const pending: PendingCreate = {
+          task,
+          shard,
+          open,
+          stored,
+          parameters: [...insertParameters(task), shard, open, stored],
+        };
+        const inserted = await this.creates.load(pending);
         if (inserted) return { task: inserted, created: true };
         // an idempotent replay returns its task, at the limits too
         const replay = await this.byIdempotencyKey(task);
@@ -689,7 +714,7 @@ export class PostgresTaskStore implements TaskStore {
         // of them in another order, and PostgreSQL then ends one side as a deadlock: the create tries again
         for (let attempt = 1; ; attempt++) {
           try {
-            return await this.createDealingQuotas(task, shard, open, stored);
+            return await this.createDealingQuotas(task, pending.shard, open, stored);
           } catch (error) {
             if (attempt >= 3 || (error as { code?: unknown }).code !== DEADLOCK_DETECTED) throw error;
           }
@@ -718,6 +743,10 @@ export class PostgresTaskStore implements TaskStore {
       if (open !== null && total(openNow) >= open) throw new OpenTaskLimitError(open);
       if (stored !== null && total(storedNow) >= stored) throw new StoredTaskLimitError(stored);
       const at = counts.findIndex((c) => c.shard === shard);
+      // the room each shard gets, this create's task aside, sets how many creates of a batch may share one
+      const room = (limit: number | null, now: number[]) =>
+        limit === null ? Infinity : Math.floor((limit - total(now) - 1) / COUNT_SHARDS);
+      this.rememberShardGroup(task.principal, Math.min(room(open, openNow), room(stored, storedNow)));
       await client.query(SQL.dealQuotas, [
         task.principal,
         open,
@@ -766,12 +795,49 @@ export class PostgresTaskStore implements TaskStore {
     return call;
   }
 
+  /**
+   * A principal's shard group after the deal of its quotas this instance made last: about half the room each shard
+   * got, from 1 to SHARD_GROUP. The oldest is forgotten past SHARD_GROUP_PRINCIPALS principals.
+   */
+  private rememberShardGroup(principal: string, roomPerShard: number): void {
+    this.shardGroups.delete(principal);
+    this.shardGroups.set(principal, Math.max(1, Math.min(SHARD_GROUP, Math.floor(roomPerShard / 2))));
+    if (this.shardGroups.size > SHARD_GROUP_PRINCIPALS) this.shardGroups.delete(this.shardGroups.keys().next().value!);
+  }
+
+  /**
+   * Places the creates of a batch on shards: each principal's on consecutive shards from the one its first create
+   * drew, its group (\`shardGroups\`; SHARD_GROUP without limits, 1 for a principal whose quotas another instance
+   * dealt) to a shard. Every shard row a batch touches is written by its statement and its insert trigger, each row
+   * once (bench/RESULTS.md, section 19): fewer rows, less work, as long as each shard has room for its group; a
+   * create past its shard's quota takes the exact path, as a create alone would.
+   */
+  private placeInShards(batch: readonly PendingCreate[]): void {
+    const principals = new Map<string, { first: number; placed: number; group: number }>();
+    for (const create of batch) {
+      const { principal } = create.task;
+      let at = principals.get(principal);
+      if (!at) {
+        const unlimited = create.open === null && create.stored === null;
+        at = {
+          first: create.shard,
+          placed: 0,
+          group: unlimited ? SHARD_GROUP : (this.shardGroups.get(principal) ?? 1),
+        };
+        principals.set(principal, at);
+      }
+      create.shard = (at.first + Math.floor(at.placed++ / at.group)) % COUNT_SHARDS;
+      create.parameters[SHARD_PARAMETER] = create.shard;
+    }
+  }
+
   /** A batch of creates: each inserted task, or undefined where its shard or a unique index did not admit it. */
   private async createBatch(batch: readonly PendingCreate[]): Promise<Array<StoredTask | undefined | Error>> {
     const alone = (create: PendingCreate) => this.createAlone(create).catch(asError);
     if (batch.length === 1) return [await alone(batch[0]!)];
     // a task id twice in one batch: the later call runs after the statement, and finds the id taken
     const { firsts, repeats } = splitRepeats(batch, (c) => c.task.taskId);
+    this.placeInShards(firsts);
     let rows: TaskRow[];
     try {
       const records = firsts.map((c, n) => [...c.parameters, n]);
@@ -1163,6 +1229,18 @@ export class PostgresTaskStore implements TaskStore {
  * in flight, one principal made 0.76 of 16 principals' throughput on 32 shards, 0.91 on 128 (bench section 13).
  */
 const COUNT_SHARDS = 128;
+
+/**
+ * At most this many creates of one principal in one batch share a shard row (\`placeInShards\`): 16 creates of one
+ * principal then write 4 shard rows instead of about 15 (bench/RESULTS.md, section 19).
+ */
+const SHARD_GROUP = 4;
+
+/** The principals whose shard group an instance remembers; past it the oldest is forgotten (and spreads again). */
+const SHARD_GROUP_PRINCIPALS = 10_000;
+
+/** Where the shard is in a create's parameters: $16 of `SQL.createInShard`, after `insertParameters`. */
+const SHARD_PARAMETER = 15;
 
 /** SQLSTATE of a transaction PostgreSQL ended to break a deadlock. */
 const DEADLOCK_DETECTED = '40P01';

@@ -146,6 +146,7 @@ describe('PostgreSQL per-principal limits under racing creates', () => {
       await admin.query(`DROP FUNCTION ${fn} CASCADE`);
     }
     await admin.query('ALTER TABLE closeout_tasks DROP COLUMN count_shard');
+    await admin.query('ALTER TABLE closeout_tasks DROP COLUMN closed_counted');
     await admin.query('DELETE FROM closeout_schema_version WHERE version >= 8');
 
     stores = await Promise.all([1, 2].map(() => PostgresTaskStore.open(database.connectionString, { listen: false })));

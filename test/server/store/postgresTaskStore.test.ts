@@ -81,9 +81,9 @@ describe('PostgresTaskStore across instances', () => {
     const versions = await admin.query<{ version: number }>(
       'SELECT version FROM closeout_schema_version ORDER BY version',
     );
-    expect(versions.rows).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9].map((version) => ({ version })));
+    expect(versions.rows).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10].map((version) => ({ version })));
     await openStore({ listen: false });
-    expect((await admin.query('SELECT version FROM closeout_schema_version')).rowCount).toBe(9);
+    expect((await admin.query('SELECT version FROM closeout_schema_version')).rowCount).toBe(10);
   });
 
   it('migrates a version 5 database with its tasks to the current version, where steps are stored and fenced', async () => {
@@ -98,6 +98,7 @@ describe('PostgresTaskStore across instances', () => {
       await admin.query(`DROP FUNCTION ${fn} CASCADE`);
     }
     await admin.query('ALTER TABLE closeout_tasks DROP COLUMN count_shard');
+    await admin.query('ALTER TABLE closeout_tasks DROP COLUMN closed_counted');
     await admin.query('DROP TABLE closeout_task_steps');
     await admin.query('ALTER TABLE closeout_tasks DROP COLUMN trace_context');
     await admin.query('DELETE FROM closeout_schema_version WHERE version >= 6');
@@ -106,7 +107,7 @@ describe('PostgresTaskStore across instances', () => {
     const versions = await admin.query<{ version: number }>(
       'SELECT MAX(version) AS version FROM closeout_schema_version',
     );
-    expect(versions.rows[0]?.version).toBe(9);
+    expect(versions.rows[0]?.version).toBe(10);
     expect(await store.get(task.taskId)).toEqual(task);
     const lease = { taskId: task.taskId, fence: task.fence };
     expect((await store.recordStep(lease, 'start-job', { jobId: 'j-1' }, T0 + 1)).held).toBe(true);
@@ -498,6 +499,82 @@ describe('PostgresTaskStore batches', () => {
     expect(finished).toEqual(tasks.map(() => true));
     expect(statements).toHaveLength(2);
     for (const t of tasks) expect((await store.get(t.taskId))?.status).toBe('completed');
+  });
+
+  it('writes each shard row a batch of finishes counts in once, however many of its tasks the batch closes', async () => {
+    // the status trigger wrote a principal's shard row once per task it closed; the batch counts once per row
+    // (bench/RESULTS.md, section 19). Every task drawn into shard 5, so one batch closes 8 tasks of one row
+    const random = vi.spyOn(Math, 'random').mockReturnValue(5.5 / 128);
+    const tasks = Array.from({ length: 8 }, () => newTask(limits));
+    try {
+      // one at a time: each on the shard it drew (a batch places its creates on shards of its own)
+      for (const task of tasks) await store.create(task);
+    } finally {
+      random.mockRestore();
+    }
+    await pool.query(`CREATE TABLE shard_writes (owner TEXT, shard SMALLINT, open_tasks BIGINT);
+      CREATE FUNCTION log_shard_write() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN INSERT INTO shard_writes VALUES (NEW.owner, NEW.shard, NEW.open_tasks); RETURN NULL; END $$;
+      CREATE TRIGGER log_shard_write AFTER UPDATE ON closeout_principal_tasks
+        FOR EACH ROW EXECUTE FUNCTION log_shard_write();`);
+    statements.length = 0;
+    const finished = await Promise.all(
+      tasks.map((t) => store.finish({ taskId: t.taskId, fence: 1 }, completed, T0 + 1)),
+    );
+    expect(finished).toEqual(tasks.map(() => true));
+    expect(statements).toHaveLength(1);
+    const { rows } = await pool.query('SELECT owner, shard, open_tasks FROM shard_writes');
+    expect(rows).toEqual([{ owner: 'alice', shard: 5, open_tasks: '0' }]);
+  });
+
+  it('places the creates of one principal in one batch on a few shard rows while its shards have room', async () => {
+    // every shard row a batch touches is written by the statement and by its insert trigger; 8 creates on 8 rows
+    // wrote 16 row versions (bench/RESULTS.md, section 19). A group shares a row while each shard has room for it
+    const logWrites = () =>
+      pool.query(`CREATE TABLE IF NOT EXISTS shard_writes (owner TEXT, shard SMALLINT, open_tasks BIGINT);
+        CREATE OR REPLACE FUNCTION log_shard_write() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN INSERT INTO shard_writes VALUES (NEW.owner, NEW.shard, NEW.open_tasks); RETURN NULL; END $$;
+        CREATE OR REPLACE TRIGGER log_shard_write AFTER UPDATE ON closeout_principal_tasks
+          FOR EACH ROW EXECUTE FUNCTION log_shard_write();
+        TRUNCATE shard_writes;`);
+    const batchOf8 = async (overrides: Partial<NewTask>) => {
+      // the principal's first create deals its quotas out (the exact path), alone
+      await store.create(newTask(overrides));
+      await logWrites();
+      const created = await Promise.all(Array.from({ length: 8 }, () => store.create(newTask(overrides))));
+      expect(created.map((c) => c.created)).toEqual(Array.from({ length: 8 }, () => true));
+      const { rows } = await pool.query<{ shard: number; writes: number }>(
+        `SELECT shard, COUNT(*)::int AS writes FROM shard_writes WHERE owner = $1 GROUP BY shard`,
+        [overrides.principal],
+      );
+      return rows;
+    };
+    // the default open limit dealt over 128 shards: 7 each, room for groups of 3
+    const limited = await batchOf8({ principal: 'carol', ...limits });
+    expect(limited).toHaveLength(3);
+    expect(limited.map((r) => r.writes)).toEqual([2, 2, 2]);
+    // without limits no shard can run out: groups of 4
+    const unlimited = await batchOf8({ principal: 'dave' });
+    expect(unlimited).toHaveLength(2);
+    // 200 open tasks dealt over 128 shards: 1 each, so the creates spread one to a shard
+    const tight = await batchOf8({ principal: 'erin', maxOpenTasksForPrincipal: 200 });
+    expect(tight).toHaveLength(8);
+  });
+
+  it('counts a finish that leaves its row unmarked, as an instance of a release before schema 10 does', async () => {
+    const tasks = Array.from({ length: 3 }, () => newTask(limits));
+    await Promise.all(tasks.map((task) => store.create(task)));
+    // the finish statement of such a release: no closed_counted, so the status trigger counts it
+    await pool.query(`UPDATE closeout_tasks SET status = 'completed', result = '{}' WHERE task_id = $1`, [
+      tasks[0]!.taskId,
+    ]);
+    expect(
+      await Promise.all(tasks.slice(1).map((t) => store.finish({ taskId: t.taskId, fence: 1 }, completed, T0 + 1))),
+    ).toEqual([true, true]);
+    const { rows } = await pool.query<{ open: string; stored: string }>(
+      `SELECT SUM(open_tasks) AS open, SUM(stored_tasks) AS stored FROM closeout_principal_tasks WHERE owner = 'alice'`,
+    );
+    expect(rows[0]).toEqual({ open: '0', stored: '3' });
   });
 
   it('answers each create of a batch with the task a read of its row gives, every field set or unset', async () => {
