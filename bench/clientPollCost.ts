@@ -4,10 +4,12 @@
  * keeps them `working` for good; after one poll interval of warm-up, the client's CPU over `--window-ms` is divided by
  * the tasks/get the server answered it in that window. The same measure as clientFollow's "waiting, client CPU
  * µs/poll", at a chosen poll rate and in seconds rather than minutes, so old and new code can be run back to back.
- * `--profile DIR` also writes the inspector's CPU profile of the window (one `.cpuprofile` per run).
+ * `--profile DIR` also writes the inspector's CPU profile of the window (one `.cpuprofile` per run; the profiler's own
+ * sampling costs CPU, so figures of a profiled run are not comparable to others). `--fast-path on|off|both` polls on
+ * the client's fast path (taskGetFastPath.ts), through the SDK alone, or alternates the two, run by run.
  *
  *   node dist/bench/bench/clientPollCost.js [--tasks 2000] [--poll-ms 6000] [--window-ms 12000] [--runs 3]
- *     [--profile DIR]
+ *     [--fast-path on|off|both] [--profile DIR]
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -27,8 +29,11 @@ const { values: flags } = parseArgs({
     'window-ms': { type: 'string' },
     runs: { type: 'string' },
     profile: { type: 'string' },
+    'fast-path': { type: 'string' },
   },
 });
+const fastPathModes = { on: [true], off: [false], both: [true, false] }[flags['fast-path'] ?? 'on'];
+if (!fastPathModes) throw new Error(`--fast-path takes on, off or both (got ${flags['fast-path']})`);
 const tasks = positive(flags.tasks, 2000);
 const pollMs = positive(flags['poll-ms'], 6000);
 const windowMs = positive(flags['window-ms'], 12_000);
@@ -37,7 +42,11 @@ const runs = positive(flags.runs, 3);
 const gets = (server: ClockworkServer) => [...server.tasks.values()].reduce((n, task) => n + task.gets, 0);
 
 /** Client CPU µs per tasks/get over the window, and the polls it made per second. */
-async function once(dir: string, run: number): Promise<{ cpuUsPerPoll: number; pollsPerSecond: number }> {
+async function once(
+  dir: string,
+  run: number,
+  pollFastPath: boolean,
+): Promise<{ cpuUsPerPoll: number; pollsPerSecond: number }> {
   const server = await startClockworkServer(pollMs);
   const client = startFollowClient({
     kind: 'closeout',
@@ -47,6 +56,7 @@ async function once(dir: string, run: number): Promise<{ cpuUsPerPoll: number; p
     offsetsMs: Array.from({ length: tasks }, () => 0),
     ledgerPath: join(dir, `poll-cost-${run}.ledger.db`),
     submitConcurrency: 32,
+    pollFastPath,
   });
   try {
     await client.next('ready');
@@ -76,15 +86,22 @@ const dir = mkdtempSync(join(tmpdir(), 'closeout-bench-poll-cost-'));
 try {
   console.log(`clientPollCost · ${machineLine()}`);
   console.log(`${tasks} waiting tasks, pollIntervalMs ${pollMs}, window ${windowMs} ms, ${runs} run(s)`);
-  const results: { cpuUsPerPoll: number; pollsPerSecond: number }[] = [];
+  const results = new Map<boolean, { cpuUsPerPoll: number; pollsPerSecond: number }[]>(
+    fastPathModes.map((mode) => [mode, []]),
+  );
+  const label = (mode: boolean) => (mode ? 'fast path' : 'SDK path');
   for (let run = 0; run < runs; run++) {
-    const result = await once(dir, run);
-    results.push(result);
-    console.log(
-      `run ${run + 1}: ${fixed(result.cpuUsPerPoll, 0)} µs/poll at ${fixed(result.pollsPerSecond, 0)} polls/s`,
-    );
+    for (const mode of fastPathModes) {
+      const result = await once(dir, run, mode);
+      results.get(mode)!.push(result);
+      console.log(
+        `run ${run + 1}, ${label(mode)}: ${fixed(result.cpuUsPerPoll, 0)} µs/poll at ${fixed(result.pollsPerSecond, 0)} polls/s`,
+      );
+    }
   }
-  console.log(`median: ${fixed(median(results.map((r) => r.cpuUsPerPoll)), 0)} µs/poll`);
+  for (const [mode, rows] of results) {
+    console.log(`median, ${label(mode)}: ${fixed(median(rows.map((r) => r.cpuUsPerPoll)), 0)} µs/poll`);
+  }
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }

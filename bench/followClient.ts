@@ -47,6 +47,8 @@ export interface FollowClientConfig {
   takeOverEveryMs?: number;
   /** Polls in flight at once. Default 32. */
   maxConcurrentPolls?: number;
+  /** Closeout only: poll on the fast path (taskGetFastPath.ts). Default true. */
+  pollFastPath?: boolean;
   /** Calls in flight while submitting. */
   submitConcurrency: number;
   /** Node flags of the client process (e.g. a heap cap). */
@@ -159,6 +161,7 @@ async function closeoutClient(): Promise<{ submit: Submitter; client: TaskClient
     ...(config.takeOverEveryMs !== undefined && { takeOverEveryMs: config.takeOverEveryMs }),
     // the bench loads many tasks at once: let polls overlap as the server allows
     pollPolicy: { maxConcurrentPolls: config.maxConcurrentPolls ?? 32 },
+    pollFastPath: config.pollFastPath ?? true,
   });
   const submit: Submitter = async (offsetMs) => {
     const answer = await client.callTool(SLEEP_TOOL, { group: config.group, offsetMs });

@@ -15,6 +15,7 @@ import { SqliteLedger } from './ledger/sqliteLedger.js';
 import { attachTaskResultCarrier, exitedOnVersionProbe, SessionStdioClientTransport } from './sdkGlue.js';
 import type { TaskClientOptions } from './taskClient.js';
 import { TaskClient } from './taskClient.js';
+import { TaskGetFastPath } from './taskGetFastPath.js';
 import { retryAfterFetch } from './transportFailure.js';
 
 export const DEFAULT_CLIENT_INFO: Implementation = { name: 'closeout', version: '0.1.0' };
@@ -42,28 +43,52 @@ export interface ConnectHttpOptions extends ConnectTaskClientOptions {
    */
   fetch?: typeof fetch | undefined;
   requestInit?: RequestInit | undefined;
+  /**
+   * Send ordinary polls on the transport's pool directly, in the SDK's own bytes (taskGetFastPath.ts). Default true;
+   * never with a `fetch` of the caller's.
+   */
+  pollFastPath?: boolean | undefined;
 }
 
 /** Connect to a Streamable HTTP server. */
 export async function connectHttpTaskClient(url: string | URL, options: ConnectHttpOptions): Promise<TaskClient> {
   const target = new URL(url);
-  // without a fetch of the caller's, the transport gets an undici pool of its own, closed when it closes
-  const pool = options.fetch ? undefined : createHttpFetch();
-  const transportOptions: StreamableHTTPClientTransportOptions = {
-    fetch: retryAfterFetch(options.fetch ?? pool!.fetch),
-    ...(options.requestInit ? { requestInit: options.requestInit } : {}),
-  };
-  const transport = pool
-    ? new PooledHttpClientTransport(target, transportOptions, pool)
-    : new StreamableHTTPClientTransport(target, transportOptions);
+  const { transport, pool, fastPath } = httpTaskTransport(target, options);
   // the credential a record is created under, as a keyed fingerprint (TaskClientOptions.credential)
   const credential = options.credential ?? new Headers(options.requestInit?.headers).get('authorization') ?? undefined;
   try {
-    return await connectWith(transport, options.endpoint ?? target.href, { ...options, credential });
+    return await connectWith(transport, options.endpoint ?? target.href, {
+      ...options,
+      credential,
+      ...(fastPath && { taskGetFastPath: fastPath }),
+    });
   } catch (error) {
     await pool?.close();
     throw error;
   }
+}
+
+/**
+ * @internal The transport `connectHttpTaskClient` connects with. Without a fetch of the caller's it gets an undici
+ * pool of its own, closed when it closes, and polls take the fast path on it (taskGetFastPath.ts); a caller's fetch
+ * sees every request, so it gets them all.
+ */
+export function httpTaskTransport(
+  target: URL,
+  options: Pick<ConnectHttpOptions, 'fetch' | 'requestInit' | 'pollFastPath'>,
+): { transport: StreamableHTTPClientTransport; pool?: HttpFetch; fastPath?: TaskGetFastPath } {
+  const pool = options.fetch ? undefined : createHttpFetch();
+  const fastPath = pool && options.pollFastPath !== false ? new TaskGetFastPath(pool, target) : undefined;
+  const transportOptions: StreamableHTTPClientTransportOptions = {
+    fetch: retryAfterFetch(options.fetch ?? (fastPath ? fastPath.observe(pool!.fetch) : pool!.fetch)),
+    ...(options.requestInit ? { requestInit: options.requestInit } : {}),
+  };
+  if (!pool) return { transport: new StreamableHTTPClientTransport(target, transportOptions) };
+  return {
+    transport: new PooledHttpClientTransport(target, transportOptions, pool, fastPath),
+    pool,
+    ...(fastPath && { fastPath }),
+  };
 }
 
 /**
@@ -73,13 +98,22 @@ export async function connectHttpTaskClient(url: string | URL, options: ConnectH
  */
 class PooledHttpClientTransport extends StreamableHTTPClientTransport {
   private readonly pool: HttpFetch;
+  private readonly fastPath: TaskGetFastPath | undefined;
 
-  constructor(url: URL, options: StreamableHTTPClientTransportOptions, pool: HttpFetch) {
+  constructor(
+    url: URL,
+    options: StreamableHTTPClientTransportOptions,
+    pool: HttpFetch,
+    fastPath: TaskGetFastPath | undefined,
+  ) {
     super(url, options);
     this.pool = pool;
+    this.fastPath = fastPath;
   }
 
   override async close(): Promise<void> {
+    // the fast path's polls in flight are aborted as the SDK aborts its own, so the pool is free to close
+    this.fastPath?.close();
     try {
       await super.close();
     } finally {
@@ -113,7 +147,7 @@ export async function connectStdioTaskClient(
 async function connectWith(
   transport: StreamableHTTPClientTransport | StdioClientTransport,
   endpoint: string,
-  options: ConnectTaskClientOptions,
+  options: ConnectTaskClientOptions & Pick<TaskClientOptions, 'taskGetFastPath'>,
   reconnect?: (client: Client) => Promise<void>,
   versionNegotiation: 'auto' | 'legacy' = 'auto',
 ): Promise<TaskClient> {

@@ -16,8 +16,27 @@ import { Agent } from 'undici';
 /** A `fetch` on its own connection pool, and the way to close that pool. */
 export interface HttpFetch {
   readonly fetch: typeof fetch;
+  /**
+   * One POST on the same pool without a `Response` around it (the client's poll fast path, taskGetFastPath.ts): the
+   * answer's status, headers and whole body as text. Rejects as `fetch` does (the signal's reason once aborted, else
+   * `TypeError('fetch failed')` with undici's error as `cause`); `timeoutMs` bounds the wait for headers and for body.
+   */
+  post(
+    url: URL,
+    headers: Record<string, string>,
+    body: string,
+    signal: AbortSignal,
+    timeoutMs: number,
+  ): Promise<HttpAnswer>;
   /** Close the pool's connections once the requests in flight have ended. Idempotent. */
   close(): Promise<void>;
+}
+
+/** What `HttpFetch.post` answers. */
+export interface HttpAnswer {
+  status: number;
+  headers: Dispatcher.ResponseData['headers'];
+  text: string;
 }
 
 // fetch follows these when they carry a Location (Fetch standard, "redirect status")
@@ -84,9 +103,26 @@ export function createHttpFetch(agentOptions: Agent.Options = {}): HttpFetch {
     const noBody = NULL_BODY_STATUSES.has(statusCode) || method.toUpperCase() === 'HEAD';
     return noBody ? new Response(null, responseInit) : new BufferedResponse(bytes, responseInit);
   };
+  const post: HttpFetch['post'] = async (url, headers, body, signal, timeoutMs) => {
+    try {
+      const answer = await agent.request({
+        origin: url.origin,
+        path: url.pathname + url.search,
+        method: 'POST',
+        headers,
+        body,
+        signal,
+        headersTimeout: timeoutMs,
+        bodyTimeout: timeoutMs,
+      });
+      return { status: answer.statusCode, headers: answer.headers, text: await answer.body.text() };
+    } catch (error) {
+      throw fetchFailure(error, signal);
+    }
+  };
   // a second agent.close() rejects once the first has finished, so the first is kept
   let closing: Promise<void> | undefined;
-  return { fetch: httpFetch, close: () => (closing ??= agent.close()) };
+  return { fetch: httpFetch, post, close: () => (closing ??= agent.close()) };
 }
 
 /**

@@ -27,6 +27,7 @@ import type { HistoryEntry, Ledger, LedgerFilter, RecordedError, TaskRecord } fr
 import type { PushOptions, PushState } from './pushFollower.js';
 import type { PollPolicy, SchedulerClock } from './scheduler.js';
 import { Submission } from './submission.js';
+import type { TaskGetFastPath } from './taskGetFastPath.js';
 import { TaskHandle } from './taskHandle.js';
 import { TaskRequests } from './taskRequests.js';
 import type { ClientTelemetryOptions } from './telemetry.js';
@@ -92,6 +93,11 @@ export interface TaskClientOptions {
    * the server agrees, polled as a safety net (README.md, "Push"). On by default.
    */
   push?: PushOptions | undefined;
+  /**
+   * @internal The poll fast path on the transport's own pool (taskGetFastPath.ts): `connectHttpTaskClient` sets it
+   * when the transport's fetch is its own.
+   */
+  taskGetFastPath?: TaskGetFastPath | undefined;
   /** Told about every change the client records; never awaited, errors ignored. */
   onEvent?: ((event: TaskClientEvent) => void) | undefined;
   /** Where traces and metrics go (README.md, "Observability"). Default: the OpenTelemetry API's global providers. */

@@ -66,11 +66,18 @@ export class TaskRequests {
     let raw: unknown;
     try {
       const meta = this.tasksMeta();
-      raw = await this.core.telemetry.request(TASK_METHODS.get, { 'closeout.task.id': taskId }, meta, () =>
-        this.core.client.request({ method: TASK_METHODS.get, params: { taskId, _meta: meta } }, JsonObjectSchema, {
-          timeout: this.core.requestTimeoutMs,
-        }),
-      );
+      const fastPath = this.core.options.taskGetFastPath;
+      const timeout = this.core.requestTimeoutMs;
+      raw = await this.core.telemetry.request(TASK_METHODS.get, { 'closeout.task.id': taskId }, meta, async () => {
+        // an ordinary answer is decided on the fast path; anything else is asked again through the SDK (a pure read)
+        const fast = fastPath && (await fastPath.get(taskId, meta, timeout));
+        return (
+          fast ??
+          this.core.client.request({ method: TASK_METHODS.get, params: { taskId, _meta: meta } }, JsonObjectSchema, {
+            timeout,
+          })
+        );
+      });
     } catch (error) {
       return { kind: 'unanswered', error };
     }

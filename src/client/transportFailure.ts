@@ -45,17 +45,24 @@ export function parseRetryAfter(value: string | null | undefined, now: number = 
 export function retryAfterFetch(base: typeof fetch = fetch): typeof fetch {
   return async (input, init) => {
     const response = await base(input, init);
-    if (response.status === 429 || response.status === 503) {
-      const retryAfterMs = parseRetryAfter(response.headers.get('retry-after'));
+    const failure = overloadFailure(response.status, response.headers.get('retry-after'));
+    if (failure) {
       await response.text().catch(() => undefined);
-      throw new HttpStatusError(
-        response.status,
-        retryAfterMs,
-        `HTTP ${response.status}${retryAfterMs === undefined ? '' : ` (Retry-After ${retryAfterMs} ms)`}`,
-      );
+      throw failure;
     }
     return response;
   };
+}
+
+/** A 429 or 503 answer as the HttpStatusError that keeps its Retry-After; undefined for any other status. */
+export function overloadFailure(status: number, retryAfter: string | null | undefined): HttpStatusError | undefined {
+  if (status !== 429 && status !== 503) return undefined;
+  const retryAfterMs = parseRetryAfter(retryAfter);
+  return new HttpStatusError(
+    status,
+    retryAfterMs,
+    `HTTP ${status}${retryAfterMs === undefined ? '' : ` (Retry-After ${retryAfterMs} ms)`}`,
+  );
 }
 
 const NETWORK_CODES = new Set([
@@ -103,7 +110,10 @@ export function classifyTransportError(error: unknown): TransportFailure | undef
   }
   if (error instanceof TypeError && error.message === 'fetch failed')
     return { kind: 'network', message: describe(error) };
-  if (error instanceof Error && error.name === 'AbortError') return { kind: 'timeout', message: error.message };
+  // an abort, or a deadline's (AbortSignal.timeout, the poll fast path's: DOMException 'TimeoutError')
+  if (error instanceof Error && (error.name === 'AbortError' || error.name === 'TimeoutError')) {
+    return { kind: 'timeout', message: error.message };
+  }
   return undefined;
 }
 
