@@ -294,6 +294,11 @@ try {
       [
         ['SDK Client.request, same fetch', fixed(floor.sdkCpuUsPerRequest), atRate(floor.sdkCpuUsPerRequest)],
         ['raw HTTP, prebuilt bytes', fixed(floor.rawCpuUsPerRequest), atRate(floor.rawCpuUsPerRequest)],
+        [
+          `same, paced as a waiting client (${fixed(pollsPerSecond)}/s on a 100 ms grid)`,
+          fixed(floor.rawPacedCpuUsPerRequest),
+          atRate(floor.rawPacedCpuUsPerRequest),
+        ],
         [`TaskClient ${large}, waiting`, fixed(largeRun.waitCpuUsPerPoll), fixed(largeRun.waitCorePercent, 1) + '%'],
       ],
     ),
@@ -322,6 +327,17 @@ try {
           verdict(largeRun.waitCorePercent < 5),
         ],
         [`  (floor) the SDK alone, ${large} tasks, waiting`, `${fixed(sdkRun.waitCorePercent, 1)}%`, ''],
+        [
+          `${large} tasks: CPU per waiting poll <= 1.5x raw HTTP`,
+          `${fixed(largeRun.waitCpuUsPerPoll)} / ${fixed(floor.rawCpuUsPerRequest)} µs = ` +
+            `x${fixed(largeRun.waitCpuUsPerPoll / floor.rawCpuUsPerRequest, 2)}`,
+          verdict(largeRun.waitCpuUsPerPoll <= 1.5 * floor.rawCpuUsPerRequest),
+        ],
+        [
+          `  (floor) raw HTTP paced as a waiting client`,
+          `${fixed(floor.rawPacedCpuUsPerRequest)} µs, x${fixed(floor.rawPacedCpuUsPerRequest / floor.rawCpuUsPerRequest, 2)}`,
+          '',
+        ],
         [
           `${large} tasks: 0 polls after terminal`,
           fixed(largeRun.pollsAfterTerminal),
@@ -376,6 +392,7 @@ async function measureFloor(): Promise<Extract<FollowClientMessage, { type: 'flo
     offsetsMs: [],
     submitConcurrency: 1,
     floorRequests: flags.smoke ? 150 : 3000,
+    floorPacedPerSecond: (large / largePollMs) * 1000,
   });
   try {
     return await process.next('floor');

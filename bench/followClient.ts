@@ -23,7 +23,13 @@ import { fileURLToPath } from 'node:url';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { createTaskSessionFromClient } from '@modelcontextprotocol/ext-tasks/client';
 import Database from 'better-sqlite3';
-import { connectHttpTaskClient, createHttpFetch, isTaskHandle, type TaskClient } from 'closeout/client';
+import {
+  connectHttpTaskClient,
+  createHttpFetch,
+  DEFAULT_POLL_POLICY,
+  isTaskHandle,
+  type TaskClient,
+} from 'closeout/client';
 import { Agent } from 'undici';
 import * as z from 'zod/v4';
 
@@ -55,6 +61,8 @@ export interface FollowClientConfig {
   execArgv?: string[];
   /** `floor` only: requests per variant and round. */
   floorRequests?: number;
+  /** `floor` only: the rate of the paced raw variant, polls a second (a waiting TaskClient's rate). */
+  floorPacedPerSecond?: number;
 }
 
 export type FollowClientMessage =
@@ -76,7 +84,14 @@ export type FollowClientMessage =
   /** Answers `profile` (start, or stop and write the `.cpuprofile` to `path`). */
   | { type: 'profiled' }
   /** `rawPerSecond`: raw requests answered per second, 16 in flight: the server's rate for a cheap client. */
-  | { type: 'floor'; sdkCpuUsPerRequest: number; rawCpuUsPerRequest: number; rawPerSecond: number };
+  /** `rawPacedCpuUsPerRequest`: the same raw requests paced as a waiting TaskClient sends them (see `paced`). */
+  | {
+      type: 'floor';
+      sdkCpuUsPerRequest: number;
+      rawCpuUsPerRequest: number;
+      rawPerSecond: number;
+      rawPacedCpuUsPerRequest: number;
+    };
 
 const CLIENT_INFO = { name: 'closeout-bench', version: '0.0.0' };
 const SELF = fileURLToPath(import.meta.url);
@@ -282,6 +297,34 @@ async function cpuPerRequest(request: () => Promise<unknown>): Promise<{ cpuUs: 
   return { cpuUs: (cpuNow() - before) / requests, perSecond: (requests / (performance.now() - start)) * 1000 };
 }
 
+/**
+ * Client CPU µs per request when the requests are paced as a waiting TaskClient sends them: `floorPacedPerSecond` a
+ * second, started together on the scheduler's grid (DEFAULT_POLL_POLICY.tickMs), at most FLOOR_CONCURRENCY in flight.
+ * Back to back (`cpuPerRequest`) one wake-up of the process serves many answers; paced, each tick pays its own.
+ */
+async function paced(request: () => Promise<unknown>): Promise<number> {
+  const perSecond = config.floorPacedPerSecond ?? 333;
+  const tickMs = DEFAULT_POLL_POLICY.tickMs;
+  const perTick = Math.max(1, Math.round((perSecond * tickMs) / 1000));
+  const requests = config.floorRequests ?? 3000;
+  const ticks = Math.max(1, Math.ceil(requests / perTick));
+  const before = cpuNow();
+  const pending: Promise<void>[] = [];
+  for (let tick = 0; tick < ticks; tick++) {
+    let left = perTick;
+    pending.push(
+      Promise.all(
+        Array.from({ length: Math.min(FLOOR_CONCURRENCY, perTick) }, async () => {
+          while (left-- > 0) await request();
+        }),
+      ).then(() => undefined),
+    );
+    await sleep(tickMs);
+  }
+  await Promise.all(pending);
+  return (cpuNow() - before) / (ticks * perTick);
+}
+
 async function floor(): Promise<void> {
   // one task of our own to ask about (its group keeps it out of the clients' counts)
   const created = (await (
@@ -320,15 +363,18 @@ async function floor(): Promise<void> {
 
   const sdkRounds: { cpuUs: number; perSecond: number }[] = [];
   const rawRounds: { cpuUs: number; perSecond: number }[] = [];
+  const pacedRounds: number[] = [];
   for (let round = 0; round < 3; round++) {
     sdkRounds.push(await cpuPerRequest(sdk));
     rawRounds.push(await cpuPerRequest(raw));
+    pacedRounds.push(await paced(raw));
   }
   await send({
     type: 'floor',
     sdkCpuUsPerRequest: median(sdkRounds.map((r) => r.cpuUs)),
     rawCpuUsPerRequest: median(rawRounds.map((r) => r.cpuUs)),
     rawPerSecond: median(rawRounds.map((r) => r.perSecond)),
+    rawPacedCpuUsPerRequest: median(pacedRounds),
   });
   await client.close();
   await agent.close();

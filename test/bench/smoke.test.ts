@@ -101,6 +101,11 @@ describe.concurrent('benchmark smoke runs', () => {
     // the floor: a tasks/get through the SDK alone and as raw HTTP, each a number of µs
     for (const label of ['SDK Client.request, same fetch', 'raw HTTP, prebuilt bytes'])
       expect(row(output, label)[1], `${label} in:\n${output}`).toMatch(NUMBER);
+    // issue 19: CPU per waiting poll against the raw floor, and the same raw requests paced as a waiting client
+    expect(output).toMatch(
+      /^\d+ tasks: CPU per waiting poll <= 1\.5x raw HTTP +\d+ \/ \d+ µs = x\d+\.\d\d +(met|NOT MET) *$/m,
+    );
+    expect(output).toMatch(/^ {2}\(floor\) raw HTTP paced as a waiting client +\d+ µs, x\d+\.\d\d *$/m);
   }, 90_000);
 
   it('clientResume re-queries every open record once and prints the times', async () => {
