@@ -78,7 +78,8 @@ export function httpTaskTransport(
   options: Pick<ConnectHttpOptions, 'fetch' | 'requestInit' | 'pollFastPath'>,
 ): { transport: StreamableHTTPClientTransport; pool?: HttpFetch; fastPath?: TaskGetFastPath } {
   const pool = options.fetch ? undefined : createHttpFetch();
-  const fastPath = pool && options.pollFastPath !== false ? new TaskGetFastPath(pool, target) : undefined;
+  const fastPath =
+    pool && options.pollFastPath !== false ? new TaskGetFastPath(pool, target, options.requestInit) : undefined;
   const transportOptions: StreamableHTTPClientTransportOptions = {
     fetch: retryAfterFetch(options.fetch ?? (fastPath ? fastPath.observe(pool!.fetch) : pool!.fetch)),
     ...(options.requestInit ? { requestInit: options.requestInit } : {}),

@@ -17,26 +17,23 @@ import { Agent } from 'undici';
 export interface HttpFetch {
   readonly fetch: typeof fetch;
   /**
-   * One POST on the same pool without a `Response` around it (the client's poll fast path, taskGetFastPath.ts): the
-   * answer's status, headers and whole body as text. Rejects as `fetch` does (the signal's reason once aborted, else
-   * `TypeError('fetch failed')` with undici's error as `cause`); `timeoutMs` bounds the wait for headers and for body.
+   * One POST on the same pool without a `Response` around it (the client's poll fast path, taskGetFastPath.ts):
+   * resolves once the answer's status and headers are in, its body still to read or discard. Rejects as `fetch` does
+   * (the signal's reason once aborted, else `TypeError('fetch failed')` with undici's error as `cause`).
    */
-  post(
-    url: URL,
-    headers: Record<string, string>,
-    body: string,
-    signal: AbortSignal,
-    timeoutMs: number,
-  ): Promise<HttpAnswer>;
+  post(url: URL, headers: Record<string, string>, body: string, signal: AbortSignal): Promise<HttpAnswer>;
   /** Close the pool's connections once the requests in flight have ended. Idempotent. */
   close(): Promise<void>;
 }
 
-/** What `HttpFetch.post` answers. */
+/** What `HttpFetch.post` answers: the status and headers, and the body to read whole or to discard. */
 export interface HttpAnswer {
   status: number;
   headers: Dispatcher.ResponseData['headers'];
-  text: string;
+  text(): Promise<string>;
+  /** The body as it arrives (a stream that may never end), in UTF-8 text chunks. */
+  chunks(): AsyncIterable<string>;
+  discard(): void;
 }
 
 // fetch follows these when they carry a Location (Fetch standard, "redirect status")
@@ -103,22 +100,28 @@ export function createHttpFetch(agentOptions: Agent.Options = {}): HttpFetch {
     const noBody = NULL_BODY_STATUSES.has(statusCode) || method.toUpperCase() === 'HEAD';
     return noBody ? new Response(null, responseInit) : new BufferedResponse(bytes, responseInit);
   };
-  const post: HttpFetch['post'] = async (url, headers, body, signal, timeoutMs) => {
+  const post: HttpFetch['post'] = async (url, headers, body, signal) => {
+    let answer: Dispatcher.ResponseData;
     try {
-      const answer = await agent.request({
+      answer = await agent.request({
         origin: url.origin,
         path: url.pathname + url.search,
         method: 'POST',
         headers,
         body,
         signal,
-        headersTimeout: timeoutMs,
-        bodyTimeout: timeoutMs,
       });
-      return { status: answer.statusCode, headers: answer.headers, text: await answer.body.text() };
     } catch (error) {
       throw fetchFailure(error, signal);
     }
+    return {
+      status: answer.statusCode,
+      headers: answer.headers,
+      text: () => answer.body.text().catch((error: unknown) => Promise.reject(fetchFailure(error, signal))),
+      chunks: () => textChunks(answer.body, signal),
+      // an answer that is not read may be a stream that never ends: the connection goes with it
+      discard: () => answer.body.destroy(),
+    };
   };
   // a second agent.close() rejects once the first has finished, so the first is kept
   let closing: Promise<void> | undefined;
@@ -204,6 +207,15 @@ class BufferedResponse extends Response {
         return this.#streamed?.bodyUsed ?? this.#used;
       },
     });
+  }
+}
+
+async function* textChunks(body: Dispatcher.ResponseData['body'], signal: AbortSignal): AsyncIterable<string> {
+  const decoder = new TextDecoder();
+  try {
+    for await (const chunk of body) yield decoder.decode(chunk as Uint8Array, { stream: true });
+  } catch (error) {
+    throw fetchFailure(error, signal);
   }
 }
 

@@ -4,19 +4,23 @@
  * exchange itself (bench/RESULTS.md, sections 3, 4 and 20). Here an ordinary poll is one POST on the transport's own
  * connection pool, with no second encoding of the protocol:
  *
- * - The request is the SDK's. Every `tasks/get` the SDK's transport sends passes `observe` on its way to the pool,
- *   which keeps its headers and the envelope the SDK put in its `_meta` (protocol version, client info). A fast
- *   request is that request with another `taskId` (in `params` and in `Mcp-Name`), another JSON-RPC id, and the
- *   caller's own per-request `_meta` (the declared capabilities, the trace context) exactly as the SDK would carry
- *   it. Until the SDK has sent one, and whenever the last one it sent is not an ordinary 2026-07-28 `tasks/get`
- *   (a 2025-era connection, a session, an encoded `Mcp-Name`, `_meta` keys not known here), there is no fast path.
- * - The answer is decided here only when it is ordinary: HTTP 200 with a JSON-RPC result for this id and
- *   `resultType: "complete"` (the TaskClient then checks it with the same schema as any answer, serverOutput.ts); a
- *   JSON-RPC error for this id on 200 or 400, thrown as the SDK's `ProtocolError.fromError` makes it; a 429 or 503 as
- *   the same `HttpStatusError` the transport's fetch raises (transportFailure.ts); no answer at all as `fetch` fails.
- *   Anything else (a stream, another status, another id, a body that does not parse, another `resultType`) is not
- *   decided: `get` returns undefined and the caller asks again through the SDK, whose conclusion is the one the
- *   TaskClient acts on. A `tasks/get` is a pure read (SEP-2663), so asking twice changes nothing on the server.
+ * - The request is the SDK's. A TaskClient's poll sent through the SDK (`throughSdk`) passes `observe` on its way to
+ *   the pool, which keeps its headers and the envelope the SDK put in its `_meta` (protocol version, client info),
+ *   once the server has answered it with HTTP 200. A fast request is that request with another `taskId` (in `params` and in `Mcp-Name`), another JSON-RPC id, and
+ *   the poll's own per-request `_meta` (the declared capabilities, the trace context) as the SDK would carry it. There
+ *   is no fast path until the SDK has sent such a poll, whenever its last one was not an ordinary 2026-07-28
+ *   `tasks/get` (a 2025-era connection, a session, an encoded `Mcp-Name`, `_meta` keys not known here), once the
+ *   caller's `requestInit` headers changed (a rotated token), and TEMPLATE_LIFE_MS after it was learned (whatever
+ *   else the SDK would send differently by then, its next poll shows).
+ * - The answer is decided here only when it is ordinary: HTTP 200 with a JSON-RPC result for this id that the SDK's
+ *   own schema accepts (the JSON body, or the first message event of a stream, parsed by the SDK's SSE parser), with `resultType: "complete"` (the TaskClient then checks the task with the same schema as
+ *   any answer, serverOutput.ts); a JSON-RPC error for this id on 200 or 400, thrown as the SDK's
+ *   `ProtocolError.fromError` makes it; a 429 or 503 as the same `HttpStatusError` the transport's fetch raises
+ *   (transportFailure.ts); no answer at all as `fetch` fails. Anything else (a stream, another status, another id, a
+ *   body that does not parse, another `resultType`, a stream whose first message is another) is not decided: `get` returns undefined, unread bodies are
+ *   dropped at their headers, and the caller asks again through the SDK, whose conclusion is the one the TaskClient
+ *   acts on. A `tasks/get` is a pure read (SEP-2663): asking twice changes nothing on the server, and the state the
+ *   dropped answer carried is the state the second one reads.
  *
  * test/client/taskGetFastPath.test.ts sends the same polls, answered by the same valid and hostile servers, through
  * this path and through the SDK's alone, and compares what the server received and what the TaskClient concluded.
@@ -27,11 +31,15 @@ import {
   CLIENT_INFO_META_KEY,
   isJsonContentType,
   isJSONRPCErrorResponse,
+  isJSONRPCResultResponse,
   PROTOCOL_VERSION_META_KEY,
   ProtocolError,
+  SdkError,
+  SdkErrorCode,
   TRACEPARENT_META_KEY,
   TRACESTATE_META_KEY,
 } from '@modelcontextprotocol/client';
+import { createParser } from 'eventsource-parser';
 
 import { TASK_METHODS } from '../protocol/index.js';
 import type { HttpAnswer, HttpFetch } from './httpFetch.js';
@@ -41,7 +49,7 @@ import { overloadFailure } from './transportFailure.js';
 const DECIDED_REVISION = '2026-07-28';
 
 /** `_meta` keys the SDK adds to every request of the 2026-07-28 envelope: kept from the request it sent. */
-const ENVELOPE_KEYS = [PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY] as const;
+const ENVELOPE_KEYS: readonly string[] = [PROTOCOL_VERSION_META_KEY, CLIENT_INFO_META_KEY];
 
 /** `_meta` keys a TaskClient's poll carries itself (taskRequests.ts, telemetry.ts): taken from each poll. */
 const OWN_META_KEYS = new Set([
@@ -57,6 +65,9 @@ const OWN_META_KEYS = new Set([
  */
 const PLAIN_TASK_ID = /^[A-Za-z0-9._~-]{1,512}$/;
 
+/** How long a learned request stands in for the SDK's: one poll a minute goes through the SDK, whatever the load. */
+const TEMPLATE_LIFE_MS = 60_000;
+
 /** What the SDK's last ordinary `tasks/get` looked like on the wire. */
 interface Template {
   /** Its headers, lower-cased, `mcp-name` left out. */
@@ -65,11 +76,17 @@ interface Template {
   envelope: Record<string, unknown>;
   /** Its `clientCapabilities`, as JSON: a poll declaring anything else is not sent this way. */
   capabilities: string;
+  /** The caller's `requestInit` headers when it was sent (see `initHeaders`). */
+  initHeaders: string;
+  /** When it was learned (performance.now()). */
+  learnedAt: number;
 }
 
 export class TaskGetFastPath {
   #template: Template | undefined;
   #nextId = 0;
+  /** taskIds whose poll is on its way through the SDK: only those teach the template (no other request of the app). */
+  readonly #learning = new Set<string>();
   /** The polls in flight, aborted when the transport closes. */
   readonly #inFlight = new Set<AbortController>();
   #closed = false;
@@ -79,30 +96,45 @@ export class TaskGetFastPath {
   constructor(
     private readonly http: HttpFetch,
     private readonly url: URL,
+    private readonly requestInit: RequestInit | undefined,
   ) {}
 
-  /** The fetch the SDK's transport sends through: each `tasks/get` it sends becomes the template, or clears it. */
+  /** The fetch the SDK's transport sends through: a TaskClient poll it sends becomes the template, or clears it. */
   observe(base: typeof fetch): typeof fetch {
-    return (input, init) => {
-      if (init?.method === 'POST' && typeof init.body === 'string' && init.headers instanceof Headers) {
-        if (init.headers.get('mcp-method') === TASK_METHODS.get) this.#template = learned(init.headers, init.body);
-      }
-      return base(input, init);
+    return async (input, init) => {
+      const taskId = this.#learning.size > 0 ? polledTaskId(init) : undefined;
+      if (taskId === undefined || !this.#learning.has(taskId)) return base(input, init);
+      const candidate = learned(init!.headers as Headers, init!.body as string, this.#initHeaders());
+      this.#template = undefined;
+      const response = await base(input, init);
+      // learned once the server answered it: a request it refused is no template
+      if (candidate && response.status === 200) this.#template = candidate;
+      return response;
     };
   }
 
+  /** Send one poll of `taskId` through the SDK (`send`), and learn the fast request from it. */
+  async throughSdk<T>(taskId: string, send: () => Promise<T>): Promise<T> {
+    this.#learning.add(taskId);
+    try {
+      return await send();
+    } finally {
+      this.#learning.delete(taskId);
+    }
+  }
+
   /**
-   * One `tasks/get` for `taskId` carrying `meta` (the poll's own `_meta`): the result (its `resultType` taken off, as
-   * the SDK hands results over) when the answer was ordinary, undefined when the SDK must ask instead. Rejects when
-   * the server is overloaded (429, 503) or did not answer.
+   * One `tasks/get` for `taskId` carrying `meta` (the poll's own `_meta`) within `timeoutMs`: the result (its
+   * `resultType` taken off, as the SDK hands results over) when the answer was ordinary, undefined when the SDK must
+   * ask instead. Rejects as the SDK's path would: a ProtocolError, an overload (429, 503), no answer.
    */
   async get(
     taskId: string,
     meta: Record<string, unknown>,
     timeoutMs: number,
   ): Promise<Record<string, unknown> | undefined> {
-    const template = this.#template;
-    if (!template || this.#closed || !PLAIN_TASK_ID.test(taskId)) return undefined;
+    const template = this.#usableTemplate();
+    if (!template || !PLAIN_TASK_ID.test(taskId)) return undefined;
     for (const key in meta) if (!OWN_META_KEYS.has(key)) return undefined;
     if (!this.#declaresAsTemplate(template, meta[CLIENT_CAPABILITIES_META_KEY])) return undefined;
     const id = `closeout-${++this.#nextId}`;
@@ -113,15 +145,32 @@ export class TaskGetFastPath {
       jsonrpc: '2.0',
       id,
     });
-    const headers = { ...template.headers, 'mcp-name': taskId };
-    const answer = await this.#post(headers, body, timeoutMs);
-    if (!answer) return undefined;
-    const overloaded = overloadFailure(answer.status, headerValue(answer.headers['retry-after']));
-    if (overloaded) throw overloaded;
-    // the transport hands over a JSON-RPC answer of HTTP 200, and the error of a 400 (SEP-2243's header refusals)
-    if (answer.status !== 200 && answer.status !== 400) return undefined;
-    if (!isJsonContentType(headerValue(answer.headers['content-type']) ?? null)) return undefined;
-    return ordinaryAnswer(answer.text, id, answer.status);
+    return this.#exchange({ ...template.headers, 'mcp-name': taskId }, body, id, timeoutMs);
+  }
+
+  /** Abort the polls in flight (the transport is closing; they fail as the SDK's do) and send nothing more this way. */
+  close(): void {
+    this.#closed = true;
+    for (const controller of this.#inFlight) controller.abort(new Error('the transport closed'));
+  }
+
+  #usableTemplate(): Template | undefined {
+    const template = this.#template;
+    if (!template || this.#closed) return undefined;
+    if (performance.now() - template.learnedAt > TEMPLATE_LIFE_MS || template.initHeaders !== this.#initHeaders()) {
+      this.#template = undefined;
+      return undefined;
+    }
+    return template;
+  }
+
+  /** The caller's own headers as the SDK's transport reads them for every request, as one comparable string. */
+  #initHeaders(): string {
+    const headers = this.requestInit?.headers;
+    if (headers === undefined) return '';
+    const pairs: string[] = [];
+    new Headers(headers).forEach((value, name) => pairs.push(name, value));
+    return JSON.stringify(pairs);
   }
 
   #declaresAsTemplate(template: Template, capabilities: unknown): boolean {
@@ -133,10 +182,15 @@ export class TaskGetFastPath {
   }
 
   /**
-   * One POST within `timeoutMs` in all (undici's own timeouts bound the wait for each chunk, not for the whole answer
-   * of a server that trickles it); undefined when the transport closed under it, so the SDK path reports that.
+   * The POST and what it comes to, all within `timeoutMs` (undici's own timeouts bound the wait for each chunk, not
+   * for the whole answer of a server that trickles it).
    */
-  async #post(headers: Record<string, string>, body: string, timeoutMs: number): Promise<HttpAnswer | undefined> {
+  async #exchange(
+    headers: Record<string, string>,
+    body: string,
+    id: string,
+    timeoutMs: number,
+  ): Promise<Record<string, unknown> | undefined> {
     const controller = new AbortController();
     const timer = setTimeout(
       () => controller.abort(new DOMException(`tasks/get timed out after ${timeoutMs} ms`, 'TimeoutError')),
@@ -144,25 +198,80 @@ export class TaskGetFastPath {
     );
     this.#inFlight.add(controller);
     try {
-      return await this.http.post(this.url, headers, body, controller.signal, timeoutMs);
+      const answer = await this.http.post(this.url, headers, body, controller.signal);
+      return ordinaryAnswer(await decidedMessage(answer), id, answer.status);
     } catch (error) {
-      if (this.#closed) return undefined;
+      // as the SDK rejects its requests in flight when its transport closes
+      if (this.#closed) throw new SdkError(SdkErrorCode.ConnectionClosed, 'Connection closed');
       throw error;
     } finally {
       clearTimeout(timer);
       this.#inFlight.delete(controller);
     }
   }
+}
 
-  /** Abort the polls in flight (the transport is closing) and send nothing more this way. */
-  close(): void {
-    this.#closed = true;
-    for (const controller of this.#inFlight) controller.abort(new Error('the transport closed'));
+/**
+ * The JSON-RPC message of an answer this path decides: a JSON body read whole, or the first message event of a
+ * stream (the SDK's transport takes events named `message` or unnamed, and skips those without data); undefined
+ * for any other answer, and for a stream whose first message is not a JSON-RPC answer. The rest of the body is
+ * dropped unread.
+ */
+async function decidedMessage(answer: HttpAnswer): Promise<unknown> {
+  const overloaded = overloadFailure(answer.status, headerValue(answer.headers['retry-after']));
+  const contentType = headerValue(answer.headers['content-type']);
+  // the transport hands over a JSON-RPC answer of HTTP 200, and the error of a 400 (SEP-2243's header refusals)
+  const json = (answer.status === 200 || answer.status === 400) && isJsonContentType(contentType);
+  const stream = answer.status === 200 && isEventStream(contentType);
+  if (overloaded || !(json || stream)) {
+    answer.discard();
+    if (overloaded) throw overloaded;
+    return undefined;
+  }
+  try {
+    return parsed(json ? await answer.text() : await firstMessageEvent(answer.chunks()));
+  } finally {
+    if (stream) answer.discard();
   }
 }
 
+/** The data of the first message event with data in an SSE body, or undefined when the body ends first. */
+async function firstMessageEvent(chunks: AsyncIterable<string>): Promise<string | undefined> {
+  let found: string | undefined;
+  const parser = createParser({
+    onEvent: (event) => {
+      if (found === undefined && event.data !== '' && (!event.event || event.event === 'message')) found = event.data;
+    },
+  });
+  for await (const chunk of chunks) {
+    parser.feed(chunk);
+    if (found !== undefined) return found;
+  }
+  return undefined;
+}
+
+function parsed(text: string | undefined): unknown {
+  if (text === undefined) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+function isEventStream(contentType: string | undefined): boolean {
+  return contentType?.split(';', 1)[0]!.trim().toLowerCase() === 'text/event-stream';
+}
+
+/** The taskId of a `tasks/get` about to leave through the SDK's transport, if `init` is one. */
+function polledTaskId(init: RequestInit | undefined): string | undefined {
+  if (init?.method !== 'POST' || typeof init.body !== 'string' || !(init.headers instanceof Headers)) return undefined;
+  if (init.headers.get('mcp-method') !== TASK_METHODS.get) return undefined;
+  return init.headers.get('mcp-name') ?? undefined;
+}
+
 /** The template a `tasks/get` the SDK sent makes, or undefined when it is not an ordinary one (see the file's top). */
-function learned(sent: Headers, body: string): Template | undefined {
+function learned(sent: Headers, body: string, initHeaders: string): Template | undefined {
   if (sent.get('mcp-protocol-version') !== DECIDED_REVISION || sent.has('mcp-session-id')) return undefined;
   let message: unknown;
   try {
@@ -178,37 +287,36 @@ function learned(sent: Headers, body: string): Template | undefined {
   if (meta[PROTOCOL_VERSION_META_KEY] !== DECIDED_REVISION) return undefined;
   const envelope: Record<string, unknown> = {};
   for (const key of Object.keys(meta)) {
-    if ((ENVELOPE_KEYS as readonly string[]).includes(key)) envelope[key] = meta[key];
+    if (ENVELOPE_KEYS.includes(key)) envelope[key] = meta[key];
     else if (!OWN_META_KEYS.has(key)) return undefined;
   }
   const headers: Record<string, string> = {};
   sent.forEach((value, name) => {
     if (name !== 'mcp-name') headers[name] = value;
   });
-  return { headers, envelope, capabilities: JSON.stringify(meta[CLIENT_CAPABILITIES_META_KEY]) };
+  return {
+    headers,
+    envelope,
+    capabilities: JSON.stringify(meta[CLIENT_CAPABILITIES_META_KEY]),
+    initHeaders,
+    learnedAt: performance.now(),
+  };
 }
 
 /**
- * The result of an ordinary JSON-RPC answer to request `id`; a JSON-RPC error thrown as the SDK hands it over
- * (`ProtocolError.fromError`, sdkGlue.ts point 2); undefined for anything else.
+ * The result of an ordinary JSON-RPC answer to request `id`, judged by the SDK's own message schemas; a JSON-RPC
+ * error thrown as the SDK hands it over (`ProtocolError.fromError`, sdkGlue.ts point 2); undefined for anything else.
  */
-function ordinaryAnswer(text: string, id: string, status: number): Record<string, unknown> | undefined {
-  let message: unknown;
-  try {
-    message = JSON.parse(text);
-  } catch {
-    return undefined;
-  }
+function ordinaryAnswer(message: unknown, id: string, status: number): Record<string, unknown> | undefined {
   if (!isPlainObject(message) || message['id'] !== id) return undefined;
-  if ('error' in message) {
-    if (!isJSONRPCErrorResponse(message)) return undefined;
+  if (isJSONRPCErrorResponse(message)) {
     const { code, message: description, data } = message.error;
     throw ProtocolError.fromError(code, description, data);
   }
-  if (status !== 200 || message['jsonrpc'] !== '2.0') return undefined;
-  const result = message['result'];
+  if (status !== 200 || !isJSONRPCResultResponse(message)) return undefined;
+  const result = message.result as Record<string, unknown>;
   // basic/index "ResultType": a 2026-07-28 server MUST include it; an absent one is the SDK path's to judge
-  if (!isPlainObject(result) || result['resultType'] !== 'complete') return undefined;
+  if (result['resultType'] !== 'complete') return undefined;
   const { resultType: _resultType, ...rest } = result;
   return rest;
 }
@@ -217,6 +325,7 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
+/** A header as fetch's `Headers.get` gives it: repeated values joined with ", ". */
 function headerValue(value: string | string[] | undefined): string | undefined {
-  return Array.isArray(value) ? value[0] : value;
+  return Array.isArray(value) ? value.join(', ') : value;
 }

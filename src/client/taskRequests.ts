@@ -69,14 +69,17 @@ export class TaskRequests {
       const fastPath = this.core.options.taskGetFastPath;
       const timeout = this.core.requestTimeoutMs;
       raw = await this.core.telemetry.request(TASK_METHODS.get, { 'closeout.task.id': taskId }, meta, async () => {
-        // an ordinary answer is decided on the fast path; anything else is asked again through the SDK (a pure read)
-        const fast = fastPath && (await fastPath.get(taskId, meta, timeout));
-        return (
-          fast ??
+        const sdk = (timeoutMs: number) => () =>
           this.core.client.request({ method: TASK_METHODS.get, params: { taskId, _meta: meta } }, JsonObjectSchema, {
-            timeout,
-          })
-        );
+            timeout: timeoutMs,
+          });
+        if (!fastPath) return sdk(timeout)();
+        // an ordinary answer is decided on the fast path; anything else is asked again through the SDK (a pure read),
+        // within what is left of the one timeout
+        const startedAt = performance.now();
+        const fast = await fastPath.get(taskId, meta, timeout);
+        if (fast) return fast;
+        return fastPath.throughSdk(taskId, sdk(Math.max(1, timeout - (performance.now() - startedAt))));
       });
     } catch (error) {
       return { kind: 'unanswered', error };

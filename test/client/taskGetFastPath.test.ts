@@ -35,6 +35,10 @@ const json =
   (message: (id: unknown) => unknown, status = 200, headers: Record<string, string> = {}): Answer =>
   (id, res) =>
     res.writeHead(status, { 'content-type': 'application/json', ...headers }).end(JSON.stringify(message(id)));
+const sse =
+  (body: (id: unknown) => string): Answer =>
+  (id, res) =>
+    res.writeHead(200, { 'content-type': 'text/event-stream' }).end(body(id));
 const result = (value: unknown): Answer => json((id) => ({ jsonrpc: '2.0', id, result: value }));
 const task = (fields: Record<string, unknown> = {}) => ({
   resultType: 'complete',
@@ -115,8 +119,24 @@ const ANSWERS: [string, Answer, boolean][] = [
       res
         .writeHead(200, { 'content-type': 'text/event-stream' })
         .end(`event: message\ndata: ${JSON.stringify({ jsonrpc: '2.0', id, result: task() })}\n\n`),
+    true,
+  ],
+  [
+    'a stream: a priming event, then the result',
+    sse((id) => `id: 1\ndata:\n\nevent: message\ndata: ${JSON.stringify({ jsonrpc: '2.0', id, result: task() })}\n\n`),
+    true,
+  ],
+  [
+    'a stream whose first message is a notification',
+    sse(
+      (id) =>
+        `data: ${JSON.stringify({ jsonrpc: '2.0', method: 'notifications/message', params: { level: 'info', data: 'x' } })}\n\n` +
+        `data: ${JSON.stringify({ jsonrpc: '2.0', id, result: task() })}\n\n`,
+    ),
     false,
   ],
+  ['a stream that ends without a message', sse(() => ': nothing here\n\n'), false],
+  ['a stream whose event is not JSON', sse(() => 'data: {"jsonrpc\n\n'), false],
   ['HTTP 429 with Retry-After', (_id, res) => res.writeHead(429, { 'retry-after': '3' }).end('slow down'), true],
   ['HTTP 503', (_id, res) => res.writeHead(503).end('unavailable'), true],
   ['HTTP 500', (_id, res) => res.writeHead(500, { 'content-type': 'text/plain' }).end('internal'), false],
@@ -234,6 +254,9 @@ describe('the client poll fast path against the SDK alone', () => {
   });
 
   it.each(ANSWERS)('concludes the same from %s', async (_name, scripted, decided) => {
+    // an answer the fast path does not decide leaves it off until the SDK's poll is answered with JSON again
+    answer = result(task());
+    await sides.fast.requests.getTask(TASK_ID);
     answer = scripted;
     const sdk = await poll('sdk');
     const fast = await poll('fast');
