@@ -309,7 +309,8 @@ function learned(sent: Headers, body: string, initHeaders: string): Template | u
  */
 function ordinaryAnswer(message: unknown, id: string, status: number): Record<string, unknown> | undefined {
   if (!isPlainObject(message) || message['id'] !== id) return undefined;
-  if (isJSONRPCErrorResponse(message)) {
+  // the SDK's guards build an error for every message they refuse: each is asked only about what it may accept
+  if ('error' in message && isJSONRPCErrorResponse(message)) {
     const { code, message: description, data } = message.error;
     throw ProtocolError.fromError(code, description, data);
   }
