@@ -120,7 +120,11 @@ export function createHttpFetch(agentOptions: Agent.Options = {}): HttpFetch {
       text: () => answer.body.text().catch((error: unknown) => Promise.reject(fetchFailure(error, signal))),
       chunks: () => textChunks(answer.body, signal),
       // an answer that is not read may be a stream that never ends: the connection goes with it
-      discard: () => answer.body.destroy(),
+      discard: () => {
+        // destroying a body not read to its end emits 'error' (undici's RequestAbortedError): nobody waits for it
+        answer.body.on('error', () => undefined);
+        answer.body.destroy();
+      },
     };
   };
   // a second agent.close() rejects once the first has finished, so the first is kept

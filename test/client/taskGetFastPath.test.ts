@@ -141,6 +141,15 @@ const ANSWERS: [string, Answer, boolean][] = [
   ['HTTP 503', (_id, res) => res.writeHead(503).end('unavailable'), true],
   ['HTTP 500', (_id, res) => res.writeHead(500, { 'content-type': 'text/plain' }).end('internal'), false],
   ['HTTP 404', (_id, res) => res.writeHead(404).end(), false],
+  // dropped at its headers: the unread body's abort must not surface as an unhandled 'error' (the soak found it)
+  [
+    'HTTP 500 whose body never ends',
+    (_id, res) => {
+      res.writeHead(500, { 'content-type': 'text/plain' }).write('partial');
+      setTimeout(() => res.destroy(), 1_500).unref();
+    },
+    false,
+  ],
   ['a connection hung up before any answer', (_id, res) => res.socket?.destroy(), true],
 ];
 
