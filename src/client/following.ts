@@ -45,6 +45,8 @@ export class Following {
   private recovering: Promise<void> | undefined;
   /** Cuts the recovery's wait before its next attempt short (close() does not wait out a back-off). */
   private wakeRecovery: (() => void) | undefined;
+  /** When (steady clock) this process claimed the record a handle follows, for a third of a lease (`followedRecord`). */
+  private readonly claimedAt = new WeakMap<TaskHandle, number>();
 
   constructor(
     private readonly core: ClientCore,
@@ -148,6 +150,7 @@ export class Following {
         this.startFollowing(
           { ...record, localState: 'tracking', leaseHolder: core.leaseHolder, leaseExpiresAt },
           core.steady.now(),
+          true,
         ),
       );
   }
@@ -215,7 +218,7 @@ export class Following {
       }
       // what the claim changed, without reading 10,000 records back; the first poll (now) refreshes the rest
       const mine: TaskRecord = { ...record, localState: 'tracking', leaseHolder: core.leaseHolder, leaseExpiresAt };
-      resumed.push(this.startFollowing(mine, core.steady.now()));
+      resumed.push(this.startFollowing(mine, core.steady.now(), true));
     }
     return { resumed, unknownOutcome, leasedElsewhere };
   }
@@ -250,7 +253,7 @@ export class Following {
     const at = queryNow
       ? steadyNow
       : steadyNow + nextPollDelay(claimed.pollIntervalMs, this.scheduler.policy, core.random);
-    return this.startFollowing(claimed, at);
+    return this.startFollowing(claimed, at, true);
   }
 
   /** Take one record's lease: free, expired, ours, or held by a holder proven dead (then freed first). */
@@ -279,14 +282,16 @@ export class Following {
   }
 
   /**
-   * Follow a record this process just claimed: a handle, and its first poll at `at` (steady clock). One record has one
-   * live handle (issue 13 item 7): when concurrent attach(), resumeAll() or callTool() calls claimed it too (a claim of
-   * a lease already ours succeeds), they all get the handle the first one made, which is the one every poll updates.
+   * Follow a record this process holds: a handle, and its first poll at `at` (steady clock). `claimedNow`: the lease
+   * was claimed just now (resume, attach, take-over), not carried over from a submission. One record has one live
+   * handle (issue 13 item 7): when concurrent attach(), resumeAll() or callTool() calls claimed it too (a claim of a
+   * lease already ours succeeds), they all get the handle the first one made, which is the one every poll updates.
    */
-  startFollowing(record: TaskRecord, at: number): TaskHandle {
+  startFollowing(record: TaskRecord, at: number, claimedNow = false): TaskHandle {
     const live = this.core.handles.get(record.recordId);
     if (live) return live;
     const handle = new TaskHandle(record as TaskRecord & { taskId: string }, this.driver());
+    if (claimedNow) this.claimedAt.set(handle, this.core.steady.now());
     // resumed, attached or taken over: its requests join the call's trace as the ledger kept it
     this.core.telemetry.follow(record);
     this.core.handles.set(record.recordId, handle);
@@ -319,20 +324,38 @@ export class Following {
   /**
    * The record as committed, when this process follows it; else it is released and undefined. While this process
    * holds the lease only its own observations change a record's task fields, so the handle's snapshot is the record as
-   * committed; one indexed read checks the lease. Without a snapshot, or without the lease, the ledger says.
+   * committed; one indexed read checks the lease (`stillHeld`). Without a snapshot, or without the lease, the ledger
+   * says.
    */
   private async followedRecord(recordId: string): Promise<(TaskRecord & { taskId: string }) | undefined> {
     const { core } = this;
-    const snapshot = core.handles.get(recordId)?.lastRecord;
-    const record =
-      snapshot && (await core.ledger.isTrackedBy(recordId, core.leaseHolder))
-        ? snapshot
-        : await core.ledger.get(recordId);
+    const handle = core.handles.get(recordId);
+    const snapshot = handle?.lastRecord;
+    const record = handle && snapshot && (await this.stillHeld(handle)) ? snapshot : await core.ledger.get(recordId);
     if (!record || record.localState !== 'tracking' || record.leaseHolder !== core.leaseHolder || !record.taskId) {
       this.release(recordId, record);
       return undefined;
     }
     return record as TaskRecord & { taskId: string };
+  }
+
+  /**
+   * Whether this process still holds the lease of the record `handle` follows. A claim gives a lease for `leaseMs`,
+   * and another process takes a lease only once it ran out (docs/DESIGN.md, rules learned in the field, 1), so for a
+   * third of a lease after this process claimed it (the renewal's own period) the answer is known without asking: a
+   * resume of 10,000 records re-queries each without reading 10,000 leases back first (bench/RESULTS.md, section 22).
+   * Past that, one indexed read. Nothing rests on this answer alone: every write a poll makes (an observation, an input
+   * asked, a close-out, a schedule note) is fenced by the holder in the ledger, so a lease lost anyway (another host's
+   * clock far ahead) costs at most a pure read of the task before the next write or check finds it.
+   */
+  private async stillHeld(handle: TaskHandle): Promise<boolean> {
+    const { core } = this;
+    const claimedAt = this.claimedAt.get(handle);
+    if (claimedAt !== undefined) {
+      if (core.steady.now() - claimedAt < core.leaseMs / 3) return true;
+      this.claimedAt.delete(handle);
+    }
+    return core.ledger.isTrackedBy(handle.recordId, core.leaseHolder);
   }
 
   /** One scheduled poll of one record. Never throws for anything the server does. */

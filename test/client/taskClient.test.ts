@@ -10,6 +10,7 @@ import { describe, expect, it } from 'vitest';
 
 import type { PollPolicy, TaskHandle, TaskInputHandlers } from '../../src/client/index.js';
 import { argumentsDigest, isTaskHandle, SqliteLedger, TaskClient, TaskClientError } from '../../src/client/index.js';
+import { waitFor } from '../support/waitFor.js';
 import { task, textOf, useClientHarness } from './fixtures/clientHarness.js';
 import { startTasksFixture } from './fixtures/tasksFixtureServer.js';
 
@@ -27,6 +28,15 @@ const CAPS = 'io.modelcontextprotocol/clientCapabilities';
 const harness = useClientHarness('client', FAST);
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The SQLite ledger, counting the reads of a lease a poll makes before it asks the server. */
+class LeaseReadCounter extends SqliteLedger {
+  leaseReads = 0;
+  override async isTrackedBy(recordId: string, holder: string): Promise<boolean> {
+    this.leaseReads++;
+    return super.isTrackedBy(recordId, holder);
+  }
+}
 
 describe('TaskClient against a raw Tasks fixture', () => {
   it('returns a plain result as is and declares the extension on that request only', async () => {
@@ -415,6 +425,52 @@ describe('TaskClient recovery', () => {
     expect(textOf(await report.resumed[0]!.result())).toMatch(/slow done/);
     expect(harness.fixture.count('tasks/get')).toBeGreaterThan(getsBefore);
     expect(harness.fixture.runs.get('slow')).toBe(1);
+  });
+
+  it('re-queries a resumed task without reading its lease back, and reads it again from a third of a lease on', async () => {
+    // the claim gave this process the lease for a whole lease (bench/RESULTS.md, section 22): the polls of the first
+    // third need no read of it; later ones read it, so a lease lost anyway is still found at a poll
+    const first = await harness.connect();
+    const handle = await task(first, 'cancellable');
+    await first.close();
+    const ledger = new LeaseReadCounter(harness.ledgerPath);
+    harness.defer(() => ledger.dispose());
+    const second = await harness.connect({ ledger, leaseMs: 3_000 });
+    const gets = () => harness.fixture.tasks.get(handle.taskId)!.gets;
+    const before = gets();
+    await second.resumeAll();
+    const claimedAt = performance.now();
+    // polled every 20 ms: several polls within the first 500 ms, none reading the lease
+    await waitFor('three polls after the resume', () => (gets() >= before + 3 ? true : undefined));
+    const readsInWindow = ledger.leaseReads;
+    const pollsInWindow = gets() - before;
+    const elapsed = performance.now() - claimedAt;
+    await waitFor('a poll that reads the lease', () => (ledger.leaseReads > 0 ? true : undefined));
+    const firstReadAfter = performance.now() - claimedAt;
+    expect(elapsed).toBeLessThan(1_000); // the window is 1,000 ms: the reads above were all inside it
+    expect({ readsInWindow, pollsInWindow: pollsInWindow >= 3 }).toEqual({ readsInWindow: 0, pollsInWindow: true });
+    expect(firstReadAfter).toBeGreaterThanOrEqual(1_000);
+    await second.cancel(handle.taskId);
+  });
+
+  it('leaves a resumed record another process took, at the first poll that reads the lease', async () => {
+    // a lease lost within the window anyway (another host's clock far ahead) is found once the window ends, and no
+    // write of this process lands on the record meanwhile: each is fenced by the holder
+    const first = await harness.connect();
+    const handle = await task(first, 'cancellable');
+    await first.close();
+    const second = await harness.connect({ leaseMs: 1_500, leaseHolder: 'second' });
+    const { resumed } = await second.resumeAll();
+    const outcome = resumed[0]!.outcome().then(
+      () => 'settled',
+      (error: unknown) => (error as TaskClientError).code,
+    );
+    const thief = new SqliteLedger(harness.ledgerPath);
+    harness.defer(() => thief.dispose());
+    await thief.releaseAllOf('second');
+    expect(await thief.claim(handle.recordId, 'thief', Date.now() + 60_000, Date.now())).toBe(true);
+    expect(await outcome).toBe('leased-elsewhere');
+    expect(await thief.get(handle.recordId)).toMatchObject({ leaseHolder: 'thief', localState: 'tracking' });
   });
 
   it('stops at once when the first query after resume finds the task terminal', async () => {
