@@ -24,6 +24,9 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 
+import { DEFAULT_POLL_POLICY } from 'closeout/client';
+
+import { pollGridMs } from '../src/client/scheduler.js';
 import { type ClockworkServer, startClockworkServer } from './clockworkServer.js';
 import { fixed, machineLine, median, percentile, table } from './figures.js';
 import { positive } from './flags.js';
@@ -393,6 +396,8 @@ async function measureFloor(): Promise<Extract<FollowClientMessage, { type: 'flo
     submitConcurrency: 1,
     floorRequests: flags.smoke ? 150 : 3000,
     floorPacedPerSecond: (large / largePollMs) * 1000,
+    // the grid the TaskClient's scheduler puts these polls on
+    floorPacedGridMs: pollGridMs(largePollMs, DEFAULT_POLL_POLICY.tickMs),
   });
   try {
     return await process.next('floor');

@@ -63,6 +63,8 @@ export interface FollowClientConfig {
   floorRequests?: number;
   /** `floor` only: the rate of the paced raw variant, polls a second (a waiting TaskClient's rate). */
   floorPacedPerSecond?: number;
+  /** `floor` only: the grid the paced raw variant starts its requests on (the scheduler's, `pollGridMs`). */
+  floorPacedGridMs?: number;
 }
 
 export type FollowClientMessage =
@@ -299,12 +301,13 @@ async function cpuPerRequest(request: () => Promise<unknown>): Promise<{ cpuUs: 
 
 /**
  * Client CPU µs per request when the requests are paced as a waiting TaskClient sends them: `floorPacedPerSecond` a
- * second, started together on the scheduler's grid (DEFAULT_POLL_POLICY.tickMs), at most FLOOR_CONCURRENCY in flight.
- * Back to back (`cpuPerRequest`) one wake-up of the process serves many answers; paced, each tick pays its own.
+ * second, started together on the scheduler's grid (`floorPacedGridMs`, by default DEFAULT_POLL_POLICY.tickMs), at
+ * most FLOOR_CONCURRENCY in flight. Back to back (`cpuPerRequest`) one wake-up of the process serves many answers;
+ * paced, each tick pays its own.
  */
 async function paced(request: () => Promise<unknown>): Promise<number> {
   const perSecond = config.floorPacedPerSecond ?? 333;
-  const tickMs = DEFAULT_POLL_POLICY.tickMs;
+  const tickMs = config.floorPacedGridMs ?? DEFAULT_POLL_POLICY.tickMs;
   const perTick = Math.max(1, Math.round((perSecond * tickMs) / 1000));
   const requests = config.floorRequests ?? 3000;
   const ticks = Math.max(1, Math.ceil(requests / perTick));

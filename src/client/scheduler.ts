@@ -10,7 +10,9 @@
  * - after a transport failure, exponential backoff with jitter; a `Retry-After` from the server is a lower bound;
  * - two polls of one task are never closer than `floorMs`;
  * - due times are rounded up to a `tickMs` grid, so polls due close together share one wake-up of the process (at
- *   10,000 open tasks this saves about a third of the client's CPU); a poll is never earlier than asked;
+ *   10,000 open tasks this saves about a third of the client's CPU), and a poll 300 ticks away or more (30 s at the
+ *   default tick) to ten ticks, which adds at most a thirtieth of its wait (`pollGridMs`); a poll is never earlier
+ *   than asked;
  * - a poll that reports `done` (terminal, expired, lost lease) removes the task: no tail polls.
  *
  * The clock and the random source are injected so the policy is tested with a fake clock.
@@ -59,8 +61,21 @@ export interface PollPolicy {
   maxRetryAfterMs: number;
   /** Polls in flight at once, over all tasks. */
   maxConcurrentPolls: number;
-  /** Due times are rounded up to a multiple of this, so nearby polls share a wake-up; 0: exact times. */
+  /**
+   * Due times are rounded up to a multiple of this, so nearby polls share a wake-up; those 300 ticks away or more, to
+   * a multiple of ten ticks (`pollGridMs`). 0: exact times.
+   */
   tickMs: number;
+}
+
+/**
+ * The grid a poll due `delayMs` from now is rounded up to: `tickMs`, or ten ticks once that adds at most a thirtieth of
+ * the wait. Long waits are where many open tasks sit (10,000 tasks at `pollIntervalMs` 30 s), and the polls a process
+ * sends together cost it less each than the same polls spread over ten wake-ups (bench/RESULTS.md, sections 4 and 22).
+ */
+export function pollGridMs(delayMs: number, tickMs: number): number {
+  if (tickMs <= 0) return 0;
+  return delayMs >= 300 * tickMs ? 10 * tickMs : tickMs;
 }
 
 export const DEFAULT_POLL_POLICY: PollPolicy = {
@@ -255,8 +270,9 @@ export class PollScheduler {
 
   private enqueue(entry: Entry, at: number): void {
     const earliest = entry.lastPollStartedAt === undefined ? at : entry.lastPollStartedAt + this.policy.floorMs;
-    const tick = this.policy.tickMs;
-    const dueAt = tick > 0 ? Math.ceil(Math.max(at, earliest) / tick) * tick : Math.max(at, earliest);
+    const asked = Math.max(at, earliest);
+    const grid = pollGridMs(asked - this.clock.now(), this.policy.tickMs);
+    const dueAt = grid > 0 ? Math.ceil(asked / grid) * grid : asked;
     entry.generation += 1;
     entry.dueAt = dueAt;
     this.push({ dueAt, key: entry.key, generation: entry.generation, seq: this.seq++ });

@@ -5,7 +5,13 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 
 import type { PollPolicy, PollVerdict } from '../../src/client/scheduler.js';
-import { backoffDelay, DEFAULT_POLL_POLICY, nextPollDelay, PollScheduler } from '../../src/client/scheduler.js';
+import {
+  backoffDelay,
+  DEFAULT_POLL_POLICY,
+  nextPollDelay,
+  pollGridMs,
+  PollScheduler,
+} from '../../src/client/scheduler.js';
 import { FakeClock, settle } from './fakeClock.js';
 
 const POLICY: PollPolicy = {
@@ -314,6 +320,36 @@ describe('PollScheduler', () => {
     }
     // 50 due times over ~1 s: at most 11 distinct wake-ups
     expect(new Set(polls.map((poll) => poll.at)).size).toBeLessThanOrEqual(11);
+    scheduler.stop();
+  });
+
+  it('rounds a poll 300 ticks away or more up to ten ticks: at most a thirtieth later, never early', async () => {
+    const { clock, scheduler, polls } = harness(() => ({ kind: 'continue', pollIntervalMs: 60_000 }), {
+      policy: { tickMs: 100, maxConcurrentPolls: 100 },
+    });
+    const start = clock.now();
+    const asked = new Map<string, number>();
+    // 50 due times over ~2 s, 30 s away (the waiting client of bench/RESULTS.md, section 22)
+    for (let i = 0; i < 50; i++) {
+      const at = start + 30_000 + 7 + i * 41;
+      asked.set(`k${i}`, at);
+      scheduler.schedule(`k${i}`, at);
+    }
+    // one due 29.9 s away keeps the tick
+    scheduler.schedule('near', start + 29_950);
+    await clock.advance(33_000);
+    expect(polls).toHaveLength(51);
+    for (const { key, at } of polls.filter((poll) => poll.key !== 'near')) {
+      const due = asked.get(key) as number;
+      expect(at).toBeGreaterThanOrEqual(due);
+      expect(at - due).toBeLessThanOrEqual((due - start) / 30);
+      expect(at % 1_000).toBe(0);
+    }
+    expect(new Set(polls.filter((poll) => poll.key !== 'near').map((poll) => poll.at)).size).toBeLessThanOrEqual(3);
+    expect(polls.find((poll) => poll.key === 'near')?.at).toBe(start + 30_000);
+    expect(pollGridMs(29_999, 100)).toBe(100);
+    expect(pollGridMs(30_000, 100)).toBe(1_000);
+    expect(pollGridMs(60_000, 0)).toBe(0);
     scheduler.stop();
   });
 
