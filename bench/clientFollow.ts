@@ -298,7 +298,7 @@ try {
         ['SDK Client.request, same fetch', fixed(floor.sdkCpuUsPerRequest), atRate(floor.sdkCpuUsPerRequest)],
         ['raw HTTP, prebuilt bytes', fixed(floor.rawCpuUsPerRequest), atRate(floor.rawCpuUsPerRequest)],
         [
-          `same, paced as a waiting client (${fixed(pollsPerSecond)}/s on a 100 ms grid)`,
+          `same, paced as a waiting client (${fixed(pollsPerSecond)}/s on a ${pollGridMs(largePollMs, DEFAULT_POLL_POLICY.tickMs)} ms grid)`,
           fixed(floor.rawPacedCpuUsPerRequest),
           atRate(floor.rawPacedCpuUsPerRequest),
         ],

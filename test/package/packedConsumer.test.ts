@@ -1,10 +1,11 @@
 /**
  * The package as a user gets it (README.md, "Install"): `npm pack` ships a LICENSE, no benchmark build and no source
- * map that points at a source left out; the tarball installed into a fresh TypeScript project typechecks a consumer
- * of all three entry points with strict settings and without `skipLibCheck`, with no `@types/pg` installed.
+ * map that points at a source left out; the tarball unpacked into a fresh TypeScript project, with the dependencies it
+ * declares beside it, typechecks a consumer of all three entry points with strict settings and without
+ * `skipLibCheck`, with no `@types/pg` installed.
  */
 import { execFile } from 'node:child_process';
-import { mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -33,9 +34,6 @@ function npm(args: string[], cwd: string, timeoutMs: number) {
     env: { ...process.env, npm_config_update_notifier: 'false', npm_config_fund: 'false', npm_config_audit: 'false' },
   });
 }
-
-const versionOf = async (name: string): Promise<string> =>
-  (JSON.parse(await readFile(join(ROOT, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }).version;
 
 let dir: string;
 let pack: PackEntry;
@@ -66,7 +64,7 @@ describe('the packed tarball', () => {
     }
   });
 
-  it('installs into a fresh TypeScript project whose consumer of all three entry points typechecks strictly', async () => {
+  it('unpacked into a fresh TypeScript project, typechecks a consumer of all three entry points strictly', async () => {
     const project = join(dir, 'consumer');
     await mkdir(project);
     await writeFile(join(project, 'package.json'), JSON.stringify({ name: 'consumer', private: true, type: 'module' }));
@@ -91,24 +89,23 @@ describe('the packed tarball', () => {
       }),
     );
     await writeFile(join(project, 'consumer.ts'), CONSUMER);
-    // the install scripts (better-sqlite3's native build) are not needed to typecheck; `--offline`: tests send nothing
-    // beyond loopback, and the `npm ci` that installed this repository left every package the tarball needs in the cache
-    await npm(
-      [
-        'install',
-        '--offline',
-        '--ignore-scripts',
-        '--no-audit',
-        '--no-fund',
-        join(dir, pack.filename),
-        `zod@${await versionOf('zod')}`,
-        `@types/node@${await versionOf('@types/node')}`,
-      ],
-      project,
-      240_000,
-    );
-    const installed = await readFile(join(project, 'package.json'), 'utf8');
-    expect(installed).not.toContain('@types/pg');
+    // the tarball unpacked where npm puts it, and beside it what its package.json declares plus the consumer's own zod
+    // and @types/node, each the copy this repository installed: nothing fetched (tests send nothing beyond loopback,
+    // and `npm ci` leaves no registry metadata in the cache for an offline `npm install` to resolve from), and no
+    // @types/pg, so a type of pg reaching the declarations fails the typecheck
+    const modules = join(project, 'node_modules');
+    const unpacked = join(modules, 'closeout');
+    await mkdir(unpacked, { recursive: true });
+    await run('tar', ['-xzf', join(dir, pack.filename), '-C', unpacked, '--strip-components=1']);
+    const manifest = JSON.parse(await readFile(join(unpacked, 'package.json'), 'utf8')) as {
+      dependencies?: Record<string, string>;
+    };
+    const beside = [...new Set([...Object.keys(manifest.dependencies ?? {}), 'zod', '@types/node'])];
+    expect(beside).not.toContain('@types/pg');
+    for (const name of beside) {
+      await mkdir(join(modules, name, '..'), { recursive: true });
+      await symlink(join(ROOT, 'node_modules', name), join(modules, name), 'dir');
+    }
     const typecheck = await run(process.execPath, [TSC, '-p', project], { timeout: 240_000 }).catch(
       (error: { stdout?: string }) => ({ stdout: error.stdout ?? String(error) }),
     );
