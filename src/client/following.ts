@@ -45,7 +45,7 @@ export class Following {
   private recovering: Promise<void> | undefined;
   /** Cuts the recovery's wait before its next attempt short (close() does not wait out a back-off). */
   private wakeRecovery: (() => void) | undefined;
-  /** When (steady clock) this process claimed the record a handle follows, for a third of a lease (`followedRecord`). */
+  /** When (steady clock) this process claimed the record a handle follows, for a third of a lease (`stillHeld`). */
   private readonly claimedAt = new WeakMap<TaskHandle, number>();
 
   constructor(
@@ -111,6 +111,7 @@ export class Following {
   async takeOver(): Promise<TaskHandle[]> {
     const { core } = this;
     const now = core.clock.now();
+    const claimedAt = core.steady.now();
     // a lease that ran out while this worker could not reach the ledger says nothing about its holder: nobody could
     // renew then (docs/DESIGN.md, "Rules learned in the field", 3; leaseOutage.ts)
     const expiredBefore = this.outage.expiredBefore(now);
@@ -150,7 +151,7 @@ export class Following {
         this.startFollowing(
           { ...record, localState: 'tracking', leaseHolder: core.leaseHolder, leaseExpiresAt },
           core.steady.now(),
-          true,
+          claimedAt,
         ),
       );
   }
@@ -202,6 +203,7 @@ export class Following {
     });
     // every lease in one transaction: thousands of records are claimed in milliseconds, not one commit each
     const now = core.clock.now();
+    const claimedAt = core.steady.now();
     const leaseExpiresAt = now + core.leaseMs;
     const claimed = new Set(
       await core.ledger.claimAll(
@@ -218,7 +220,7 @@ export class Following {
       }
       // what the claim changed, without reading 10,000 records back; the first poll (now) refreshes the rest
       const mine: TaskRecord = { ...record, localState: 'tracking', leaseHolder: core.leaseHolder, leaseExpiresAt };
-      resumed.push(this.startFollowing(mine, core.steady.now(), true));
+      resumed.push(this.startFollowing(mine, core.steady.now(), claimedAt));
     }
     return { resumed, unknownOutcome, leasedElsewhere };
   }
@@ -246,6 +248,7 @@ export class Following {
     const existing = core.handles.get(record.recordId);
     if (existing) return existing;
     const now = core.clock.now();
+    const claimedAt = core.steady.now();
     if (!(await this.claimLease(record.recordId, now))) return undefined;
     const claimed = await core.reload(record.recordId);
     // on resume the first thing is one query (S7, S12); a live handle waits for the suggested interval
@@ -253,7 +256,7 @@ export class Following {
     const at = queryNow
       ? steadyNow
       : steadyNow + nextPollDelay(claimed.pollIntervalMs, this.scheduler.policy, core.random);
-    return this.startFollowing(claimed, at, true);
+    return this.startFollowing(claimed, at, claimedAt);
   }
 
   /** Take one record's lease: free, expired, ours, or held by a holder proven dead (then freed first). */
@@ -282,16 +285,17 @@ export class Following {
   }
 
   /**
-   * Follow a record this process holds: a handle, and its first poll at `at` (steady clock). `claimedNow`: the lease
-   * was claimed just now (resume, attach, take-over), not carried over from a submission. One record has one live
+   * Follow a record this process holds: a handle, and its first poll at `at` (steady clock). `claimedAt`: this process
+   * claimed the lease just now (resume, attach, take-over), for `leaseMs` from the ledger time read at that steady
+   * time; undefined when the lease came with a submission or a recheck. One record has one live
    * handle (issue 13 item 7): when concurrent attach(), resumeAll() or callTool() calls claimed it too (a claim of a
    * lease already ours succeeds), they all get the handle the first one made, which is the one every poll updates.
    */
-  startFollowing(record: TaskRecord, at: number, claimedNow = false): TaskHandle {
+  startFollowing(record: TaskRecord, at: number, claimedAt?: number): TaskHandle {
     const live = this.core.handles.get(record.recordId);
     if (live) return live;
     const handle = new TaskHandle(record as TaskRecord & { taskId: string }, this.driver());
-    if (claimedNow) this.claimedAt.set(handle, this.core.steady.now());
+    if (claimedAt !== undefined) this.claimedAt.set(handle, claimedAt);
     // resumed, attached or taken over: its requests join the call's trace as the ledger kept it
     this.core.telemetry.follow(record);
     this.core.handles.set(record.recordId, handle);
@@ -344,9 +348,10 @@ export class Following {
    * and another process takes a lease only once it ran out (docs/DESIGN.md, rules learned in the field, 1), so for a
    * third of a lease after this process claimed it (the renewal's own period) the answer is known without asking: a
    * resume of 10,000 records re-queries each without reading 10,000 leases back first (bench/RESULTS.md, section 22).
-   * Past that, one indexed read. Nothing rests on this answer alone: every write a poll makes (an observation, an input
-   * asked, a close-out, a schedule note) is fenced by the holder in the ledger, so a lease lost anyway (another host's
-   * clock far ahead) costs at most a pure read of the task before the next write or check finds it.
+   * Past that, one indexed read. Nothing rests on this answer alone: what a poll writes (an observation, an input
+   * asked, a close-out, a schedule note) is fenced by the holder in the ledger, and stored answers are sent only once
+   * the record read before routing names this process (`observe`), so a lease lost anyway (another host's clock far
+   * ahead) costs pure reads of the task until the next write or check finds it.
    */
   private async stillHeld(handle: TaskHandle): Promise<boolean> {
     const { core } = this;
@@ -447,6 +452,12 @@ export class Following {
       return { kind: 'done' };
     }
     if (task.status === 'input_required' && task.inputRequests) {
+      // routing may send stored answers, which the record's holder alone does: the record just read says whether
+      // that is still this process (a poll in the first third of a lease after a claim read no lease, see stillHeld)
+      if (observed.leaseHolder !== core.leaseHolder || observed.localState !== 'tracking') {
+        this.release(recordId, observed);
+        return { kind: 'done' };
+      }
       await this.inputs.route(observed, taskId, task.inputRequests);
     }
     // the TTL backstop (S13) on this client's own clock, never createdAt against it (docs/DESIGN.md, rule 2)
@@ -518,8 +529,15 @@ export class Following {
 
   private async expire(recordId: string, reason: string): Promise<void> {
     const { core } = this;
-    await core.ledger.closeOut(recordId, core.leaseHolder, { localState: 'expired', reason }, core.clock.now());
+    const closed = await core.ledger.closeOut(
+      recordId,
+      core.leaseHolder,
+      { localState: 'expired', reason },
+      core.clock.now(),
+    );
     const record = await core.ledger.get(recordId);
+    // refused: the record is another process's now (or closed by it), and so is its close-out
+    if (!closed) return this.release(recordId, record);
     if (record) {
       core.handles.get(recordId)?.observe(record);
       core.emit({ type: 'closed', record });

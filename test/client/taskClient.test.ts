@@ -560,6 +560,75 @@ describe('TaskClient recovery', () => {
     expect(harness.fixture.tasks.get(handle.taskId)?.answers['name']).toEqual({ action: 'accept', content: {} });
   });
 
+  it('sends no stored answer for a resumed record another process took before its first poll', async () => {
+    // that poll reads no lease (the first third after a claim); the record read before routing does, and only the
+    // record's holder sends stored answers
+    let asked = 0;
+    const first = await harness.connect({
+      leaseHolder: 'first',
+      inputHandlers: {
+        elicitation: () => {
+          asked += 1;
+          return new Promise(() => undefined);
+        },
+      },
+    });
+    const handle = await task(first, 'ask');
+    while (asked === 0) await sleep(10);
+    await first.close();
+    const ledger = new SqliteLedger(harness.ledgerPath);
+    await ledger.claim(handle.recordId, 'first', Date.now() + 60_000, Date.now());
+    const request = (await ledger.get(handle.recordId))!.inputs[0]!.request;
+    await ledger.recordInputAnswer(handle.recordId, 'first', 'name', request, { action: 'accept', content: {} }, 1);
+    await ledger.release(handle.recordId, 'first');
+    await ledger.dispose();
+    const updatesBefore = harness.fixture.count('tasks/update');
+
+    const second = await harness.connect({ leaseHolder: 'second', leaseMs: 3_000 });
+    const { resumed } = await second.resumeAll();
+    const outcome = resumed[0]!.outcome().then(
+      () => 'settled',
+      (error: unknown) => (error as TaskClientError).code,
+    );
+    // no timer has fired since the claim (nothing below waits on one): the first poll is still to come
+    const thief = new SqliteLedger(harness.ledgerPath);
+    harness.defer(() => thief.dispose());
+    await thief.releaseAllOf('second');
+    expect(await thief.claim(handle.recordId, 'thief', Date.now() + 60_000, Date.now())).toBe(true);
+    expect(await outcome).toBe('leased-elsewhere');
+    expect(harness.fixture.count('tasks/update')).toBe(updatesBefore);
+    expect(harness.fixture.tasks.get(handle.taskId)?.answers['name']).toBeUndefined();
+    expect((await thief.get(handle.recordId))!.inputs[0]).toMatchObject({ key: 'name', sentAt: undefined });
+  });
+
+  it('leaves a record another process took, not closed, when its first poll after the claim finds the task gone', async () => {
+    // -32602 closes a record out as expired, but only its holder's: a refused close-out is no 'closed' event
+    const first = await harness.connect();
+    const handle = await task(first, 'cancellable');
+    await first.close();
+    const closed: string[] = [];
+    const second = await harness.connect({
+      leaseHolder: 'second',
+      leaseMs: 3_000,
+      onEvent: (event) => {
+        if (event.type === 'closed') closed.push(event.record.localState);
+      },
+    });
+    const { resumed } = await second.resumeAll();
+    const outcome = resumed[0]!.outcome().then(
+      () => 'settled',
+      (error: unknown) => (error as TaskClientError).code,
+    );
+    const thief = new SqliteLedger(harness.ledgerPath);
+    harness.defer(() => thief.dispose());
+    await thief.releaseAllOf('second');
+    expect(await thief.claim(handle.recordId, 'thief', Date.now() + 60_000, Date.now())).toBe(true);
+    harness.fixture.tasks.get(handle.taskId)!.purged = true;
+    expect(await outcome).toBe('leased-elsewhere');
+    expect(closed).toEqual([]);
+    expect(await thief.get(handle.recordId)).toMatchObject({ leaseHolder: 'thief', localState: 'tracking' });
+  });
+
   it('lets one process drive a task; another sees it leased and can take over after a detach', async () => {
     const first = await harness.connect();
     const second = await harness.connect();
