@@ -29,6 +29,49 @@ const harness = useClientHarness('client', FAST);
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** How a handle ended: 'settled' with an outcome, else the TaskClientError's code. */
+const outcomeCode = (handle: TaskHandle) =>
+  handle.outcome().then(
+    () => 'settled',
+    (error: unknown) => (error as TaskClientError).code,
+  );
+
+/**
+ * An `ask` task whose first question (`name`) a process `first` asked, and whose answer reached the ledger before that
+ * process died, its tasks/update not: the record is left free. `asked()`: how often `first` asked.
+ */
+async function answeredNeverSent(): Promise<{ handle: TaskHandle; asked: () => number }> {
+  let asked = 0;
+  const first = await harness.connect({
+    leaseHolder: 'first',
+    inputHandlers: {
+      elicitation: () => {
+        asked += 1;
+        return new Promise(() => undefined); // the process dies while the person looks at the prompt
+      },
+    },
+  });
+  const handle = await task(first, 'ask');
+  while (asked === 0) await sleep(10);
+  await first.close();
+  const ledger = new SqliteLedger(harness.ledgerPath);
+  await ledger.claim(handle.recordId, 'first', Date.now() + 60_000, Date.now());
+  const request = (await ledger.get(handle.recordId))!.inputs[0]!.request;
+  await ledger.recordInputAnswer(handle.recordId, 'first', 'name', request, { action: 'accept', content: {} }, 1);
+  await ledger.release(handle.recordId, 'first');
+  await ledger.dispose();
+  return { handle, asked: () => asked };
+}
+
+/** Another process takes a record from the client whose holder is `second`, as if its lease had run out. */
+async function takeFromSecond(recordId: string): Promise<SqliteLedger> {
+  const thief = new SqliteLedger(harness.ledgerPath);
+  harness.defer(() => thief.dispose());
+  await thief.releaseAllOf('second');
+  expect(await thief.claim(recordId, 'thief', Date.now() + 60_000, Date.now())).toBe(true);
+  return thief;
+}
+
 /** The SQLite ledger, counting the reads of a lease a poll makes before it asks the server. */
 class LeaseReadCounter extends SqliteLedger {
   leaseReads = 0;
@@ -461,14 +504,8 @@ describe('TaskClient recovery', () => {
     await first.close();
     const second = await harness.connect({ leaseMs: 1_500, leaseHolder: 'second' });
     const { resumed } = await second.resumeAll();
-    const outcome = resumed[0]!.outcome().then(
-      () => 'settled',
-      (error: unknown) => (error as TaskClientError).code,
-    );
-    const thief = new SqliteLedger(harness.ledgerPath);
-    harness.defer(() => thief.dispose());
-    await thief.releaseAllOf('second');
-    expect(await thief.claim(handle.recordId, 'thief', Date.now() + 60_000, Date.now())).toBe(true);
+    const outcome = outcomeCode(resumed[0]!);
+    const thief = await takeFromSecond(handle.recordId);
     expect(await outcome).toBe('leased-elsewhere');
     expect(await thief.get(handle.recordId)).toMatchObject({ leaseHolder: 'thief', localState: 'tracking' });
   });
@@ -521,27 +558,7 @@ describe('TaskClient recovery', () => {
   });
 
   it('re-sends a stored input answer after a restart instead of asking again', async () => {
-    let asked = 0;
-    const first = await harness.connect({
-      leaseHolder: 'first',
-      inputHandlers: {
-        elicitation: () => {
-          asked += 1;
-          return new Promise(() => undefined); // the process dies while the person looks at the prompt
-        },
-      },
-    });
-    const handle = await task(first, 'ask');
-    while (asked === 0) await sleep(10);
-    await first.close();
-
-    // the answer made it to the ledger before the crash, the tasks/update did not
-    const ledger = new SqliteLedger(harness.ledgerPath);
-    await ledger.claim(handle.recordId, 'first', Date.now() + 60_000, Date.now());
-    const request = (await ledger.get(handle.recordId))!.inputs[0]!.request;
-    await ledger.recordInputAnswer(handle.recordId, 'first', 'name', request, { action: 'accept', content: {} }, 1);
-    await ledger.release(handle.recordId, 'first');
-    await ledger.dispose();
+    const { handle, asked } = await answeredNeverSent();
 
     const seen: string[] = [];
     const second = await harness.connect({
@@ -555,7 +572,7 @@ describe('TaskClient recovery', () => {
     });
     const { resumed } = await second.resumeAll();
     await resumed[0]!.result();
-    expect(asked).toBe(1);
+    expect(asked()).toBe(1);
     expect(seen).toEqual(['confirm']); // name was answered from the ledger
     expect(harness.fixture.tasks.get(handle.taskId)?.answers['name']).toEqual({ action: 'accept', content: {} });
   });
@@ -563,38 +580,14 @@ describe('TaskClient recovery', () => {
   it('sends no stored answer for a resumed record another process took before its first poll', async () => {
     // that poll reads no lease (the first third after a claim); the record read before routing does, and only the
     // record's holder sends stored answers
-    let asked = 0;
-    const first = await harness.connect({
-      leaseHolder: 'first',
-      inputHandlers: {
-        elicitation: () => {
-          asked += 1;
-          return new Promise(() => undefined);
-        },
-      },
-    });
-    const handle = await task(first, 'ask');
-    while (asked === 0) await sleep(10);
-    await first.close();
-    const ledger = new SqliteLedger(harness.ledgerPath);
-    await ledger.claim(handle.recordId, 'first', Date.now() + 60_000, Date.now());
-    const request = (await ledger.get(handle.recordId))!.inputs[0]!.request;
-    await ledger.recordInputAnswer(handle.recordId, 'first', 'name', request, { action: 'accept', content: {} }, 1);
-    await ledger.release(handle.recordId, 'first');
-    await ledger.dispose();
+    const { handle } = await answeredNeverSent();
     const updatesBefore = harness.fixture.count('tasks/update');
 
     const second = await harness.connect({ leaseHolder: 'second', leaseMs: 3_000 });
     const { resumed } = await second.resumeAll();
-    const outcome = resumed[0]!.outcome().then(
-      () => 'settled',
-      (error: unknown) => (error as TaskClientError).code,
-    );
+    const outcome = outcomeCode(resumed[0]!);
     // no timer has fired since the claim (nothing below waits on one): the first poll is still to come
-    const thief = new SqliteLedger(harness.ledgerPath);
-    harness.defer(() => thief.dispose());
-    await thief.releaseAllOf('second');
-    expect(await thief.claim(handle.recordId, 'thief', Date.now() + 60_000, Date.now())).toBe(true);
+    const thief = await takeFromSecond(handle.recordId);
     expect(await outcome).toBe('leased-elsewhere');
     expect(harness.fixture.count('tasks/update')).toBe(updatesBefore);
     expect(harness.fixture.tasks.get(handle.taskId)?.answers['name']).toBeUndefined();
@@ -615,14 +608,8 @@ describe('TaskClient recovery', () => {
       },
     });
     const { resumed } = await second.resumeAll();
-    const outcome = resumed[0]!.outcome().then(
-      () => 'settled',
-      (error: unknown) => (error as TaskClientError).code,
-    );
-    const thief = new SqliteLedger(harness.ledgerPath);
-    harness.defer(() => thief.dispose());
-    await thief.releaseAllOf('second');
-    expect(await thief.claim(handle.recordId, 'thief', Date.now() + 60_000, Date.now())).toBe(true);
+    const outcome = outcomeCode(resumed[0]!);
+    const thief = await takeFromSecond(handle.recordId);
     harness.fixture.tasks.get(handle.taskId)!.purged = true;
     expect(await outcome).toBe('leased-elsewhere');
     expect(closed).toEqual([]);
