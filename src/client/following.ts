@@ -287,9 +287,9 @@ export class Following {
   /**
    * Follow a record this process holds: a handle, and its first poll at `at` (steady clock). `claimedAt`: this process
    * claimed the lease just now (resume, attach, take-over), for `leaseMs` from the ledger time read at that steady
-   * time; undefined when the lease came with a submission or a recheck. One record has one live
-   * handle (issue 13 item 7): when concurrent attach(), resumeAll() or callTool() calls claimed it too (a claim of a
-   * lease already ours succeeds), they all get the handle the first one made, which is the one every poll updates.
+   * time; undefined when the lease came with a submission or a recheck. One record has one live handle (issue 13 item
+   * 7): when concurrent attach(), resumeAll() or callTool() calls claimed it too (a claim of a lease already ours
+   * succeeds), they all get the handle the first one made, which is the one every poll updates.
    */
   startFollowing(record: TaskRecord, at: number, claimedAt?: number): TaskHandle {
     const live = this.core.handles.get(record.recordId);
