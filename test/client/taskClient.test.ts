@@ -390,11 +390,13 @@ describe('TaskClient against a misbehaving server', () => {
     });
   });
 
-  it.each([
+  const badGets = [
     ['get-bad-resulttype', /banana/],
     ['get-mismatch', /answered with taskId someone-elses-task/],
     ['get-missing-fields', /not a valid task/],
-  ])('records %s on the record and still closes the task out', async (tool, message) => {
+  ] as const;
+
+  it.each(badGets)('records %s on the record and still closes the task out', async (tool, message) => {
     const client = await harness.connect();
     const other = await task(client, 'unlimited');
     const handle = await task(client, tool);
@@ -406,6 +408,15 @@ describe('TaskClient against a misbehaving server', () => {
     expect(record?.status).toBe('completed');
     await other.result();
     expect((await client.get(other.taskId))?.lastError).toBeUndefined();
+  });
+
+  it.each(badGets)('records %s when the poll fast path is already in use', async (tool, message) => {
+    // another task polled to its end first: the SDK's poll taught the fast path, so this task's polls take it
+    const client = await harness.connect();
+    await (await task(client, 'unlimited')).result();
+    const handle = await task(client, tool);
+    expect(textOf(await handle.result())).toBe(`${tool} done`);
+    expect((await client.get(handle.taskId))?.lastError).toMatchObject({ kind: 'server-output', message });
   });
 
   it('takes an answer whose lastUpdatedAt is earlier than the last one (a server clock stepped back)', async () => {
