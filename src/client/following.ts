@@ -31,6 +31,13 @@ const RECONNECT_ATTEMPTS = 5;
 /** The most records one take-over tick claims; the rest wait for the next tick (or another worker). */
 const TAKE_OVER_PAGE = 500;
 
+/** One read of the leases of the records that fell due together: when it was made (steady clock), and what it found. */
+interface LeaseRead {
+  at: number;
+  /** The records this process tracks among them; undefined when the read failed. */
+  held: Promise<ReadonlySet<string> | undefined>;
+}
+
 export class Following {
   readonly scheduler: PollScheduler;
   /** The `subscriptions/listen` stream that carries the open tasks when the server pushes (pushFollower.ts). */
@@ -47,6 +54,8 @@ export class Following {
   private wakeRecovery: (() => void) | undefined;
   /** When (steady clock) this process claimed the record a handle follows, for a third of a lease (`stillHeld`). */
   private readonly claimedAt = new WeakMap<TaskHandle, number>();
+  /** A lease read made for a handle's next poll with those of its wake-up (`readLeasesAhead`): when, and its answer. */
+  private readonly leaseReadAhead = new WeakMap<TaskHandle, LeaseRead>();
 
   constructor(
     private readonly core: ClientCore,
@@ -65,6 +74,7 @@ export class Following {
       onPollError: (recordId, error) => {
         void core.recordError(recordId, { kind: 'storage', message: describe(error), at: core.clock.now() });
       },
+      onDue: (recordIds) => this.readLeasesAhead(recordIds),
     });
     this.push = new PushFollower(
       core,
@@ -348,19 +358,55 @@ export class Following {
    * and another process takes a lease only once it ran out (docs/DESIGN.md, rules learned in the field, 1), so for a
    * third of a lease after this process claimed it (the renewal's own period) the answer is known without asking: a
    * resume of 10,000 records re-queries each without reading 10,000 leases back first (bench/RESULTS.md, section 22).
-   * Past that, one indexed read. Nothing rests on this answer alone: what a poll writes (an observation, an input
+   * Past that, the read made for all the records that fell due with it (`readLeasesAhead`) when it is as fresh, else
+   * one indexed read of its own. Nothing rests on this answer alone: what a poll writes (an observation, an input
    * asked, a close-out, a schedule note) is fenced by the holder in the ledger, and stored answers are sent only once
    * the record read before routing names this process (`observe`), so a lease lost anyway (another host's clock far
    * ahead) costs pure reads of the task until the next write or check finds it.
    */
   private async stillHeld(handle: TaskHandle): Promise<boolean> {
     const { core } = this;
+    const now = core.steady.now();
     const claimedAt = this.claimedAt.get(handle);
     if (claimedAt !== undefined) {
-      if (core.steady.now() - claimedAt < core.leaseMs / 3) return true;
+      if (now - claimedAt < core.leaseMs / 3) return true;
       this.claimedAt.delete(handle);
     }
+    const ahead = this.leaseReadAhead.get(handle);
+    if (ahead) {
+      this.leaseReadAhead.delete(handle);
+      const held = now - ahead.at < core.leaseMs / 3 ? await ahead.held : undefined;
+      if (held) return held.has(handle.recordId);
+    }
     return core.ledger.isTrackedBy(handle.recordId, core.leaseHolder);
+  }
+
+  /**
+   * The leases of the records that fell due together, read at once (issue 19): a client waiting on 10,000 tasks at
+   * `pollIntervalMs` 30 s wakes once a second for some 333 polls: one read of their leases, not 333 (on PostgreSQL
+   * one round trip, not 333; bench/RESULTS.md, section 23). Each of those polls takes this answer when it starts within a third of a
+   * lease of the read, as `stillHeld` takes a claim, else reads its own; a record still in its claim's window needs no
+   * read, and a poll alone at its wake-up reads its own.
+   */
+  private readLeasesAhead(recordIds: readonly string[]): void {
+    const { core } = this;
+    const at = core.steady.now();
+    const handles: TaskHandle[] = [];
+    for (const recordId of recordIds) {
+      const handle = core.handles.get(recordId);
+      if (!handle) continue;
+      const claimedAt = this.claimedAt.get(handle);
+      if (claimedAt === undefined || at - claimedAt >= core.leaseMs / 3) handles.push(handle);
+    }
+    if (handles.length < 2) return;
+    const held = core.ledger
+      .trackedAmong(
+        handles.map((handle) => handle.recordId),
+        core.leaseHolder,
+      )
+      .catch(() => undefined); // a failed read: each poll reads its own lease, and meets the failure there
+    const read: LeaseRead = { at, held };
+    for (const handle of handles) this.leaseReadAhead.set(handle, read);
   }
 
   /** One scheduled poll of one record. Never throws for anything the server does. */

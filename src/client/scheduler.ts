@@ -168,6 +168,11 @@ export interface PollSchedulerOptions {
   onScheduled?: ((key: string, nextPollAt: number | undefined) => void) | undefined;
   /** Told when a `poll` function threw; the scheduler treats it as a failure and backs off. */
   onPollError?: ((key: string, error: unknown) => void) | undefined;
+  /**
+   * Told at a wake-up which keys just fell due, before any of their polls starts: what every one of those polls needs
+   * can be read once for all of them (following.ts, `readLeasesAhead`).
+   */
+  onDue?: ((keys: readonly string[]) => void) | undefined;
 }
 
 export class PollScheduler {
@@ -295,6 +300,7 @@ export class PollScheduler {
     this.timerDueAt = undefined;
     if (this.stopped) return;
     const now = this.clock.now();
+    const due: string[] = [];
     for (;;) {
       this.dropStaleTop();
       const top = this.heap[0];
@@ -303,7 +309,11 @@ export class PollScheduler {
       const entry = this.entries.get(top.key);
       if (!entry) continue;
       entry.dueAt = undefined;
-      this.ready.push(top.key);
+      due.push(top.key);
+    }
+    if (due.length > 0) {
+      this.options.onDue?.(due);
+      for (const key of due) this.ready.push(key);
     }
     this.pump();
     this.arm();

@@ -256,6 +256,28 @@ describe('PollScheduler', () => {
     expect(scheduler.size).toBe(0);
   });
 
+  it('tells which keys fell due at one wake-up before any of their polls starts, all of them at once', async () => {
+    const clock = new FakeClock();
+    const events: string[] = [];
+    const scheduler = new PollScheduler({
+      clock,
+      random: () => 0,
+      policy: { ...POLICY, maxConcurrentPolls: 2 },
+      poll: async (key) => {
+        events.push(`poll ${key}`);
+        return { kind: 'done' };
+      },
+      onDue: (keys) => events.push(`due ${keys.join(',')}`),
+    });
+    const start = clock.now();
+    for (const key of ['a', 'b', 'c']) scheduler.schedule(key, start + 1_000);
+    scheduler.schedule('d', start + 2_000);
+    scheduler.schedule('gone', start + 1_000);
+    scheduler.remove('gone');
+    await clock.advance(2_000);
+    expect(events).toEqual(['due a,b,c', 'poll a', 'poll b', 'poll c', 'due d', 'poll d']);
+  });
+
   it('treats a poll that throws as a failure: backs off and keeps the task', async () => {
     const clock = new FakeClock();
     const errors: unknown[] = [];

@@ -72,12 +72,17 @@ async function takeFromSecond(recordId: string): Promise<SqliteLedger> {
   return thief;
 }
 
-/** The SQLite ledger, counting the reads of a lease a poll makes before it asks the server. */
+/** The SQLite ledger, counting the reads of leases polls make before they ask the server: one record's, or many's. */
 class LeaseReadCounter extends SqliteLedger {
   leaseReads = 0;
+  batchedReads = 0;
   override async isTrackedBy(recordId: string, holder: string): Promise<boolean> {
     this.leaseReads++;
     return super.isTrackedBy(recordId, holder);
+  }
+  override async trackedAmong(recordIds: readonly string[], holder: string): Promise<ReadonlySet<string>> {
+    this.batchedReads++;
+    return super.trackedAmong(recordIds, holder);
   }
 }
 
@@ -519,6 +524,38 @@ describe('TaskClient recovery', () => {
     const thief = await takeFromSecond(handle.recordId);
     expect(await outcome).toBe('leased-elsewhere');
     expect(await thief.get(handle.recordId)).toMatchObject({ leaseHolder: 'thief', localState: 'tracking' });
+  });
+
+  it('reads the leases of the records that fall due together at once, and leaves one another process took', async () => {
+    // past a claim's window, the polls of one wake-up share one read of their leases (bench/RESULTS.md, section 23)
+    const first = await harness.connect();
+    const handles: TaskHandle[] = [];
+    for (let i = 0; i < 6; i += 1) handles.push(await task(first, 'cancellable'));
+    await first.close();
+    const ledger = new LeaseReadCounter(harness.ledgerPath);
+    harness.defer(() => ledger.dispose());
+    const second = await harness.connect({ ledger, leaseMs: 600, leaseHolder: 'second' });
+    const { resumed } = await second.resumeAll();
+    const gets = () => handles.reduce((n, handle) => n + harness.fixture.tasks.get(handle.taskId)!.gets, 0);
+    const reads = () => ledger.leaseReads + ledger.batchedReads;
+    await sleep(300); // past the claim's window (200 ms)
+    const [pollsBefore, readsBefore] = [gets(), reads()];
+    await waitFor('24 polls past the window', () => (gets() - pollsBefore >= 24 ? true : undefined));
+    const polls = gets() - pollsBefore;
+    expect(ledger.batchedReads).toBeGreaterThan(0);
+    expect(reads() - readsBefore).toBeLessThanOrEqual(polls / 2); // one read a poll before
+    // one record taken (a lease lost anyway): left at its next poll, by the read it shared
+    const [taken, ...kept] = resumed as [TaskHandle, ...TaskHandle[]];
+    const outcome = outcomeCode(taken);
+    const thief = new SqliteLedger(harness.ledgerPath);
+    harness.defer(() => thief.dispose());
+    await thief.release(taken.recordId, 'second');
+    expect(await thief.claim(taken.recordId, 'thief', Date.now() + 60_000, Date.now())).toBe(true);
+    expect(await outcome).toBe('leased-elsewhere');
+    for (const handle of kept) await second.cancel(handle.taskId);
+    expect(await Promise.all(kept.map((handle) => handle.outcome()))).toEqual(
+      kept.map(() => expect.objectContaining({ kind: 'cancelled' })),
+    );
   });
 
   it('stops at once when the first query after resume finds the task terminal', async () => {

@@ -292,6 +292,8 @@ export interface Ledger {
   claimAll(recordIds: readonly string[], holder: string, leaseExpiresAt: number, now: number): Promise<string[]>;
   /** Whether `holder` holds the lease on the record and it is still tracked (the cheap check before a poll). */
   isTrackedBy(recordId: string, holder: string): Promise<boolean>;
+  /** `isTrackedBy` for many records in one read (the polls of one wake-up): the ids among them `holder` tracks. */
+  trackedAmong(recordIds: readonly string[], holder: string): Promise<ReadonlySet<string>>;
   /** Extend every lease `holder` holds on open records to `leaseExpiresAt`. */
   renewLeases(holder: string, leaseExpiresAt: number): Promise<void>;
   release(recordId: string, holder: string): Promise<void>;

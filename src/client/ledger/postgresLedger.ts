@@ -282,6 +282,8 @@ const SQL = {
              RETURNING s.record_id, t.previous_state, s.task_id, s.status, s.status_message`,
   trackedBy: `SELECT 1 FROM closeout_ledger_submissions
               WHERE record_id = $1 AND lease_owner = $2 AND local_state = 'tracking'`,
+  trackedAmong: `SELECT record_id FROM closeout_ledger_submissions
+                 WHERE record_id = ANY($1::text[]) AND lease_owner = $2 AND local_state = 'tracking'`,
   renewLeases: `UPDATE closeout_ledger_submissions SET lease_expires_at = $2
                 WHERE lease_owner = $1 AND ${OPEN_TO_DRIVE}`,
   release: `UPDATE closeout_ledger_submissions SET lease_owner = NULL, lease_expires_at = NULL
@@ -734,6 +736,13 @@ export class PostgresLedger implements Ledger {
 
   async isTrackedBy(recordId: string, holder: string): Promise<boolean> {
     return this.guard('isTrackedBy', async () => (await this.query(SQL.trackedBy, [recordId, holder])).rowCount === 1);
+  }
+
+  async trackedAmong(recordIds: readonly string[], holder: string): Promise<ReadonlySet<string>> {
+    return this.guard('trackedAmong', async () => {
+      const { rows } = await this.query<{ record_id: string }>(SQL.trackedAmong, [recordIds, holder]);
+      return new Set(rows.map((row) => row.record_id));
+    });
   }
 
   async renewLeases(holder: string, leaseExpiresAt: number): Promise<void> {

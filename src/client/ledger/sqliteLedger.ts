@@ -379,6 +379,12 @@ export class SqliteLedger implements Ledger {
       trackedBy: db.prepare(
         `SELECT 1 FROM submissions WHERE record_id = ? AND lease_owner = ? AND local_state = 'tracking'`,
       ),
+      trackedAmong: db
+        .prepare(
+          `SELECT record_id FROM submissions
+           WHERE record_id IN (SELECT value FROM json_each(?)) AND lease_owner = ? AND local_state = 'tracking'`,
+        )
+        .pluck(),
       appendHistory: db.prepare(
         `INSERT INTO status_history (record_id, task_id, status, status_message, local_state, server_updated_at,
            observed_at, note)
@@ -624,6 +630,10 @@ export class SqliteLedger implements Ledger {
 
   async isTrackedBy(recordId: string, holder: string): Promise<boolean> {
     return this.stmt.trackedBy.get(recordId, holder) !== undefined;
+  }
+
+  async trackedAmong(recordIds: readonly string[], holder: string): Promise<ReadonlySet<string>> {
+    return new Set(this.stmt.trackedAmong.all(JSON.stringify(recordIds), holder) as string[]);
   }
 
   async renewLeases(holder: string, leaseExpiresAt: number): Promise<void> {

@@ -337,6 +337,21 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       expect(await ledger.claimAll(['c2'], 'p2', T0 + 60_000, T0 + 3)).toEqual(['c2']);
     });
 
+    it('reads the leases of many records at once: those the holder tracks, and no others', async () => {
+      for (const recordId of ['t1', 't2', 't3', 't4']) {
+        await ledger.recordIntent(submission({ recordId }));
+        await ledger.commitTask(recordId, 'p1', task({ taskId: `task-${recordId}` }), T0);
+      }
+      await ledger.detach('t2', 'p1', T0 + 1);
+      await ledger.release('t3', 'p1');
+      expect(await ledger.claim('t3', 'p2', T0 + 60_000, T0 + 2)).toBe(true);
+      await ledger.closeOut('t4', 'p1', { localState: 'expired', reason: 'gone' }, T0 + 3);
+      const held = await ledger.trackedAmong(['t4', 't3', 't2', 't1', 'missing'], 'p1');
+      expect([...held]).toEqual(['t1']);
+      expect([...(await ledger.trackedAmong(['t1', 't3'], 'p2'))]).toEqual(['t3']);
+      expect((await ledger.trackedAmong([], 'p1')).size).toBe(0);
+    });
+
     it('splits records between ledger objects that claim them all at the same moment, each to one', async () => {
       // invariant: resumeAll() on every worker together follows (and so queries) each open record once (issue 17)
       const ids: string[] = [];
