@@ -367,11 +367,8 @@ export class Following {
   private async stillHeld(handle: TaskHandle): Promise<boolean> {
     const { core } = this;
     const now = core.steady.now();
-    const claimedAt = this.claimedAt.get(handle);
-    if (claimedAt !== undefined) {
-      if (now - claimedAt < core.leaseMs / 3) return true;
-      this.claimedAt.delete(handle);
-    }
+    if (this.inClaimWindow(handle, now)) return true;
+    this.claimedAt.delete(handle);
     const ahead = this.leaseReadAhead.get(handle);
     if (ahead) {
       this.leaseReadAhead.delete(handle);
@@ -384,9 +381,9 @@ export class Following {
   /**
    * The leases of the records that fell due together, read at once (issue 19): a client waiting on 10,000 tasks at
    * `pollIntervalMs` 30 s wakes once a second for some 333 polls: one read of their leases, not 333 (on PostgreSQL
-   * one round trip, not 333; bench/RESULTS.md, section 23). Each of those polls takes this answer when it starts within a third of a
-   * lease of the read, as `stillHeld` takes a claim, else reads its own; a record still in its claim's window needs no
-   * read, and a poll alone at its wake-up reads its own.
+   * one round trip, not 333; bench/RESULTS.md, section 23). Each of those polls takes this answer when it starts
+   * within a third of a lease of the read, as `stillHeld` takes a claim, else reads its own; a record still in its
+   * claim's window needs no read, and a poll alone at its wake-up reads its own.
    */
   private readLeasesAhead(recordIds: readonly string[]): void {
     const { core } = this;
@@ -394,9 +391,7 @@ export class Following {
     const handles: TaskHandle[] = [];
     for (const recordId of recordIds) {
       const handle = core.handles.get(recordId);
-      if (!handle) continue;
-      const claimedAt = this.claimedAt.get(handle);
-      if (claimedAt === undefined || at - claimedAt >= core.leaseMs / 3) handles.push(handle);
+      if (handle && !this.inClaimWindow(handle, at)) handles.push(handle);
     }
     if (handles.length < 2) return;
     const held = core.ledger
@@ -407,6 +402,12 @@ export class Following {
       .catch(() => undefined); // a failed read: each poll reads its own lease, and meets the failure there
     const read: LeaseRead = { at, held };
     for (const handle of handles) this.leaseReadAhead.set(handle, read);
+  }
+
+  /** Whether `now` (steady clock) is within a third of a lease of this process's claim of the handle's record. */
+  private inClaimWindow(handle: TaskHandle, now: number): boolean {
+    const claimedAt = this.claimedAt.get(handle);
+    return claimedAt !== undefined && now - claimedAt < this.core.leaseMs / 3;
   }
 
   /** One scheduled poll of one record. Never throws for anything the server does. */
