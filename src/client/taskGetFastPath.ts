@@ -65,6 +65,9 @@ const OWN_META_KEYS = new Set([
  */
 const PLAIN_TASK_ID = /^[A-Za-z0-9._~-]{1,512}$/;
 
+/** A fast request's body up to its taskId (see `get`). */
+const BODY_HEAD = `{"method":${JSON.stringify(TASK_METHODS.get)},"params":{"taskId":`;
+
 /** How long a learned request stands in for the SDK's: one poll a minute goes through the SDK, whatever the load. */
 const TEMPLATE_LIFE_MS = 60_000;
 
@@ -92,6 +95,8 @@ export class TaskGetFastPath {
   #closed = false;
   /** The capabilities object last polled with, and whether it matched the template's (polls reuse one object). */
   #checked: { capabilities: unknown; template: Template; matches: boolean } | undefined;
+  /** The `_meta` JSON of the last poll that carried its capabilities alone (`metaJson`). */
+  #written: { template: Template; capabilities: unknown; json: string } | undefined;
 
   constructor(
     private readonly http: HttpFetch,
@@ -138,13 +143,9 @@ export class TaskGetFastPath {
     for (const key in meta) if (!OWN_META_KEYS.has(key)) return undefined;
     if (!this.#declaresAsTemplate(template, meta[CLIENT_CAPABILITIES_META_KEY])) return undefined;
     const id = `closeout-${++this.#nextId}`;
-    // the SDK's order of members, and its envelope first: what the SDK itself would send for this taskId
-    const body = JSON.stringify({
-      method: TASK_METHODS.get,
-      params: { taskId, _meta: { ...template.envelope, ...meta } },
-      jsonrpc: '2.0',
-      id,
-    });
+    // the SDK's order of members, and its envelope first: what the SDK itself would send for this taskId, as
+    // JSON.stringify writes that object ({ method, params: { taskId, _meta }, jsonrpc, id })
+    const body = `${BODY_HEAD}${JSON.stringify(taskId)},"_meta":${this.#metaJson(template, meta)}},"jsonrpc":"2.0","id":${JSON.stringify(id)}}`;
     return this.#exchange({ ...template.headers, 'mcp-name': taskId }, body, id, timeoutMs);
   }
 
@@ -171,6 +172,22 @@ export class TaskGetFastPath {
     const pairs: string[] = [];
     new Headers(headers).forEach((value, name) => pairs.push(name, value));
     return JSON.stringify(pairs);
+  }
+
+  /**
+   * The poll's `_meta` as JSON: the template's envelope, then the poll's own keys. A poll that carries its declared
+   * capabilities alone (no trace context) reuses the text written for the last such poll of the same objects.
+   */
+  #metaJson(template: Template, meta: Record<string, unknown>): string {
+    const capabilities = meta[CLIENT_CAPABILITIES_META_KEY];
+    for (const key in meta) {
+      if (key !== CLIENT_CAPABILITIES_META_KEY) return JSON.stringify({ ...template.envelope, ...meta });
+    }
+    const written = this.#written;
+    if (written?.template === template && written.capabilities === capabilities) return written.json;
+    const json = JSON.stringify({ ...template.envelope, ...meta });
+    this.#written = { template, capabilities, json };
+    return json;
   }
 
   #declaresAsTemplate(template: Template, capabilities: unknown): boolean {

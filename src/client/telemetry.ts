@@ -134,12 +134,13 @@ export class ClientTelemetry {
       { kind: SpanKind.CLIENT, attributes: { [ATTR.methodName]: method, ...attributes } },
       parent,
     );
-    inject(trace.setSpan(parent, span), meta);
+    const spanContext = trace.setSpan(parent, span);
+    inject(spanContext, meta);
     if (method === TASK_METHODS.get) this.polls.add(1);
     const startedAt = performance.now();
     let errorType: string | undefined;
     try {
-      return await context.with(trace.setSpan(parent, span), send);
+      return await context.with(spanContext, send);
     } catch (error) {
       if (!accepted?.(error)) {
         errorType = errorTypeOf(error);

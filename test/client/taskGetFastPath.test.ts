@@ -156,6 +156,8 @@ const ANSWERS: [string, Answer, boolean][] = [
 interface Received {
   headers: IncomingHttpHeaders;
   body: Record<string, unknown>;
+  /** The body as it came, byte for byte. */
+  text: string;
 }
 
 let server: Server;
@@ -196,7 +198,7 @@ beforeAll(async () => {
       const body = JSON.parse(text) as { id?: unknown; method: string };
       if (body.id === undefined) return void res.writeHead(202).end();
       if (body.method === 'tasks/get') {
-        received.push({ headers: req.headers, body });
+        received.push({ headers: req.headers, body, text });
         return answer(body.id, res);
       }
       const discover = discoverResult({ extensions: { [TASKS]: {} } }, { name: 'differential', version: '1.0.0' });
@@ -259,6 +261,13 @@ describe('the client poll fast path against the SDK alone', () => {
     expect(String(fast.sent[0]!.body['id'])).toMatch(/^closeout-\d+$/);
     expect(chosenHeaders(fast.sent[0]!.headers)).toEqual(chosenHeaders(sdk.sent[0]!.headers));
     expect({ ...fast.sent[0]!.body, id: 0 }).toEqual({ ...sdk.sent[0]!.body, id: 0 });
+    // the same bytes, members in the SDK's order, but for the id
+    const withoutId = ({ text, body }: Received) => {
+      const at = text.lastIndexOf('"id":');
+      expect(text.slice(at)).toBe(`"id":${JSON.stringify(body['id'])}}`);
+      return text.slice(0, at);
+    };
+    expect(withoutId(fast.sent[0]!)).toBe(withoutId(sdk.sent[0]!));
     expect(fast.sent[0]!.headers['mcp-name']).toBe(TASK_ID);
   });
 
