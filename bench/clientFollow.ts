@@ -302,6 +302,11 @@ try {
           fixed(floor.rawPacedCpuUsPerRequest),
           atRate(floor.rawPacedCpuUsPerRequest),
         ],
+        [
+          `the TaskClient's poll fast path alone, paced alike`,
+          fixed(floor.fastPacedCpuUsPerRequest),
+          atRate(floor.fastPacedCpuUsPerRequest),
+        ],
         [`TaskClient ${large}, waiting`, fixed(largeRun.waitCpuUsPerPoll), fixed(largeRun.waitCorePercent, 1) + '%'],
       ],
     ),
@@ -339,6 +344,11 @@ try {
         [
           `  (floor) raw HTTP paced as a waiting client`,
           `${fixed(floor.rawPacedCpuUsPerRequest)} µs, x${fixed(floor.rawPacedCpuUsPerRequest / floor.rawCpuUsPerRequest, 2)}`,
+          '',
+        ],
+        [
+          `  the poll fast path alone, paced alike`,
+          `${fixed(floor.fastPacedCpuUsPerRequest)} µs, x${fixed(floor.fastPacedCpuUsPerRequest / floor.rawCpuUsPerRequest, 2)}`,
           '',
         ],
         [

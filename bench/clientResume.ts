@@ -34,7 +34,11 @@ const taskCount = positive(flags.tasks, flags.smoke ? 50 : 10_000);
 const rounds = positive(flags.rounds, flags.smoke ? 1 : 3);
 /** Long enough that nothing is polled between the submission and the kill. */
 const POLL_INTERVAL_MS = 10 * 60_000;
-/** Short leases, so a resume need not wait long for a killed process's leases to lapse. */
+/**
+ * The killed submitter's short leases, so a resume need not wait long for them to lapse. The resuming processes keep
+ * the TaskClient's default lease: a 1 s lease of their own would make them renew three times a second and read every
+ * record's lease again a third of a second after claiming it, which is that lease's cost, not a resume's.
+ */
 const LEASE_MS = 1000;
 const DEADLINE_MS = 120_000;
 
@@ -51,7 +55,7 @@ try {
   console.log(`clientResume · ${machineLine()}`);
   console.log(
     `${taskCount} open records in one SQLite ledger, left by a SIGKILLed TaskClient; ${rounds} resume(s), ` +
-      `each by a fresh process after the leases (${LEASE_MS} ms) lapsed`,
+      `each by a fresh process (default lease) after the submitter's leases (${LEASE_MS} ms) lapsed`,
   );
   const base: FollowClientConfig = {
     kind: 'closeout',
@@ -94,7 +98,8 @@ try {
       task.firstGetAt = undefined;
     }
     const spawnedAt = Date.now();
-    const resumer = startFollowClient({ ...base, kind, mode: 'resume', offsetsMs: [] });
+    const { leaseMs: _submitterLease, ...resumerBase } = base;
+    const resumer = startFollowClient({ ...resumerBase, kind, mode: 'resume', offsetsMs: [] });
     try {
       const resumed = resumer.next('resumed');
       const profiled = flags.profile !== undefined && kind === 'closeout';
