@@ -7,6 +7,7 @@
  * (`process.hrtime`, one clock for every process of the host), so the parent can compare it with the server's write.
  */
 import { type ChildProcess, fork } from 'node:child_process';
+import { constants, PerformanceObserver } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 
 import { connectHttpTaskClient, createHttpFetch, isTaskHandle } from 'closeout/client';
@@ -32,7 +33,8 @@ export type PushFollowClientMessage =
   | { type: 'submitted'; taskIds: string[]; resent: number }
   /** Push covers every task submitted (its stream acknowledged them all). */
   | { type: 'covered'; tasks: number }
-  | { type: 'sample'; cpuTotalUs: number; sent: Record<string, number> }
+  /** `majorGcs`, `majorGcMs`: V8's full collections so far, and their main-thread pauses (perf_hooks `gc` entries). */
+  | { type: 'sample'; cpuTotalUs: number; sent: Record<string, number>; majorGcs: number; majorGcMs: number }
   | { type: 'done'; closedAt: Record<string, number>; sent: Record<string, number> };
 
 const SELF = fileURLToPath(import.meta.url);
@@ -45,21 +47,22 @@ export const monotonicMs = () => Number(process.hrtime.bigint()) / 1e6;
 export interface PushFollowClientProcess {
   child: ChildProcess;
   next<T extends PushFollowClientMessage['type']>(type: T): Promise<Extract<PushFollowClientMessage, { type: T }>>;
-  sample(): Promise<Extract<PushFollowClientMessage, { type: 'sample' }>>;
+  /** The child's CPU and requests so far; `collect`: after a full collection of its heap, made first. */
+  sample(collect?: boolean): Promise<Extract<PushFollowClientMessage, { type: 'sample' }>>;
   kill(): Promise<void>;
 }
 
 export function startPushFollowClient(config: PushFollowClientConfig): PushFollowClientProcess {
-  const child = fork(SELF, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child = fork(SELF, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], execArgv: ['--expose-gc'] });
   // the task arguments of 10,000 tasks are over the size of one command-line argument: they go by IPC
   child.send({ type: 'config', config });
   const next: PushFollowClientProcess['next'] = childMailbox<PushFollowClientMessage>(child, config.name);
   return {
     child,
     next,
-    sample: () => {
+    sample: (collect = false) => {
       const answer = next('sample');
-      child.send({ type: 'sample' });
+      child.send({ type: 'sample', collect });
       return answer;
     },
     kill: async () => {
@@ -112,8 +115,26 @@ async function main(config: PushFollowClientConfig): Promise<void> {
       }
     },
   });
-  process.on('message', (message: { type?: string }) => {
-    if (message.type === 'sample') void send({ type: 'sample', cpuTotalUs: cpuNow(), sent: { ...sent } });
+  const majorGc = { count: 0, ms: 0 };
+  new PerformanceObserver((list) => {
+    for (const entry of list.getEntries()) {
+      const { detail } = entry as { detail?: { kind?: number } };
+      if (detail?.kind !== constants.NODE_PERFORMANCE_GC_MAJOR) continue;
+      majorGc.count++;
+      majorGc.ms += entry.duration;
+    }
+  }).observe({ entryTypes: ['gc'] });
+  process.on('message', (message: { type?: string; collect?: boolean }) => {
+    if (message.type !== 'sample') return;
+    // the collection first, so that its CPU is before the CPU time reported
+    if (message.collect) (globalThis as { gc?: () => void }).gc?.();
+    void send({
+      type: 'sample',
+      cpuTotalUs: cpuNow(),
+      sent: { ...sent },
+      majorGcs: majorGc.count,
+      majorGcMs: majorGc.ms,
+    });
   });
 
   const taskIds: string[] = [];
