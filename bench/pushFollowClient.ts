@@ -47,22 +47,21 @@ export const monotonicMs = () => Number(process.hrtime.bigint()) / 1e6;
 export interface PushFollowClientProcess {
   child: ChildProcess;
   next<T extends PushFollowClientMessage['type']>(type: T): Promise<Extract<PushFollowClientMessage, { type: T }>>;
-  /** The child's CPU and requests so far; `collect`: after a full collection of its heap, made first. */
-  sample(collect?: boolean): Promise<Extract<PushFollowClientMessage, { type: 'sample' }>>;
+  sample(): Promise<Extract<PushFollowClientMessage, { type: 'sample' }>>;
   kill(): Promise<void>;
 }
 
 export function startPushFollowClient(config: PushFollowClientConfig): PushFollowClientProcess {
-  const child = fork(SELF, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], execArgv: ['--expose-gc'] });
+  const child = fork(SELF, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   // the task arguments of 10,000 tasks are over the size of one command-line argument: they go by IPC
   child.send({ type: 'config', config });
   const next: PushFollowClientProcess['next'] = childMailbox<PushFollowClientMessage>(child, config.name);
   return {
     child,
     next,
-    sample: (collect = false) => {
+    sample: () => {
       const answer = next('sample');
-      child.send({ type: 'sample', collect });
+      child.send({ type: 'sample' });
       return answer;
     },
     kill: async () => {
@@ -124,10 +123,8 @@ async function main(config: PushFollowClientConfig): Promise<void> {
       majorGc.ms += entry.duration;
     }
   }).observe({ entryTypes: ['gc'] });
-  process.on('message', (message: { type?: string; collect?: boolean }) => {
+  process.on('message', (message: { type?: string }) => {
     if (message.type !== 'sample') return;
-    // the collection first, so that its CPU is before the CPU time reported
-    if (message.collect) (globalThis as { gc?: () => void }).gc?.();
     void send({
       type: 'sample',
       cpuTotalUs: cpuNow(),

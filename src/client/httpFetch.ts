@@ -100,17 +100,12 @@ export function createHttpFetch(agentOptions: Agent.Options = {}): HttpFetch {
     const noBody = NULL_BODY_STATUSES.has(statusCode) || method.toUpperCase() === 'HEAD';
     return noBody ? new Response(null, responseInit) : new BufferedResponse(bytes, responseInit);
   };
-  // the fast path posts to one URL again and again: its origin and path are read from it once
-  let target: { url: URL; href: string; origin: string; path: string } | undefined;
   const post: HttpFetch['post'] = async (url, headers, body, signal) => {
-    if (target?.url !== url || target.href !== url.href) {
-      target = { url, href: url.href, origin: url.origin, path: url.pathname + url.search };
-    }
     let answer: Dispatcher.ResponseData;
     try {
       answer = await agent.request({
-        origin: target.origin,
-        path: target.path,
+        origin: url.origin,
+        path: url.pathname + url.search,
         method: 'POST',
         headers,
         body,
