@@ -81,7 +81,9 @@ describe('the fast proof that a lease holder is dead', () => {
     expect(isDeadLocalHolder(value.owner)).toBe(false);
     process.kill(value.pid, 'SIGKILL');
     await waitFor('the holder to be a zombie', () => (processState(value.pid) === 'Z' ? true : undefined));
-    expect(isDeadLocalHolder(value.owner)).toBe(true);
+    // its leader is a zombie as soon as the main thread exits; its other threads (libuv's, V8's) may take a moment
+    // more to end on a loaded machine, and until they have, nothing is proven (the proof stays conservative)
+    await waitFor('the zombie holder proven dead', () => (isDeadLocalHolder(value.owner) ? true : undefined), 5_000);
     parent.kill('SIGKILL');
   });
 
