@@ -40,6 +40,7 @@ import { PROTOCOL_VERSION, TASKS, wireRequest } from '../test/support/rpc.js';
 import { childMailbox } from './childMailbox.js';
 import { SLEEP_TOOL } from './clockworkServer.js';
 import { median } from './figures.js';
+import { countMajorCollections } from './majorCollections.js';
 
 export interface FollowClientConfig {
   kind: 'closeout' | 'ext-tasks' | 'sdk';
@@ -72,7 +73,8 @@ export type FollowClientMessage =
   /** `liveHeapBytes`: V8's used heap right after a full collection. */
   | { type: 'ready'; rssBytes: number; liveHeapBytes: number }
   /** `cpuUs`: spent submitting; `*TotalUs`: the process's CPU time so far. */
-  | { type: 'submitted'; submitMs: number; cpuUs: number; cpuTotalUs: number }
+  /** `majorGcs`: V8's full collections so far, as in `sample`. */
+  | { type: 'submitted'; submitMs: number; cpuUs: number; cpuTotalUs: number; majorGcs: number }
   | {
       type: 'done';
       followMs: number;
@@ -83,7 +85,15 @@ export type FollowClientMessage =
       notCompleted: number;
     }
   | { type: 'resumed'; sinceStartMs: number; resumed: number }
-  | { type: 'sample'; cpuTotalUs: number; rssBytes: number; liveHeapBytes: number | undefined }
+  /** `majorGcs`, `majorGcMs`: V8's full collections so far (a forced one included), and their main-thread pauses. */
+  | {
+      type: 'sample';
+      cpuTotalUs: number;
+      rssBytes: number;
+      liveHeapBytes: number | undefined;
+      majorGcs: number;
+      majorGcMs: number;
+    }
   /** Answers `profile` (start, or stop and write the `.cpuprofile` to `path`). */
   | { type: 'profiled' }
   /** `rawPerSecond`: raw requests answered per second, 16 in flight: the server's rate for a cheap client. */
@@ -411,6 +421,7 @@ async function floor(): Promise<void> {
 
 async function main(): Promise<void> {
   let profiler: Session | undefined;
+  const majorGc = countMajorCollections();
   process.on('message', (message: { type?: string; collect?: boolean; action?: string; path?: string }) => {
     if (message.type === 'profile') {
       void (async () => {
@@ -431,7 +442,14 @@ async function main(): Promise<void> {
     if (message.type === 'sample') {
       // the collection first, so its CPU is before the CPU time reported
       const liveHeapBytes = message.collect ? liveHeap() : undefined;
-      void send({ type: 'sample', cpuTotalUs: cpuNow(), rssBytes: process.memoryUsage().rss, liveHeapBytes });
+      void send({
+        type: 'sample',
+        cpuTotalUs: cpuNow(),
+        rssBytes: process.memoryUsage().rss,
+        liveHeapBytes,
+        majorGcs: majorGc.count,
+        majorGcMs: majorGc.ms,
+      });
     }
   });
   if (config.mode === 'floor') return floor();
@@ -464,6 +482,7 @@ async function main(): Promise<void> {
     submitMs: followStart - submitStart,
     cpuUs: cpuSubmitted - cpuBefore,
     cpuTotalUs: cpuSubmitted,
+    majorGcs: majorGc.count,
   });
   if (config.mode === 'submit' || config.mode === 'fleet') return;
 

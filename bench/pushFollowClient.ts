@@ -7,12 +7,12 @@
  * (`process.hrtime`, one clock for every process of the host), so the parent can compare it with the server's write.
  */
 import { type ChildProcess, fork } from 'node:child_process';
-import { constants, PerformanceObserver } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
 
 import { connectHttpTaskClient, createHttpFetch, isTaskHandle } from 'closeout/client';
 
 import { childMailbox } from './childMailbox.js';
+import { countMajorCollections } from './majorCollections.js';
 
 export interface PushFollowClientConfig {
   name: string;
@@ -114,15 +114,7 @@ async function main(config: PushFollowClientConfig): Promise<void> {
       }
     },
   });
-  const majorGc = { count: 0, ms: 0 };
-  new PerformanceObserver((list) => {
-    for (const entry of list.getEntries()) {
-      const { detail } = entry as { detail?: { kind?: number } };
-      if (detail?.kind !== constants.NODE_PERFORMANCE_GC_MAJOR) continue;
-      majorGc.count++;
-      majorGc.ms += entry.duration;
-    }
-  }).observe({ entryTypes: ['gc'] });
+  const majorGc = countMajorCollections();
   process.on('message', (message: { type?: string }) => {
     if (message.type !== 'sample') return;
     void send({

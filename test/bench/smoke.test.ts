@@ -79,8 +79,12 @@ describe.concurrent('benchmark smoke runs', () => {
   it('clientFollow prints every figure for the TaskClient and the ext-tasks client', async () => {
     const output = await smoke('clientFollow');
     const labels = [
+      'waiting, first interval, % of one core',
+      'waiting, first interval, client CPU µs/poll',
+      'waiting, first interval, full collections',
       'waiting, % of one core',
       'waiting, client CPU µs/poll',
+      'waiting, full collections',
       'live heap while waiting over baseline, MB',
       'follow, client CPU µs/task',
       'peak RSS over baseline, MB',
@@ -98,6 +102,8 @@ describe.concurrent('benchmark smoke runs', () => {
     // the SDK alone under the large run's targets: its peak RSS and its share of a core while waiting
     expect(output).toMatch(/^ {2}\(floor\) the SDK alone, \d+ tasks, peak +\d+\.\d MB *$/m);
     expect(output).toMatch(/^ {2}\(floor\) the SDK alone, \d+ tasks, waiting +\d+\.\d% *$/m);
+    // the steady state is judged; the first interval after the submissions is shown beside it
+    expect(output).toMatch(/^ {2}same, first interval after the submissions +\d+\.\d% *$/m);
     // the floor: a tasks/get through the SDK alone and as raw HTTP, each a number of µs
     for (const label of ['SDK Client.request, same fetch', 'raw HTTP, prebuilt bytes'])
       expect(row(output, label)[1], `${label} in:\n${output}`).toMatch(NUMBER);
