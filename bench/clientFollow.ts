@@ -345,6 +345,11 @@ try {
           atRate(floor.rawPacedCpuUsPerRequest),
         ],
         [
+          `same, each answer checked (the SDK's result schema, the task's check)`,
+          fixed(floor.checkedPacedCpuUsPerRequest),
+          atRate(floor.checkedPacedCpuUsPerRequest),
+        ],
+        [
           `the TaskClient's poll fast path alone, paced alike`,
           fixed(floor.fastPacedCpuUsPerRequest),
           atRate(floor.fastPacedCpuUsPerRequest),
@@ -387,6 +392,11 @@ try {
         [
           `  (floor) raw HTTP paced as a waiting client`,
           `${fixed(floor.rawPacedCpuUsPerRequest)} µs, x${fixed(floor.rawPacedCpuUsPerRequest / floor.rawCpuUsPerRequest, 2)}`,
+          '',
+        ],
+        [
+          `  (floor) the same, each answer checked as a TaskClient checks it`,
+          `${fixed(floor.checkedPacedCpuUsPerRequest)} µs, x${fixed(floor.checkedPacedCpuUsPerRequest / floor.rawCpuUsPerRequest, 2)}`,
           '',
         ],
         [

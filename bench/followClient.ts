@@ -20,7 +20,7 @@ import { performance } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 
-import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
+import { Client, isJSONRPCResultResponse, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { createTaskSessionFromClient } from '@modelcontextprotocol/ext-tasks/client';
 import Database from 'better-sqlite3';
 import {
@@ -35,6 +35,7 @@ import * as z from 'zod/v4';
 
 import { attachTaskResultCarrier } from '../src/client/sdkGlue.js';
 import { TaskGetFastPath } from '../src/client/taskGetFastPath.js';
+import { checkTask } from '../src/client/taskRequests.js';
 import { streamableHttpDispatch } from '../test/support/extTasksDispatch.js';
 import { PROTOCOL_VERSION, TASKS, wireRequest } from '../test/support/rpc.js';
 import { childMailbox } from './childMailbox.js';
@@ -67,6 +68,8 @@ export interface FollowClientConfig {
   floorPacedPerSecond?: number;
   /** `floor` only: the grid the paced raw variant starts its requests on (the scheduler's, `pollGridMs`). */
   floorPacedGridMs?: number;
+  /** `floor` only: measure the raw requests back to back only (the server's rate), none of the paced variants. */
+  floorUnpaced?: boolean;
 }
 
 export type FollowClientMessage =
@@ -99,6 +102,10 @@ export type FollowClientMessage =
   /** `rawPerSecond`: raw requests answered per second, 16 in flight: the server's rate for a cheap client. */
   /** `rawPacedCpuUsPerRequest`: the same raw requests paced as a waiting TaskClient sends them (see `paced`). */
   /** `fastPacedCpuUsPerRequest`: the TaskClient's poll fast path alone, paced alike (its requests, no bookkeeping). */
+  /**
+   * `checkedPacedCpuUsPerRequest`: the raw requests paced alike, each answer checked as every answer of a TaskClient
+   * is (the SDK's JSON-RPC result schema, then the task's own check): the least a poll does under issue 19's rules.
+   */
   | {
       type: 'floor';
       sdkCpuUsPerRequest: number;
@@ -106,6 +113,7 @@ export type FollowClientMessage =
       rawPerSecond: number;
       rawPacedCpuUsPerRequest: number;
       fastPacedCpuUsPerRequest: number;
+      checkedPacedCpuUsPerRequest: number;
     };
 
 const CLIENT_INFO = { name: 'closeout-bench', version: '0.0.0' };
@@ -374,7 +382,16 @@ async function floor(): Promise<void> {
       headers: wire.headers,
       body: wire.body,
     });
-    JSON.parse(await response.body.text());
+    return JSON.parse(await response.body.text()) as unknown;
+  };
+  // the same, and the answer checked as a TaskClient checks every answer, whichever path it came by: the SDK's own
+  // JSON-RPC result schema (issue 19: one set of schemas), then the task's fields (serverOutput.ts)
+  const checked = async () => {
+    const message = await raw();
+    if (!isJSONRPCResultResponse(message)) throw new Error('tasks/get: the answer is not a JSON-RPC result');
+    const { resultType: _resultType, ...result } = message.result;
+    const query = checkTask(result, taskId);
+    if (query.kind !== 'task') throw new Error(`tasks/get: ${query.error.message}`);
   };
 
   // the TaskClient's poll fast path alone (src/client/taskGetFastPath.ts) on a pool of its own, taught by an SDK
@@ -397,10 +414,13 @@ async function floor(): Promise<void> {
   const rawRounds: { cpuUs: number; perSecond: number }[] = [];
   const pacedRounds: number[] = [];
   const fastPacedRounds: number[] = [];
+  const checkedPacedRounds: number[] = [];
   for (let round = 0; round < 3; round++) {
     sdkRounds.push(await cpuPerRequest(sdk));
     rawRounds.push(await cpuPerRequest(raw));
+    if (config.floorUnpaced) continue;
     pacedRounds.push(await paced(raw));
+    checkedPacedRounds.push(await paced(checked));
     await learn();
     fastPacedRounds.push(await paced(fast));
   }
@@ -411,6 +431,7 @@ async function floor(): Promise<void> {
     rawPerSecond: median(rawRounds.map((r) => r.perSecond)),
     rawPacedCpuUsPerRequest: median(pacedRounds),
     fastPacedCpuUsPerRequest: median(fastPacedRounds),
+    checkedPacedCpuUsPerRequest: median(checkedPacedRounds),
   });
   await teacher.close();
   await fastHttp.close();

@@ -112,6 +112,9 @@ describe.concurrent('benchmark smoke runs', () => {
       /^\d+ tasks: CPU per waiting poll <= 1\.5x raw HTTP +\d+ \/ \d+ µs = x\d+\.\d\d +(met|NOT MET) *$/m,
     );
     expect(output).toMatch(/^ {2}\(floor\) raw HTTP paced as a waiting client +\d+ µs, x\d+\.\d\d *$/m);
+    expect(output).toMatch(
+      /^ {2}\(floor\) the same, each answer checked as a TaskClient checks it +\d+ µs, x\d+\.\d\d *$/m,
+    );
   }, 90_000);
 
   it('clientResume re-queries every open record once and prints the times', async () => {
