@@ -72,6 +72,9 @@ interface ClientFigures {
   followCpuUsPerTask: number;
   followCorePercent: number;
   cpuUsPerPoll: number;
+  /** Peak RSS over the connected baseline: by the end of the submissions, by the release, over the whole run. */
+  submitPeakRssMb: number;
+  waitPeakRssMb: number;
   extraRssMb: number;
   pollsPerTask: number;
   /** The issue's formula: duration / pollIntervalMs + 1. */
@@ -112,6 +115,8 @@ interface WaitWindow {
 interface Waiting extends WaitWindow {
   first: WaitWindow;
   rssBytes: number;
+  /** The process's peak RSS by the end of the wait (before the release). */
+  maxRssBytes: number;
   liveHeapBytes: number;
   releasedCpuTotalUs: number;
   releasedAt: number;
@@ -177,6 +182,7 @@ async function run(
           polls: gets - middle.gets,
           majorGcs: sample.majorGcs - middle.sample.majorGcs,
           rssBytes: sample.rssBytes,
+          maxRssBytes: sample.maxRssBytes,
           liveHeapBytes: collected.liveHeapBytes ?? Number.NaN,
           releasedCpuTotalUs: collected.cpuTotalUs,
           releasedAt: Date.now(),
@@ -237,6 +243,8 @@ function summarize(
     followCpuUsPerTask: followCpuUs / count,
     followCorePercent: (followCpuUs / 1000 / followMs) * 100,
     cpuUsPerPoll: followCpuUs / Math.max(1, polls - waiting.getsAtRelease),
+    submitPeakRssMb: (submitted.maxRssBytes - ready.rssBytes) / 2 ** 20,
+    waitPeakRssMb: (waiting.maxRssBytes - ready.rssBytes) / 2 ** 20,
     extraRssMb: (done.maxRssBytes - ready.rssBytes) / 2 ** 20,
     pollsPerTask: polls / tasks.length,
     idealPollsPerTask: ideal / tasks.length,
@@ -313,6 +321,8 @@ try {
     ['follow, % of one core', (f) => f.followCorePercent, 1],
     ['follow, client CPU µs/poll', (f) => f.cpuUsPerPoll, 0],
     ['peak RSS over baseline, MB', (f) => f.extraRssMb, 1],
+    ['  the same by the end of the submissions', (f) => f.submitPeakRssMb, 1],
+    ['  the same by the release (after the wait)', (f) => f.waitPeakRssMb, 1],
     ['tasks/get per task', (f) => f.pollsPerTask, 2],
     ['ideal per task, d/P + 1', (f) => f.idealPollsPerTask, 2],
     ['ideal per task, ceil(d/P)', (f) => f.exactPollsPerTask, 2],
@@ -374,6 +384,11 @@ try {
       [
         [`${large} tasks: extra RSS < 100 MB, peak`, mb(largeRun.extraRssMb), verdict(largeRun.extraRssMb < 100)],
         [`  same, while waiting`, mb(largeRun.waitRssMb), verdict(largeRun.waitRssMb < 100)],
+        [
+          `  peak by the end of the submissions, by the release`,
+          `${mb(largeRun.submitPeakRssMb)}, ${mb(largeRun.waitPeakRssMb)}`,
+          '',
+        ],
         [`  same, heap cap ${heapCapMb} MB, peak`, mb(cappedRun.extraRssMb), verdict(cappedRun.extraRssMb < 100)],
         [`  (floor) the SDK alone, ${large} tasks, peak`, mb(sdkRun.extraRssMb), ''],
         [

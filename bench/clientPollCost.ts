@@ -7,9 +7,11 @@
  * `--profile DIR` also writes the inspector's CPU profile of the window (one `.cpuprofile` per run; the profiler's own
  * sampling costs CPU, so figures of a profiled run are not comparable to others). `--fast-path on|off|both` polls on
  * the client's fast path (taskGetFastPath.ts), through the SDK alone, or alternates the two, run by run.
+ * `--promoted DIR` writes a `.heapprofile` of the window's allocations that outlived the young generation (what grows
+ * the old generation between V8's full collections, and so the peak RSS; bench/RESULTS.md, section 26).
  *
  *   node dist/bench/bench/clientPollCost.js [--tasks 2000] [--poll-ms 6000] [--window-ms 12000] [--runs 3]
- *     [--fast-path on|off|both] [--profile DIR]
+ *     [--fast-path on|off|both] [--profile DIR] [--promoted DIR]
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -29,6 +31,7 @@ const { values: flags } = parseArgs({
     'window-ms': { type: 'string' },
     runs: { type: 'string' },
     profile: { type: 'string' },
+    promoted: { type: 'string' },
     'fast-path': { type: 'string' },
   },
 });
@@ -64,6 +67,7 @@ async function once(
     // every task polled once at least after its submission: the window sees the steady state only
     await sleep(pollMs * 1.2);
     if (flags.profile !== undefined) await client.profile('start');
+    if (flags.promoted !== undefined) await client.profile('start', undefined, 'promoted');
     const before = await client.sample();
     const getsBefore = gets(server);
     const startedAt = performance.now();
@@ -72,6 +76,9 @@ async function once(
     const polls = gets(server) - getsBefore;
     const elapsedMs = performance.now() - startedAt;
     if (flags.profile !== undefined) await client.profile('stop', join(flags.profile, `pollCost-${run}.cpuprofile`));
+    if (flags.promoted !== undefined) {
+      await client.profile('stop', join(flags.promoted, `pollCost-${run}.heapprofile`), 'promoted');
+    }
     return {
       cpuUsPerPoll: (after.cpuTotalUs - before.cpuTotalUs) / Math.max(1, polls),
       pollsPerSecond: (polls / elapsedMs) * 1000,

@@ -77,7 +77,8 @@ export type FollowClientMessage =
   | { type: 'ready'; rssBytes: number; liveHeapBytes: number }
   /** `cpuUs`: spent submitting; `*TotalUs`: the process's CPU time so far. */
   /** `majorGcs`: V8's full collections so far, as in `sample`. */
-  | { type: 'submitted'; submitMs: number; cpuUs: number; cpuTotalUs: number; majorGcs: number }
+  /** `maxRssBytes`: the process's peak RSS so far. */
+  | { type: 'submitted'; submitMs: number; cpuUs: number; cpuTotalUs: number; majorGcs: number; maxRssBytes: number }
   | {
       type: 'done';
       followMs: number;
@@ -93,6 +94,10 @@ export type FollowClientMessage =
       type: 'sample';
       cpuTotalUs: number;
       rssBytes: number;
+      /** The process's peak RSS so far, and V8's heap (committed, and in use) now. */
+      maxRssBytes: number;
+      heapTotalBytes: number;
+      heapUsedBytes: number;
       liveHeapBytes: number | undefined;
       majorGcs: number;
       majorGcMs: number;
@@ -128,8 +133,13 @@ export interface FollowClientProcess {
   sample(collect?: boolean): Promise<Extract<FollowClientMessage, { type: 'sample' }>>;
   /** Resolves with the next message of this type (rejects if the process exits first). */
   next<T extends FollowClientMessage['type']>(type: T): Promise<Extract<FollowClientMessage, { type: T }>>;
-  /** Start the inspector's CPU profiler in the child, or stop it and write the profile to `path` (a `.cpuprofile`). */
-  profile(action: 'start' | 'stop', path?: string): Promise<void>;
+  /**
+   * Start the inspector's CPU profiler in the child, or stop it and write the profile to `path` (a `.cpuprofile`).
+   * `promoted`: V8's sampling heap profiler instead, counting only what outlived the young generation (objects a
+   * scavenge collects are left out, those a full collection collects kept): a `.heapprofile` of what grows the old
+   * generation between full collections.
+   */
+  profile(action: 'start' | 'stop', path?: string, kind?: 'cpu' | 'promoted'): Promise<void>;
   kill(): Promise<void>;
 }
 
@@ -148,9 +158,9 @@ export function startFollowClient(config: FollowClientConfig): FollowClientProce
       child.send({ type: 'sample', collect });
       return answer;
     },
-    profile: async (action, path) => {
+    profile: async (action, path, kind = 'cpu') => {
       const answer = next('profiled');
-      child.send({ type: 'profile', action, path });
+      child.send({ type: 'profile', action, path, kind });
       await answer;
     },
     kill: async () => {
@@ -443,16 +453,29 @@ async function floor(): Promise<void> {
 async function main(): Promise<void> {
   let profiler: Session | undefined;
   const majorGc = countMajorCollections();
-  process.on('message', (message: { type?: string; collect?: boolean; action?: string; path?: string }) => {
+  type Message = { type?: string; collect?: boolean; action?: string; path?: string; kind?: string };
+  process.on('message', (message: Message) => {
     if (message.type === 'profile') {
+      const promoted = message.kind === 'promoted';
       void (async () => {
         if (message.action === 'start') {
           profiler = new Session();
           profiler.connect();
-          await profiler.post('Profiler.enable');
-          await profiler.post('Profiler.start');
+          if (promoted) {
+            await profiler.post('HeapProfiler.enable');
+            await profiler.post('HeapProfiler.startSampling', {
+              samplingInterval: 16_384,
+              includeObjectsCollectedByMajorGC: true,
+              includeObjectsCollectedByMinorGC: false,
+            });
+          } else {
+            await profiler.post('Profiler.enable');
+            await profiler.post('Profiler.start');
+          }
         } else if (profiler) {
-          const { profile } = await profiler.post('Profiler.stop');
+          const { profile } = promoted
+            ? await profiler.post('HeapProfiler.stopSampling')
+            : await profiler.post('Profiler.stop');
           writeFileSync(message.path!, JSON.stringify(profile));
           profiler.disconnect();
           profiler = undefined;
@@ -463,10 +486,14 @@ async function main(): Promise<void> {
     if (message.type === 'sample') {
       // the collection first, so its CPU is before the CPU time reported
       const liveHeapBytes = message.collect ? liveHeap() : undefined;
+      const memory = process.memoryUsage();
       void send({
         type: 'sample',
         cpuTotalUs: cpuNow(),
-        rssBytes: process.memoryUsage().rss,
+        rssBytes: memory.rss,
+        maxRssBytes: process.resourceUsage().maxRSS * 1024,
+        heapTotalBytes: memory.heapTotal,
+        heapUsedBytes: memory.heapUsed,
         liveHeapBytes,
         majorGcs: majorGc.count,
         majorGcMs: majorGc.ms,
@@ -504,6 +531,7 @@ async function main(): Promise<void> {
     cpuUs: cpuSubmitted - cpuBefore,
     cpuTotalUs: cpuSubmitted,
     majorGcs: majorGc.count,
+    maxRssBytes: process.resourceUsage().maxRSS * 1024,
   });
   if (config.mode === 'submit' || config.mode === 'fleet') return;
 

@@ -8,6 +8,7 @@
  * `classifyTransportError` sees the same shape. Anything else it hands to global fetch: a `Request` input, a URL
  * that is not http(s) or carries credentials, a body that is not a string or bytes, and a redirect to follow.
  */
+import { EventEmitter } from 'node:events';
 import { Readable } from 'node:stream';
 
 import type { Dispatcher } from 'undici';
@@ -21,7 +22,8 @@ export interface HttpFetch {
    * resolves once the answer's status and headers are in, its body still to read or discard. Rejects as `fetch` does
    * (the signal's reason once aborted, else `TypeError('fetch failed')` with undici's error as `cause`).
    */
-  post(url: URL, headers: Record<string, string>, body: string, signal: AbortSignal): Promise<HttpAnswer>;
+  /** `headers`: name, value, name, value... */
+  post(url: URL, headers: string[], body: string, signal: RequestSignal): Promise<HttpAnswer>;
   /** Close the pool's connections once the requests in flight have ended. Idempotent. */
   close(): Promise<void>;
 }
@@ -34,6 +36,26 @@ export interface HttpAnswer {
   /** The body as it arrives (a stream that may never end), in UTF-8 text chunks. */
   chunks(): AsyncIterable<string>;
   discard(): void;
+}
+
+/**
+ * What aborts one `HttpFetch.post`: an EventEmitter, one of the two kinds of signal undici takes, with the `aborted` and
+ * `reason` of an AbortSignal. A waiting client sends a poll every few milliseconds, each with a signal of its own (its
+ * deadline, the transport's close) held while it is in flight; an AbortController's EventTarget costs several times
+ * the allocation, enough of it outliving V8's young generation to grow the heap between full collections
+ * (bench/RESULTS.md, section 26).
+ */
+export class RequestSignal extends EventEmitter {
+  aborted = false;
+  reason: unknown = undefined;
+
+  /** Abort the request (once): it rejects with `reason`, as fetch rejects with its signal's reason. */
+  abort(reason: unknown): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    this.reason = reason;
+    this.emit('abort');
+  }
 }
 
 // fetch follows these when they carry a Location (Fetch standard, "redirect status")
@@ -214,7 +236,7 @@ class BufferedResponse extends Response {
   }
 }
 
-async function* textChunks(body: Dispatcher.ResponseData['body'], signal: AbortSignal): AsyncIterable<string> {
+async function* textChunks(body: Dispatcher.ResponseData['body'], signal: RequestSignal): AsyncIterable<string> {
   const decoder = new TextDecoder();
   try {
     for await (const chunk of body) yield decoder.decode(chunk as Uint8Array, { stream: true });
@@ -245,7 +267,7 @@ function isEventStream(contentType: string | string[] | undefined): boolean {
 }
 
 /** What global fetch rejects with: the signal's reason once aborted, else `TypeError('fetch failed')`. */
-function fetchFailure(error: unknown, signal: AbortSignal | undefined): unknown {
+function fetchFailure(error: unknown, signal: { aborted: boolean; reason: unknown } | undefined): unknown {
   if (signal?.aborted) return signal.reason;
   return new TypeError('fetch failed', { cause: error });
 }

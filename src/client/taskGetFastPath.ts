@@ -43,6 +43,7 @@ import { createParser } from 'eventsource-parser';
 
 import { TASK_METHODS } from '../protocol/index.js';
 import type { HttpAnswer, HttpFetch } from './httpFetch.js';
+import { RequestSignal } from './httpFetch.js';
 import { overloadFailure } from './transportFailure.js';
 
 /** The protocol revision whose answers this path decides (MCP 2026-07-28). */
@@ -73,8 +74,8 @@ const TEMPLATE_LIFE_MS = 60_000;
 
 /** What the SDK's last ordinary `tasks/get` looked like on the wire. */
 interface Template {
-  /** Its headers, lower-cased, `mcp-name` left out. */
-  headers: Record<string, string>;
+  /** Its headers, lower-cased, `mcp-name` left out: name, value, name, value... (undici's flat form). */
+  headers: readonly string[];
   /** The SDK's part of its `_meta` (ENVELOPE_KEYS). */
   envelope: Record<string, unknown>;
   /** Its `clientCapabilities`, as JSON: a poll declaring anything else is not sent this way. */
@@ -91,7 +92,7 @@ export class TaskGetFastPath {
   /** taskIds whose poll is on its way through the SDK: only those teach the template (no other request of the app). */
   readonly #learning = new Set<string>();
   /** The polls in flight, aborted when the transport closes. */
-  readonly #inFlight = new Set<AbortController>();
+  readonly #inFlight = new Set<RequestSignal>();
   #closed = false;
   /** The capabilities object last polled with, and whether it matched the template's (polls reuse one object). */
   #checked: { capabilities: unknown; template: Template; matches: boolean } | undefined;
@@ -146,13 +147,13 @@ export class TaskGetFastPath {
     // the SDK's order of members, and its envelope first: what the SDK itself would send for this taskId, as
     // JSON.stringify writes that object ({ method, params: { taskId, _meta }, jsonrpc, id })
     const body = `${BODY_HEAD}${JSON.stringify(taskId)},"_meta":${this.#metaJson(template, meta)}},"jsonrpc":"2.0","id":${JSON.stringify(id)}}`;
-    return this.#exchange({ ...template.headers, 'mcp-name': taskId }, body, id, timeoutMs);
+    return this.#exchange([...template.headers, 'mcp-name', taskId], body, id, timeoutMs);
   }
 
   /** Abort the polls in flight (the transport is closing; they fail as the SDK's do) and send nothing more this way. */
   close(): void {
     this.#closed = true;
-    for (const controller of this.#inFlight) controller.abort(new Error('the transport closed'));
+    for (const signal of this.#inFlight) signal.abort(new Error('the transport closed'));
   }
 
   #usableTemplate(): Template | undefined {
@@ -203,19 +204,19 @@ export class TaskGetFastPath {
    * for the whole answer of a server that trickles it).
    */
   async #exchange(
-    headers: Record<string, string>,
+    headers: string[],
     body: string,
     id: string,
     timeoutMs: number,
   ): Promise<Record<string, unknown> | undefined> {
-    const controller = new AbortController();
+    const signal = new RequestSignal();
     const timer = setTimeout(
-      () => controller.abort(new DOMException(`tasks/get timed out after ${timeoutMs} ms`, 'TimeoutError')),
+      () => signal.abort(new DOMException(`tasks/get timed out after ${timeoutMs} ms`, 'TimeoutError')),
       timeoutMs,
     );
-    this.#inFlight.add(controller);
+    this.#inFlight.add(signal);
     try {
-      const answer = await this.http.post(this.url, headers, body, controller.signal);
+      const answer = await this.http.post(this.url, headers, body, signal);
       return ordinaryAnswer(await decidedMessage(answer), id, answer.status);
     } catch (error) {
       // as the SDK rejects its requests in flight when its transport closes
@@ -223,7 +224,7 @@ export class TaskGetFastPath {
       throw error;
     } finally {
       clearTimeout(timer);
-      this.#inFlight.delete(controller);
+      this.#inFlight.delete(signal);
     }
   }
 }
@@ -307,9 +308,9 @@ function learned(sent: Headers, body: string, initHeaders: string): Template | u
     if (ENVELOPE_KEYS.includes(key)) envelope[key] = meta[key];
     else if (!OWN_META_KEYS.has(key)) return undefined;
   }
-  const headers: Record<string, string> = {};
+  const headers: string[] = [];
   sent.forEach((value, name) => {
-    if (name !== 'mcp-name') headers[name] = value;
+    if (name !== 'mcp-name') headers.push(name, value);
   });
   return {
     headers,
