@@ -20,9 +20,9 @@ export interface HttpFetch {
   /**
    * One POST on the same pool without a `Response` around it (the client's poll fast path, taskGetFastPath.ts):
    * resolves once the answer's status and headers are in, its body still to read or discard. Rejects as `fetch` does
-   * (the signal's reason once aborted, else `TypeError('fetch failed')` with undici's error as `cause`).
+   * (the signal's reason once aborted, else `TypeError('fetch failed')` with undici's error as `cause`). `headers` in
+   * undici's flat form: name, value, name, value...
    */
-  /** `headers`: name, value, name, value... */
   post(url: URL, headers: string[], body: string, signal: RequestSignal): Promise<HttpAnswer>;
   /** Close the pool's connections once the requests in flight have ended. Idempotent. */
   close(): Promise<void>;
