@@ -1,6 +1,7 @@
 /**
  * The default Ledger: one SQLite file (better-sqlite3, WAL), owner-only. Every statement of the ledger is in this
- * file; each write is one transaction, committed before its promise resolves. Schedule notes (`noteSchedule`) wait in
+ * file; each write is one savepoint of a group commit (`SqliteGroupCommit`: the writes of one turn of the event loop,
+ * one transaction and one fsync), committed before its promise resolves. Schedule notes (`noteSchedule`) wait in
  * memory and ride along with the next transaction, or are committed together at most `deferMs` later: a client
  * polling thousands of tasks then commits once per batch of polls, not twice per poll.
  */
@@ -11,6 +12,7 @@ import type Database from 'better-sqlite3';
 import type { InputRequest, InputResponse } from '../../protocol/index.js';
 import type { Migration } from '../../sqliteFile.js';
 import { openSqliteFile } from '../../sqliteFile.js';
+import { SqliteGroupCommit } from '../../sqliteGroupCommit.js';
 import type { SqliteSynchronous } from '../../sqliteSynchronous.js';
 import { abandonedReason, applyObservedTask, commitNote, taskHeldElsewhereNote } from './closing.js';
 import { endpointIdentity } from './endpointIdentity.js';
@@ -217,7 +219,12 @@ export class SqliteLedger implements Ledger {
   private readonly db: Database.Database;
   private readonly stmt;
   private readonly deferMs: number;
-  /** Every write runs in this transaction, which first writes the pending schedule notes. */
+  /**
+   * The writes of one turn, committed together (a submission burst's intents, sends and taskIds: one fsync for all
+   * of them, not three each); each group first writes the pending schedule notes.
+   */
+  private readonly group: SqliteGroupCommit;
+  /** A write of its own, now (a spelling adopted during a read, the deferred notes): also writes the pending notes. */
   private readonly writeTransaction: Database.Transaction<(work: () => unknown) => unknown>;
   private readonly pendingNotes = new Map<string, PendingNote>();
   /** endpointIdentity -> the spelling this ledger stores that server's rows under. */
@@ -426,14 +433,15 @@ export class SqliteLedger implements Ledger {
       this.writeNotes();
       return work();
     });
+    this.group = new SqliteGroupCommit(db, () => this.writeNotes());
   }
 
   async recordIntent(submission: NewSubmission): Promise<RecordedIntent> {
-    return this.write(() => this.insertIntent(submission));
+    return this.group.run(() => this.insertIntent(submission));
   }
 
   async recordResubmission(previousRecordId: string, submission: NewSubmission): Promise<RecordedIntent> {
-    return this.write((): RecordedIntent => {
+    return this.group.run((): RecordedIntent => {
       // supersede first so the new record may carry the same idempotency key
       if (this.stmt.supersede.run(submission.recordId, submission.submittedAt, previousRecordId).changes !== 1) {
         const previous = this.stmt.get.get(previousRecordId) as SubmissionRow | undefined;
@@ -480,7 +488,7 @@ export class SqliteLedger implements Ledger {
   }
 
   async markSent(recordId: string, holder: string, at: number): Promise<boolean> {
-    return this.write(() => this.stmt.markSent.run({ recordId, holder, at }).changes === 1);
+    return this.group.run(() => this.stmt.markSent.run({ recordId, holder, at }).changes === 1);
   }
 
   async commitTask(
@@ -490,7 +498,7 @@ export class SqliteLedger implements Ledger {
     at: number,
     leaseExpiresAt?: number,
   ): Promise<boolean> {
-    return this.write((): boolean => {
+    return this.group.run((): boolean => {
       const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
       if (!before) return false;
       if (before.task_id === task.taskId) return true;
@@ -514,7 +522,7 @@ export class SqliteLedger implements Ledger {
   }
 
   async recordObservation(recordId: string, holder: string, task: ObservedTask, at: number): Promise<boolean> {
-    return this.write((): boolean => {
+    return this.group.run((): boolean => {
       const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
       if (!before) return false;
       const localState = this.applyTask(this.stmt.observe, recordId, holder, task, at);
@@ -531,7 +539,7 @@ export class SqliteLedger implements Ledger {
     lastError: RecordedError | undefined,
   ): Promise<boolean> {
     const params = { recordId, holder, at, lastError: lastError ? JSON.stringify(lastError) : null };
-    return this.write(() => this.stmt.recordPoll.run(params).changes === 1);
+    return this.group.run(() => this.stmt.recordPoll.run(params).changes === 1);
   }
 
   noteSchedule(recordId: string, holder: string, note: ScheduleNote): void {
@@ -545,11 +553,11 @@ export class SqliteLedger implements Ledger {
   }
 
   async recordError(recordId: string, lastError: RecordedError): Promise<void> {
-    this.write(() => this.stmt.recordError.run(JSON.stringify(lastError), lastError.at, recordId));
+    await this.group.run(() => this.stmt.recordError.run(JSON.stringify(lastError), lastError.at, recordId));
   }
 
   async closeOut(recordId: string, holder: string, closing: Closing, at: number): Promise<boolean> {
-    return this.write((): boolean => {
+    return this.group.run((): boolean => {
       const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
       if (!before) return false;
       const changed = this.stmt.close.run({
@@ -569,7 +577,7 @@ export class SqliteLedger implements Ledger {
   }
 
   async reopen(recordId: string, holder: string, leaseExpiresAt: number, at: number, note: string): Promise<boolean> {
-    return this.write((): boolean => {
+    return this.group.run((): boolean => {
       const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
       if (!before || this.stmt.reopen.run({ recordId, holder, leaseExpiresAt, at }).changes !== 1) return false;
       this.stmt.setHolder.run(holder, leaseExpiresAt);
@@ -582,12 +590,12 @@ export class SqliteLedger implements Ledger {
     const row = this.stmt.secret.get() as { secret: Buffer } | undefined;
     if (row) return row.secret;
     // the first process to need it writes it; a racing one's insert is ignored and both read the same secret
-    this.write(() => this.stmt.insertSecret.run(randomBytes(32)));
+    await this.group.run(() => this.stmt.insertSecret.run(randomBytes(32)));
     return (this.stmt.secret.get() as { secret: Buffer }).secret;
   }
 
   async settleAbandonedSubmissions(endpoint: string, now: number, reason: string): Promise<TaskRecord[]> {
-    return this.write((): TaskRecord[] => {
+    return this.group.run((): TaskRecord[] => {
       const rows = this.stmt.abandonedSubmissions.all(this.spelling(endpoint), now) as SubmissionRow[];
       for (const row of rows) {
         const why = abandonedReason(reason, row.sent_at);
@@ -599,7 +607,7 @@ export class SqliteLedger implements Ledger {
   }
 
   async detach(recordId: string, holder: string, at: number): Promise<boolean> {
-    return this.write((): boolean => {
+    return this.group.run((): boolean => {
       const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
       if (!before || this.stmt.detach.run({ recordId, holder, at }).changes !== 1) return false;
       this.appendLocalChange(before, 'detached', at, 'detached by the application');
@@ -608,11 +616,11 @@ export class SqliteLedger implements Ledger {
   }
 
   async recordCancelRequest(recordId: string, at: number): Promise<void> {
-    this.write(() => this.stmt.cancelRequest.run(at, at, recordId));
+    await this.group.run(() => this.stmt.cancelRequest.run(at, at, recordId));
   }
 
   async claim(recordId: string, holder: string, leaseExpiresAt: number, now: number): Promise<boolean> {
-    return this.write(() => {
+    return this.group.run(() => {
       if (!this.claimOne(recordId, holder, leaseExpiresAt, now)) return false;
       this.stmt.setHolder.run(holder, leaseExpiresAt);
       return true;
@@ -620,7 +628,7 @@ export class SqliteLedger implements Ledger {
   }
 
   async claimAll(recordIds: readonly string[], holder: string, leaseExpiresAt: number, now: number): Promise<string[]> {
-    return this.write(() => {
+    return this.group.run(() => {
       const claimed = recordIds.filter((recordId) => this.claimOne(recordId, holder, leaseExpiresAt, now));
       // one write of the holder's row for all of them
       if (claimed.length > 0) this.stmt.setHolder.run(holder, leaseExpiresAt);
@@ -637,18 +645,18 @@ export class SqliteLedger implements Ledger {
   }
 
   async renewLeases(holder: string, leaseExpiresAt: number): Promise<void> {
-    this.write(() => {
+    await this.group.run(() => {
       this.stmt.setHolder.run(holder, leaseExpiresAt);
       this.stmt.forgetHolders.run(leaseExpiresAt - FORGET_HOLDERS_AFTER_MS);
     });
   }
 
   async release(recordId: string, holder: string): Promise<void> {
-    this.write(() => this.stmt.release.run(recordId, holder));
+    await this.group.run(() => this.stmt.release.run(recordId, holder));
   }
 
   async releaseAllOf(holder: string): Promise<number> {
-    return this.write(() => {
+    return this.group.run(() => {
       this.stmt.forgetHolder.run(holder);
       return this.stmt.releaseAllOf.run(holder).changes;
     });
@@ -661,7 +669,7 @@ export class SqliteLedger implements Ledger {
     request: InputRequest,
     at: number,
   ): Promise<boolean> {
-    return this.write((): boolean => {
+    return this.group.run((): boolean => {
       if (!this.stmt.holdsLease.get(recordId, holder)) return false;
       this.stmt.insertInput.run({
         recordId,
@@ -685,7 +693,7 @@ export class SqliteLedger implements Ledger {
     at: number,
   ): Promise<InputAnswer | undefined> {
     const json = JSON.stringify(response);
-    return this.write((): InputAnswer | undefined => {
+    return this.group.run((): InputAnswer | undefined => {
       // a person's answer is kept whoever holds the lease now (docs/DESIGN.md rule 10): the holder sends stored answers
       if (!this.stmt.get.get(recordId)) return undefined;
       this.stmt.insertInput.run({
@@ -703,7 +711,7 @@ export class SqliteLedger implements Ledger {
   }
 
   async recordInputsSent(recordId: string, keys: readonly string[], at: number): Promise<void> {
-    this.write(() => {
+    await this.group.run(() => {
       for (const key of keys) this.stmt.markInputSent.run(at, recordId, key);
     });
   }
@@ -758,6 +766,8 @@ export class SqliteLedger implements Ledger {
 
   async dispose(): Promise<void> {
     if (!this.db.open) return;
+    // writes already asked for are committed (or failed) before the file closes, never dropped
+    this.group.commit();
     this.flushNotes();
     this.db.close();
   }

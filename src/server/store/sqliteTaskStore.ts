@@ -1,7 +1,7 @@
 /**
  * The embedded default TaskStore: one SQLite file (better-sqlite3, WAL). Every statement of the store is in this
- * file; each write is one transaction, or one savepoint of a group commit (`grouped`), committed before its promise
- * resolves.
+ * file; each write is one transaction, or one savepoint of a group commit (`SqliteGroupCommit`), committed before
+ * its promise resolves.
  */
 import type Database from 'better-sqlite3';
 
@@ -10,6 +10,7 @@ import type { TraceCarrier } from '../../protocol/traceContext.js';
 import type { Checkpointer } from '../../sqliteCheckpointer.js';
 import { startCheckpointer } from '../../sqliteCheckpointer.js';
 import { openSqliteFile } from '../../sqliteFile.js';
+import { SqliteGroupCommit } from '../../sqliteGroupCommit.js';
 import type { SqliteSynchronous } from '../../sqliteSynchronous.js';
 import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from '../../statusSql.js';
 import type {
@@ -188,16 +189,6 @@ interface InputRow {
   answered_at: number | null;
 }
 
-/** A write waiting for the next group commit, and how to answer its caller once the group is committed or not. */
-interface GroupedWrite {
-  write: () => unknown;
-  resolve: (value: unknown) => void;
-  reject: (error: unknown) => void;
-}
-
-/** What one write of a group came to, told to its caller once the group is committed. */
-type Settled = { ok: true; value: unknown } | { ok: false; error: unknown };
-
 export interface SqliteTaskStoreOptions {
   /** How long the busy handler waits for another process's write lock before failing. Default 5000 ms. */
   busyTimeoutMs?: number;
@@ -220,11 +211,8 @@ export class SqliteTaskStore implements TaskStore {
   private readonly listeners = new Set<(signal: TaskSignal) => void>();
   private readonly stmt;
   private readonly checkpointer: Checkpointer | undefined;
-  /** The writes of this turn of the event loop, committed together once it ends (see `grouped`). */
-  private group: GroupedWrite[] = [];
-  /** The group's transaction, and a savepoint inside it for each write (better-sqlite3 nests by savepoints). */
-  private readonly commitGroupTx: Database.Transaction<(group: GroupedWrite[]) => Settled[]>;
-  private readonly savepoint: Database.Transaction<(write: () => unknown) => unknown>;
+  /** The creations, terminal results and steps of one turn, committed together (`SqliteGroupCommit`). */
+  private readonly group: SqliteGroupCommit;
 
   constructor(path: string, options: SqliteTaskStoreOptions = {}) {
     this.path = path;
@@ -362,59 +350,14 @@ export class SqliteTaskStore implements TaskStore {
          WHERE task_id IN (SELECT value FROM json_each(?))`,
       ),
     };
-    this.savepoint = db.transaction((write: () => unknown) => write());
-    this.commitGroupTx = db.transaction((group: GroupedWrite[]) =>
-      group.map(({ write }): Settled => {
-        try {
-          return { ok: true, value: this.savepoint(write) };
-        } catch (error) {
-          // an error that took the whole transaction with it (a full disk, an I/O error) fails the group, the writes
-          // not yet run included; any other is this write's own (a limit, a lost fence): only its savepoint is undone
-          if (!db.inTransaction) throw error;
-          return { ok: false, error };
-        }
-      }),
-    );
+    this.group = new SqliteGroupCommit(db);
     if (path !== ':memory:' && options.backgroundCheckpoints !== false) {
       this.checkpointer = startCheckpointer(this.db, path);
     }
   }
 
-  /**
-   * Runs `write` in the next group commit. The writes made in one turn of the event loop (the creations and terminal
-   * results of requests that arrived together) share one transaction, so one fsync at the default
-   * `synchronous=FULL` instead of one each; each runs in a savepoint of its own, so one that is refused (a limit)
-   * leaves the others. Every promise settles after the commit: nothing is acknowledged before it is on disk, and if
-   * the commit fails (a lock held past the busy timeout, a full disk) every write of the group fails and none is
-   * stored.
-   */
-  private grouped<T>(write: () => T): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
-      if (this.group.length === 0) setImmediate(() => this.commitGroup());
-      this.group.push({ write, resolve: resolve as (value: unknown) => void, reject });
-    });
-  }
-
-  private commitGroup(): void {
-    const group = this.group;
-    if (group.length === 0) return;
-    this.group = [];
-    let settled: Settled[];
-    try {
-      settled = this.commitGroupTx.immediate(group);
-    } catch (error) {
-      for (const { reject } of group) reject(error);
-      return;
-    }
-    group.forEach(({ resolve, reject }, i) => {
-      const outcome = settled[i]!;
-      if (outcome.ok) resolve(outcome.value);
-      else reject(outcome.error);
-    });
-  }
-
   async create(task: NewTask): Promise<{ task: StoredTask; created: boolean }> {
-    return this.grouped(() => {
+    return this.group.run(() => {
       if (task.maxOpenTasksForPrincipal !== undefined || task.maxStoredTasksForPrincipal !== undefined) {
         // an idempotent replay returns its task below, at the limits too
         const replay =
@@ -504,7 +447,7 @@ export class SqliteTaskStore implements TaskStore {
       statusMessage: outcome.statusMessage ?? null,
       now,
     };
-    return this.grouped(() => this.stmt.finish.run(row).changes === 1);
+    return this.group.run(() => this.stmt.finish.run(row).changes === 1);
   }
 
   async recordStep(
@@ -516,7 +459,7 @@ export class SqliteTaskStore implements TaskStore {
   ): Promise<{ held: boolean; step: StoredStep | undefined }> {
     const json = result === undefined ? null : JSON.stringify(result);
     const bytes = json === null ? 0 : Buffer.byteLength(json, 'utf8');
-    return this.grouped(() => {
+    return this.group.run(() => {
       if (this.stmt.holds.get(lease.taskId, lease.fence) === undefined) return { held: false, step: undefined };
       const existing = this.stmt.step.get(lease.taskId, name) as StepRow | undefined;
       if (existing) return { held: true, step: toStep(existing) };
@@ -533,7 +476,7 @@ export class SqliteTaskStore implements TaskStore {
   async saveCheckpoint(lease: LeaseRef, value: JsonValue, now: number, limits: StepWriteLimits = {}): Promise<boolean> {
     const json = JSON.stringify(value);
     const bytes = Buffer.byteLength(json, 'utf8');
-    return this.grouped(() => {
+    return this.group.run(() => {
       if (this.stmt.holds.get(lease.taskId, lease.fence) === undefined) return false;
       const totals = this.stmt.stepTotals.get(lease.taskId) as StepTotals;
       // the new checkpoint replaces the old one: only the steps and the new value count
@@ -684,7 +627,7 @@ export class SqliteTaskStore implements TaskStore {
 
   async close(): Promise<void> {
     // writes already asked for are committed (or failed) before the file closes, never dropped
-    if (this.db.open) this.commitGroup();
+    this.group.commit();
     await this.checkpointer?.stop();
     if (this.db.open) this.db.close();
   }

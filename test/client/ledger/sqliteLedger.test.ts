@@ -247,6 +247,80 @@ describe('SqliteLedger leases and a process of the build before schema 5', () =>
   });
 });
 
+describe('SqliteLedger group commit', () => {
+  /** Frames in the write-ahead log since `walFrames` last truncated it (one commit writes each page it changed once). */
+  const walFrames = (db: Database.Database, mode: 'PASSIVE' | 'TRUNCATE') =>
+    (db.pragma(`wal_checkpoint(${mode})`) as Array<{ log: number }>)[0]!.log;
+
+  // every commit is an fsync at synchronous=FULL: a burst of submissions wrote three each (intent, sent, taskId), and
+  // spent most of its CPU in them (bench/RESULTS.md, section 27)
+  it('commits the writes of one turn of the event loop in one transaction', async () => {
+    const observer = new Database(path);
+    try {
+      walFrames(observer, 'TRUNCATE');
+      const ids = Array.from({ length: 16 }, (_, i) => `burst-${i}`);
+      await Promise.all(ids.map((recordId) => ledger.recordIntent(submission({ recordId }))));
+      const afterIntents = walFrames(observer, 'PASSIVE');
+      await Promise.all(ids.map((recordId) => ledger.markSent(recordId, 'p1', T0 + 1)));
+      const afterSent = walFrames(observer, 'PASSIVE') - afterIntents;
+      // one commit per write wrote at least one frame each (three pages an intent: row, history, holder)
+      expect(afterIntents).toBeLessThan(16);
+      expect(afterSent).toBeLessThan(16);
+      expect((await ledger.list()).filter((record) => record.sentAt === T0 + 1)).toHaveLength(16);
+    } finally {
+      observer.close();
+    }
+  });
+
+  it('refuses one write of a group alone: the others of its turn are committed', async () => {
+    await ledger.recordIntent(submission({ recordId: 'old' }));
+    const outcomes = await Promise.allSettled([
+      ledger.recordIntent(submission({ recordId: 'first' })),
+      // no such record: this write throws inside its own savepoint
+      ledger.recordResubmission('missing', submission({ recordId: 'never' })),
+      // a lease this process does not hold: answered false, nothing written
+      ledger.markSent('old', 'someone-else', T0 + 1),
+      ledger.markSent('old', 'p1', T0 + 2),
+      ledger.recordIntent(submission({ recordId: 'last' })),
+    ]);
+    expect(outcomes.map((o) => o.status)).toEqual(['fulfilled', 'rejected', 'fulfilled', 'fulfilled', 'fulfilled']);
+    expect(String((outcomes[1] as PromiseRejectedResult).reason)).toMatch(/no ledger record missing/);
+    expect(outcomes.slice(2, 4).map((o) => (o as PromiseFulfilledResult<boolean>).value)).toEqual([false, true]);
+    await ledger.dispose();
+    ledger = new SqliteLedger(path);
+    expect((await ledger.list()).map((record) => record.recordId).sort()).toEqual(['first', 'last', 'old']);
+    expect((await ledger.get('old'))?.sentAt).toBe(T0 + 2);
+  });
+
+  it('commits the writes asked for before dispose(), in the same turn, before the file closes', async () => {
+    const asked = ledger.recordIntent(submission({ recordId: 'just-before' }));
+    await ledger.dispose();
+    expect((await asked).created).toBe(true);
+    ledger = new SqliteLedger(path);
+    expect((await ledger.get('just-before'))?.localState).toBe('submitting');
+  });
+
+  it('fails every write of a group whose commit cannot take the lock, and stores none of them', async () => {
+    const busy = new SqliteLedger(path, { busyTimeoutMs: 100 });
+    const holder = new Database(path);
+    try {
+      holder.prepare('BEGIN IMMEDIATE').run();
+      const outcomes = await Promise.allSettled([
+        busy.recordIntent(submission({ recordId: 'blocked-1' })),
+        busy.recordIntent(submission({ recordId: 'blocked-2' })),
+      ]);
+      holder.prepare('ROLLBACK').run();
+      expect(outcomes.map((o) => o.status)).toEqual(['rejected', 'rejected']);
+      expect(String((outcomes[0] as PromiseRejectedResult).reason)).toMatch(/locked|busy/i);
+      expect(await busy.get('blocked-1')).toBeUndefined();
+      expect(await busy.get('blocked-2')).toBeUndefined();
+    } finally {
+      holder.close();
+      await busy.dispose();
+    }
+  });
+});
+
 function observed(taskId: string) {
   return {
     taskId,
