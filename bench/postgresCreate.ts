@@ -10,12 +10,15 @@
  * - `pg.1@100k`: `pg.1` on a database already holding `--rows` finished tasks of that same principal
  * - `sqlite@100k`: `sqlite` on a file already holding `--rows` finished tasks of that same principal (the per-principal
  *   limits must not count them at every create)
+ * - `pg.floor`: no PostgresTaskStore, only what any durable PostgreSQL task store must do (insert the task's row, then
+ *   update it to completed, batched per turn as the store batches): the floor, measured in the same run, that issue
+ *   19's "or the results say why one cannot" needs (`openFloor`)
  *
  * Round trips are counted, not inferred: every `pg.Client#query` of this process is counted (a query is one round
  * trip: node-postgres sends parse, bind, execute and sync in one flight; BEGIN and COMMIT are queries too), over
  * `--sequential` creates, gets and finishes done one at a time.
  *
- *   node dist/bench/bench/postgresCreate.js [--smoke] [--tasks 2000] [--concurrency 16] [--rounds 3] [--rows 100000]
+ *   node dist/bench/bench/postgresCreate.js [--smoke] [--tasks 4000] [--concurrency 16] [--rounds 5] [--rows 100000]
  */
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
@@ -25,7 +28,15 @@ import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 
 import Database from 'better-sqlite3';
-import { type NewTask, PostgresTaskStore, SqliteTaskStore, type TaskStore } from 'closeout/server';
+import {
+  type LeaseRef,
+  type NewTask,
+  PostgresTaskStore,
+  SqliteTaskStore,
+  type TaskStore,
+  type TerminalOutcome,
+} from 'closeout/server';
+import DataLoader from 'dataloader';
 import pg from 'pg';
 
 import { startPostgres } from '../test/support/postgres.js';
@@ -42,9 +53,9 @@ const { values: flags } = parseArgs({
     sequential: { type: 'string' },
   },
 });
-const TASKS = positive(flags.tasks, flags.smoke ? 64 : 2000);
+const TASKS = positive(flags.tasks, flags.smoke ? 64 : 4000);
 const CONCURRENCY = positive(flags.concurrency, flags.smoke ? 4 : 16);
-const ROUNDS = positive(flags.rounds, flags.smoke ? 1 : 3);
+const ROUNDS = positive(flags.rounds, flags.smoke ? 1 : 5);
 const ROWS = positive(flags.rows, flags.smoke ? 1000 : 100_000);
 const SEQUENTIAL = positive(flags.sequential, flags.smoke ? 20 : 200);
 /** The server's default open limit (src/server/limits.ts); the stored limit sits above everything the run stores. */
@@ -112,8 +123,14 @@ function postgresCpuMs(): number | undefined {
   return ticks * 10;
 }
 
+/** What `run` calls: a TaskStore's create and finish, or the floor's (`openFloor`), which is no TaskStore. */
+interface CreatesAndFinishes {
+  create(task: NewTask): Promise<{ task: LeaseRef }>;
+  finish(lease: LeaseRef, outcome: TerminalOutcome, now: number): Promise<unknown>;
+}
+
 /** `TASKS` create-then-finish cycles over `CONCURRENCY` workers; worker i creates as `principalOf(i)`. */
-async function run(store: TaskStore, principalOf: (worker: number) => string, tasks = TASKS): Promise<Figures> {
+async function run(store: CreatesAndFinishes, principalOf: (worker: number) => string, tasks = TASKS): Promise<Figures> {
   const createMs: number[] = [];
   let next = 0;
   const cpuBefore = process.cpuUsage();
@@ -149,6 +166,93 @@ async function run(store: TaskStore, principalOf: (worker: number) => string, ta
   };
 }
 
+/**
+ * `pg.floor`: what any durable PostgreSQL task store costs in this harness at the least, so that `pg.1` can be read
+ * against it. Each create inserts the task's row (what `newTask` carries, JSON as jsonb), each finish updates it to
+ * its outcome with its result, committed before the promise resolves (autocommit: each statement is its own
+ * transaction), into a table with a primary key and nothing else: no other index, no trigger, no limits counted,
+ * nothing read back. Batched as the store batches (its `batches`, bench/RESULTS.md section 16), since a statement per
+ * call is what batching removed: the creates asked for in one turn of the event loop go as one prepared statement
+ * reading one JSON parameter, the finishes likewise, over a pool of as many connections as the store's.
+ */
+async function openFloor(connectionString: string) {
+  const pool = new pg.Pool({ connectionString, max: CONCURRENCY });
+  await pool.query(
+    `CREATE TABLE floor_tasks (
+       task_id text PRIMARY KEY, owner text NOT NULL, tool_name text NOT NULL, arguments jsonb NOT NULL,
+       status text NOT NULL, created_at bigint NOT NULL, ttl_ms bigint, expires_at bigint,
+       poll_interval_ms bigint NOT NULL, lease_owner text, lease_expires_at bigint, result jsonb
+     )`,
+  );
+  // the store's batching: one statement per turn (setImmediate), at most 256 calls (its MAX_BATCH; 16 workers ask
+  // for at most 16 in a turn)
+  const batches = <K>(send: (batch: readonly K[]) => Promise<unknown>) =>
+    new DataLoader<K, true>(
+      async (batch) => {
+        await send(batch);
+        return batch.map(() => true as const);
+      },
+      { cache: false, maxBatchSize: 256, batchScheduleFn: (next) => setImmediate(next) },
+    );
+  const creates = batches<NewTask>((batch) =>
+    pool.query({
+      name: 'floor_create',
+      text: `INSERT INTO floor_tasks (task_id, owner, tool_name, arguments, status, created_at, ttl_ms, expires_at,
+               poll_interval_ms, lease_owner, lease_expires_at)
+             SELECT task_id, owner, tool_name, arguments, 'working', created_at, ttl_ms, expires_at, poll_interval_ms,
+               lease_owner, lease_expires_at
+             FROM json_to_recordset($1::json) AS b (task_id text, owner text, tool_name text, arguments jsonb,
+               created_at bigint, ttl_ms bigint, expires_at bigint, poll_interval_ms bigint, lease_owner text,
+               lease_expires_at bigint)`,
+      values: [
+        JSON.stringify(
+          batch.map((task) => ({
+            task_id: task.taskId,
+            owner: task.principal,
+            tool_name: task.toolName,
+            arguments: task.arguments,
+            created_at: task.createdAt,
+            ttl_ms: task.ttlMs,
+            expires_at: task.ttlMs === null ? null : task.createdAt + task.ttlMs,
+            poll_interval_ms: task.pollIntervalMs,
+            lease_owner: task.leaseHolder,
+            lease_expires_at: task.leaseExpiresAt,
+          })),
+        ),
+      ],
+    }),
+  );
+  // each task found by a primary key probe of its own (LATERAL, as the store's finishBatch): a plain join is planned
+  // as a sequential scan of the table hashed against the batch at any size this run reaches (json_to_recordset is
+  // taken for 100 rows), which would make the floor slower than it is
+  const finishes = batches<{ taskId: string; outcome: TerminalOutcome }>((batch) =>
+    pool.query({
+      name: 'floor_finish',
+      text: `WITH b AS (SELECT * FROM json_to_recordset($1::json) AS b (task_id text, status text, result jsonb))
+             UPDATE floor_tasks t SET status = b.status, result = b.result
+             FROM b CROSS JOIN LATERAL (SELECT ctid AS found FROM floor_tasks WHERE task_id = b.task_id OFFSET 0) f
+             WHERE t.ctid = f.found`,
+      values: [
+        JSON.stringify(
+          batch.map(({ taskId, outcome }) => ({
+            task_id: taskId,
+            status: outcome.status,
+            result: outcome.status === 'completed' ? outcome.result : null,
+          })),
+        ),
+      ],
+    }),
+  );
+  return {
+    create: async (task: NewTask) => {
+      await creates.load(task);
+      return { task: { taskId: task.taskId, fence: 1 } };
+    },
+    finish: (lease: LeaseRef, outcome: TerminalOutcome) => finishes.load({ taskId: lease.taskId, outcome }),
+    close: () => pool.end(),
+  } satisfies CreatesAndFinishes & { close: () => Promise<void> };
+}
+
 /** Round trips per create, get and finish, one call at a time on an otherwise idle store. */
 async function roundTrips(store: TaskStore) {
   const per = async (what: (i: number) => Promise<unknown>) => {
@@ -178,6 +282,7 @@ try {
   const databases = {
     fresh: await postgres.createDatabase(),
     full: await postgres.createDatabase(),
+    floor: await postgres.createDatabase(),
   };
   const open = (connectionString: string) =>
     PostgresTaskStore.open(connectionString, { listen: false, maxConnections: CONCURRENCY });
@@ -201,6 +306,7 @@ try {
     fresh: await open(databases.fresh.connectionString),
     full: await open(databases.full.connectionString),
   };
+  const floor = await openFloor(databases.floor.connectionString);
 
   // ROWS finished tasks of the principal pg.1 creates as, written in bulk (the triggers count them as they land)
   const filler = new pg.Client({ connectionString: databases.full.connectionString });
@@ -233,12 +339,19 @@ try {
     'pg.1': (tasks) => run(stores.fresh, () => 'one', tasks),
     'pg.16': (tasks) => run(stores.fresh, (worker) => `principal-${worker}`, tasks),
     [`pg.1@${ROWS}`]: (tasks) => run(stores.full, () => 'one', tasks),
+    'pg.floor': (tasks) => run(floor, () => 'one', tasks),
   };
   const names = Object.keys(scenarios);
   // warm-up, not measured: every pool connection opened, every statement planned, the JIT warm
   for (const name of names) await scenarios[name]!(Math.max(CONCURRENCY * 4, Math.ceil(TASKS / 5)));
   const figures = new Map<string, Figures[]>(names.map((name) => [name, []]));
-  const ratios = { pgOverSqlite: [] as number[], pgOverSqliteNormal: [] as number[], oneOverSixteen: [] as number[] };
+  const ratios = {
+    pgOverSqlite: [] as number[],
+    pgOverSqliteNormal: [] as number[],
+    oneOverSixteen: [] as number[],
+    floorOverSqlite: [] as number[],
+    oneOverFloor: [] as number[],
+  };
   const flat: number[] = [];
   const sqliteFlat: number[] = [];
   for (let round = 0; round < ROUNDS; round++) {
@@ -253,6 +366,8 @@ try {
     ratios.pgOverSqlite.push(rate('pg.1') / rate('sqlite'));
     ratios.pgOverSqliteNormal.push(rate('pg.1') / rate('sqlite.normal'));
     ratios.oneOverSixteen.push(rate('pg.1') / rate('pg.16'));
+    ratios.floorOverSqlite.push(rate('pg.floor') / rate('sqlite'));
+    ratios.oneOverFloor.push(rate('pg.1') / rate('pg.floor'));
     flat.push(got.get(`pg.1@${ROWS}`)!.createP50 / got.get('pg.1')!.createP50);
     sqliteFlat.push(got.get(`sqlite@${ROWS}`)!.createP50 / got.get('sqlite')!.createP50);
   }
@@ -304,6 +419,8 @@ try {
       [
         ['pg.1 / sqlite throughput >= 0.7', fixed(m(ratios.pgOverSqlite), 2), verdict(m(ratios.pgOverSqlite) >= 0.7)],
         ['pg.1 / sqlite.normal (for reference)', fixed(m(ratios.pgOverSqliteNormal), 2), ''],
+        ['pg.floor / sqlite (any PostgreSQL store, for reference)', fixed(m(ratios.floorOverSqlite), 2), ''],
+        ['pg.1 / pg.floor (this store against the floor)', fixed(m(ratios.oneOverFloor), 2), ''],
         [
           'pg.1 / pg.16 throughput within 20%',
           fixed(m(ratios.oneOverSixteen), 2),
@@ -320,7 +437,7 @@ try {
       ],
     ),
   );
-  await Promise.all(Object.values(stores).map((store) => store.close()));
+  await Promise.all([...Object.values(stores).map((store) => store.close()), floor.close()]);
   for (const database of Object.values(databases)) await database.drop();
 } finally {
   await postgres.stop();
