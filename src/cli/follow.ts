@@ -197,11 +197,14 @@ export class Follower implements InputHost {
     this.offOutputClosed = undefined;
   }
 
-  /** Ctrl-C: let go of every task; a second Ctrl-C exits at once. */
+  /** Ctrl-C: let go of every task; a second Ctrl-C exits at once, once the ledger writes already asked for commit. */
   interrupt(): void {
     if (this.interrupted) {
       this.out.stopLive();
-      process.exit(EXIT.interrupted);
+      // the ledger commits the writes of a turn at its end (SqliteGroupCommit): a taskId or a close-out that arrived
+      // just before the signal is in that group, and an immediate queued after it runs after it
+      setImmediate(() => process.exit(EXIT.interrupted));
+      return;
     }
     this.interrupted = true;
     for (const recordId of this.followed.keys()) void this.detach(recordId, 'interrupted');

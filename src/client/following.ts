@@ -769,11 +769,13 @@ export class Following {
     await this.inputs.close();
     await this.scheduler.whenIdle();
     await Promise.allSettled([...core.serial.values()]);
-    for (const [recordId, handle] of core.handles) {
-      handle.abandon(new TaskClientError('closed', `the TaskClient closed before task ${handle.taskId} ended`));
-      await core.ledger.release(recordId, core.leaseHolder).catch(() => undefined);
-    }
+    // the leases go back before the handles settle, as when the connection is lost (recoverConnection)
+    const open = [...core.handles];
     core.handles.clear();
+    await Promise.all(open.map(([recordId]) => core.ledger.release(recordId, core.leaseHolder).catch(() => undefined)));
+    for (const [, handle] of open) {
+      handle.abandon(new TaskClientError('closed', `the TaskClient closed before task ${handle.taskId} ended`));
+    }
   }
 
   /**
@@ -838,13 +840,19 @@ export class Following {
     }
     if (core.closed) return;
     const reason = `the connection to the server closed and could not be made again: ${describe(failure)}`;
-    for (const [recordId, handle] of [...core.handles]) {
+    const abandoned = [...core.handles];
+    for (const [recordId, handle] of abandoned) {
       this.scheduler.remove(recordId);
       this.inputs.abandon(recordId);
       core.handles.delete(recordId);
       this.push.unfollow(recordId, handle.taskId);
+    }
+    // the leases go back before the handles settle: whatever the rejection wakes finds the records free to resume
+    await Promise.all(
+      abandoned.map(([recordId]) => core.ledger.release(recordId, core.leaseHolder).catch(() => undefined)),
+    );
+    for (const [, handle] of abandoned) {
       handle.abandon(new TaskClientError('disconnected', `${reason} (task ${handle.taskId} is still open)`));
-      await core.ledger.release(recordId, core.leaseHolder).catch(() => undefined);
     }
   }
 

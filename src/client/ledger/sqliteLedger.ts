@@ -791,6 +791,8 @@ export class SqliteLedger implements Ledger {
       this.write(() => {
         for (const other of others) this.stmt.adoptSpelling.run({ kept, other });
       });
+      // inside a write of a group the move commits with the group, or is undone with it: remembered once committed
+      if (this.db.inTransaction) return kept;
     }
     this.spellings.set(identity, kept);
     return kept;

@@ -292,6 +292,38 @@ describe('SqliteLedger group commit', () => {
     expect((await ledger.get('old'))?.sentAt).toBe(T0 + 2);
   });
 
+  it('runs a group again one write per transaction when one write rolls the whole transaction back', async () => {
+    // as a full disk may at the commit: a small write of the same turn (an immediate result's close-out) must not be
+    // lost with a large one, nor stored while its caller is told it failed
+    await ledger.recordIntent(submission({ recordId: 'small' }));
+    const other = new Database(path);
+    try {
+      other.exec(`CREATE TRIGGER whole_rollback BEFORE INSERT ON submissions WHEN NEW.record_id = 'rolls-back'
+                  BEGIN SELECT RAISE(ROLLBACK, 'the whole transaction rolled back'); END`);
+      const outcomes = await Promise.allSettled([
+        ledger.recordIntent(submission({ recordId: 'before' })),
+        ledger.recordIntent(submission({ recordId: 'rolls-back' })),
+        ledger.closeOut('small', 'p1', { localState: 'terminal', reason: 'immediate result', result: {} }, T0 + 1),
+      ]);
+      expect(outcomes.map((o) => o.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
+      expect(String((outcomes[1] as PromiseRejectedResult).reason)).toMatch(/the whole transaction rolled back/);
+      expect((outcomes[2] as PromiseFulfilledResult<boolean>).value).toBe(true);
+      const stored = (recordId: string) =>
+        other.prepare('SELECT local_state FROM submissions WHERE record_id = ?').get(recordId);
+      expect([stored('before'), stored('rolls-back'), stored('small')]).toEqual([
+        { local_state: 'submitting' },
+        undefined,
+        { local_state: 'terminal' },
+      ]);
+      // each write once: one history line for the intent that was run twice
+      expect(other.prepare(`SELECT COUNT(*) AS n FROM status_history WHERE record_id = 'before'`).get()).toEqual({
+        n: 1,
+      });
+    } finally {
+      other.close();
+    }
+  });
+
   it('commits the writes asked for before dispose(), in the same turn, before the file closes', async () => {
     const asked = ledger.recordIntent(submission({ recordId: 'just-before' }));
     await ledger.dispose();
