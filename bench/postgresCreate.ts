@@ -130,7 +130,11 @@ interface CreatesAndFinishes {
 }
 
 /** `TASKS` create-then-finish cycles over `CONCURRENCY` workers; worker i creates as `principalOf(i)`. */
-async function run(store: CreatesAndFinishes, principalOf: (worker: number) => string, tasks = TASKS): Promise<Figures> {
+async function run(
+  store: CreatesAndFinishes,
+  principalOf: (worker: number) => string,
+  tasks = TASKS,
+): Promise<Figures> {
   const createMs: number[] = [];
   let next = 0;
   const cpuBefore = process.cpuUsage();
