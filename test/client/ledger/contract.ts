@@ -318,16 +318,26 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
     });
 
     it('claims many records in one call, skipping those another live owner holds', async () => {
-      for (const recordId of ['c1', 'c2', 'c3']) {
+      for (const recordId of ['c1', 'c2', 'c3', 'c4']) {
         await ledger.recordIntent(submission({ recordId }));
         await ledger.commitTask(recordId, 'p1', task({ taskId: `task-${recordId}` }), T0);
       }
       await ledger.detach('c1', 'p1', T0 + 1);
       await ledger.release('c3', 'p1');
-      // c2 is still p1's (lease until T0 + 30 s); c1 is detached, c3 free
-      expect(await ledger.claimAll(['c3', 'c2', 'c1', 'missing'], 'p2', T0 + 60_000, T0 + 2)).toEqual(['c3', 'c1']);
+      await ledger.closeOut('c4', 'p1', { localState: 'expired', reason: 'gone' }, T0 + 1);
+      // c2 is still p1's (lease until T0 + 30 s); c1 is detached, c3 free, c4 closed out
+      expect(await ledger.claimAll(['c3', 'c2', 'c4', 'c1', 'missing'], 'p2', T0 + 60_000, T0 + 2)).toEqual([
+        'c3',
+        'c1',
+      ]);
       expect(await ledger.get('c1')).toMatchObject({ localState: 'tracking', leaseHolder: 'p2' });
+      expect(await ledger.get('c4')).toMatchObject({ localState: 'expired' });
       expect((await ledger.history('c1')).at(-1)).toMatchObject({ localState: 'tracking', note: 'attached' });
+      expect((await ledger.history('c3')).at(-1)?.note).not.toBe('attached');
+      // a holder claiming what it holds keeps it, and writes no history line
+      const c3Lines = (await ledger.history('c3')).length;
+      expect(await ledger.claimAll(['c3'], 'p2', T0 + 70_000, T0 + 3)).toEqual(['c3']);
+      expect(await ledger.history('c3')).toHaveLength(c3Lines);
       expect(await ledger.isTrackedBy('c1', 'p2')).toBe(true);
       expect(await ledger.isTrackedBy('c1', 'p1')).toBe(false);
       expect(await ledger.isTrackedBy('c2', 'p1')).toBe(true);
