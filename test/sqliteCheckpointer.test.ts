@@ -73,6 +73,43 @@ describe('startCheckpointer', () => {
     control.db.close();
   });
 
+  it(
+    'never shuts the writer out of its own checkpoint while it writes without a pause',
+    { timeout: 30_000 },
+    async () => {
+      // The worker truncates a log it finds past `restartBytes`. Had it waited for the writer lock (it once waited up to
+      // 2 s), it would hold the checkpoint lock all that time, the writer's own checkpoint at the threshold would find it
+      // taken, and the log would grow by everything written meanwhile: 115 MB of a 16 MiB limit in one CI run.
+      const restartBytes = 2 * 1024 * 1024;
+      const served = open('busy.db');
+      served.db.pragma(`journal_size_limit = ${restartBytes}`);
+      served.db.exec('CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)');
+      const insert = served.db.prepare('INSERT INTO t (v) VALUES (?)');
+      const write = served.db.transaction(() => {
+        for (let i = 0; i < 20; i++) insert.run('x'.repeat(1024));
+      });
+      const walBytes = () => statSync(`${served.path}-wal`, { throwIfNoEntry: false })?.size ?? 0;
+      const checkpointer = startCheckpointer(served.db, served.path, 50, restartBytes);
+      let largest = 0;
+      let commits = 0;
+      try {
+        // the main thread never yields: the writer lock is free only between two commits, as under a burst of tasks;
+        // bounded in time and in count
+        const started = Date.now();
+        while (Date.now() - started < 4000 && commits < 1_000_000) {
+          write();
+          if (++commits % 10 === 0) largest = Math.max(largest, walBytes());
+        }
+      } finally {
+        await checkpointer.stop();
+        served.db.close();
+      }
+      // tens of times the threshold were written: without a bound the log holds them all
+      expect(commits * 20 * 1024).toBeGreaterThan(20 * restartBytes);
+      expect(largest).toBeLessThan(3 * restartBytes);
+    },
+  );
+
   it('hands the automatic checkpoint back to the serving connection when the worker dies', async () => {
     const served = open('orphan.db');
     // the worker cannot open this path, so it fails at once, as a worker that crashed
