@@ -33,7 +33,13 @@ import type {
   TaskVersion,
   TerminalOutcome,
 } from './taskStore.js';
-import { checkStepLimits, OpenTaskLimitError, StepLimitError, StoredTaskLimitError } from './taskStore.js';
+import {
+  checkStepLimits,
+  insertedTask,
+  OpenTaskLimitError,
+  StepLimitError,
+  StoredTaskLimitError,
+} from './taskStore.js';
 
 /** The NOTIFY channel; payload `{"taskId": "...", "kind": "input" | "cancel" | "status"}` (see TaskSignal). */
 export const TASK_SIGNAL_CHANNEL = 'closeout_task_signal';
@@ -217,14 +223,6 @@ const TASK_WITH_INPUTS = `t.*, (
   FROM closeout_task_inputs i WHERE i.task_id = t.task_id
 ) AS inputs`;
 
-/**
- * The columns of a task row the store reads (TaskRow), named rather than \`*\` where a statement is prepared once per
- * connection: a prepared statement whose result gains a column (a newer release's migration) would fail.
- */
-const TASK_COLUMNS = `task_id, owner, tool_name, arguments, status, status_message, created_at, last_updated_at, ttl_ms,
-  poll_interval_ms, resumable, idempotency_key, result, error, cancel_requested, lease_owner, lease_expires_at, fence,
-  attempt, input_capabilities, trace_context`;
-
 /** How often an instance re-reads the database's clock (PostgresTaskStore.syncClock). */
 const CLOCK_SYNC_MS = 60_000;
 
@@ -241,18 +239,19 @@ export const SQL = {
   recordVersion: `INSERT INTO closeout_schema_version (version) VALUES ($1)`,
 
   // create: the unique indexes decide; a losing idempotent create then reads the winner (a new statement, so it sees
-  // the winner's commit)
+  // the winner's commit). A create returns only the id it inserted: the row is what it sent (\`insertedTask\`), and
+  // its arguments need not travel back
   insert: `INSERT INTO closeout_tasks (task_id, owner, tool_name, arguments, status, status_message, created_at,
              last_updated_at, ttl_ms, expires_at, poll_interval_ms, resumable, idempotency_key, lease_owner,
              lease_expires_at, input_capabilities, trace_context, count_shard)
            VALUES ($1, $2, $3, $4, ${sqlStatus('working')}, $5, $6, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)
            ON CONFLICT DO NOTHING
-           RETURNING *`,
+           RETURNING task_id`,
   // create under the per-principal limits, one statement: the upsert locks one of the principal's shard rows, $16
   // (waiting for a concurrent create of that shard to commit, then reading what it left); the insert happens only
   // while that shard is under its quota of each limit, dealt for these very limits ($17, $18: NULL for none), and the
-  // insert trigger counts the new task before the lock is released at commit. Always one row: the task when inserted,
-  // else NULL columns
+  // insert trigger counts the new task before the lock is released at commit. Always one row: the task's id when
+  // inserted, else NULL
   createInShard: `WITH counts AS (
                     INSERT INTO closeout_principal_tasks AS c (owner, shard) VALUES ($2, $16)
                     ON CONFLICT (owner, shard) DO UPDATE SET open_tasks = c.open_tasks
@@ -269,12 +268,12 @@ export const SQL = {
                       AND ($18::bigint IS NULL
                            OR (counts.quota_stored_limit = $18::bigint AND counts.stored_tasks < counts.stored_quota))
                     ON CONFLICT DO NOTHING
-                    RETURNING ${TASK_COLUMNS}
+                    RETURNING task_id
                   )
-                  SELECT inserted.* FROM counts LEFT JOIN inserted ON true`,
+                  SELECT inserted.task_id FROM counts LEFT JOIN inserted ON true`,
   // the creates of one batch (see \`batches\`) in one statement: as createInShard, each shard row locked (in
   // (owner, shard) order, the order every statement that locks several takes them in) and admitting, in the order
-  // they were asked, as many of the batch's creates as its quota has room for. Returns the tasks inserted; the others
+  // they were asked, as many of the batch's creates as its quota has room for. Returns the ids inserted; the others
   // (past a quota, or refused by a unique index) take the path of a refused createInShard
   createBatch: `WITH batch AS (
                   SELECT * FROM json_to_recordset($1::json) AS b (task_id text, owner text,
@@ -305,7 +304,7 @@ export const SQL = {
                          OR (quota_stored_limit = stored_limit AND stored_tasks + place <= stored_quota))
                   ORDER BY n
                   ON CONFLICT DO NOTHING
-                  RETURNING ${TASK_COLUMNS}
+                  RETURNING task_id
                 )
                 SELECT * FROM inserted`,
   // when a shard's quota is spent: in one transaction, every shard of the principal locked in shard order, the
@@ -755,10 +754,11 @@ export class PostgresTaskStore implements TaskStore {
         dealQuotas(openNow, open, at),
         dealQuotas(storedNow, stored, at),
       ]);
-      const { rows } = await client.query<TaskRow>(SQL.insert, [...insertParameters(task), shard]);
-      return rows[0];
+      const parameters = [...insertParameters(task), shard];
+      const { rowCount } = await client.query(SQL.insert, parameters);
+      return rowCount === 1 ? insertedTask(task, parameters[ARGUMENTS_PARAMETER] as string) : undefined;
     });
-    if (inserted) return { task: toTask(inserted), created: true };
+    if (inserted) return { task: inserted, created: true };
     // lost a race to an idempotent create of the same key, committed since
     const existing = await this.byIdempotencyKey(task);
     if (existing) return { task: existing, created: false };
@@ -838,26 +838,33 @@ export class PostgresTaskStore implements TaskStore {
     // a task id twice in one batch: the later call runs after the statement, and finds the id taken
     const { firsts, repeats } = splitRepeats(batch, (c) => c.task.taskId);
     this.placeInShards(firsts);
-    let rows: TaskRow[];
+    let rows: Array<{ task_id: string }>;
     try {
       const records = firsts.map((c, n) => [...c.parameters, n]);
       rows = (
-        await this.pool.query<TaskRow>(prepared('create_batch', SQL.createBatch, [asJson(records, CREATE_FIELDS)]))
+        await this.pool.query<{ task_id: string }>(
+          prepared('create_batch', SQL.createBatch, [asJson(records, CREATE_FIELDS)]),
+        )
       ).rows;
     } catch (error) {
       if (!ranAloneAfter(error)) throw error;
       return Promise.all(batch.map(alone));
     }
-    const inserted = new Map(rows.map((row) => [row.task_id, toTask(row)]));
+    const inserted = new Set(rows.map((row) => row.task_id));
     return Promise.all(
-      batch.map(async (create, i) => (repeats.has(i) ? alone(create) : inserted.get(create.task.taskId))),
+      batch.map(async (create, i) => {
+        if (repeats.has(i)) return alone(create);
+        return inserted.has(create.task.taskId) ? createdTask(create) : undefined;
+      }),
     );
   }
 
   /** One create in one statement: its task, or undefined where its shard or a unique index did not admit it. */
-  private async createAlone({ parameters }: PendingCreate): Promise<StoredTask | undefined> {
-    const { rows } = await this.pool.query<TaskRow>(prepared('create_in_shard', SQL.createInShard, parameters));
-    return rows[0]!.task_id === null ? undefined : toTask(rows[0]!);
+  private async createAlone(create: PendingCreate): Promise<StoredTask | undefined> {
+    const { rows } = await this.pool.query<{ task_id: string | null }>(
+      prepared('create_in_shard', SQL.createInShard, create.parameters),
+    );
+    return rows[0]!.task_id === null ? undefined : createdTask(create);
   }
 
   private async byIdempotencyKey(task: NewTask): Promise<StoredTask | undefined> {
@@ -1242,6 +1249,9 @@ const SHARD_GROUP_PRINCIPALS = 10_000;
 /** Where the shard is in a create's parameters: $16 of `SQL.createInShard`, after `insertParameters`. */
 const SHARD_PARAMETER = 15;
 
+/** Where the arguments' JSON text is in `insertParameters`: $4. */
+const ARGUMENTS_PARAMETER = 3;
+
 /** SQLSTATE of a transaction PostgreSQL ended to break a deadlock. */
 const DEADLOCK_DETECTED = '40P01';
 
@@ -1352,7 +1362,8 @@ function asJson(rows: unknown[][], fields: readonly string[]): string {
 
 /**
  * A statement each pooled connection parses and plans once (node-postgres prepares it by name on first use): for
- * the statements every create and finish sends. Their results name their columns (TASK_COLUMNS).
+ * the statements every create and finish sends. Their results name their columns, never \`*\`: a prepared statement
+ * whose result gains a column (a newer release's migration) would fail.
  */
 function prepared(name: string, text: string, values: unknown[]): pg.QueryConfig {
   return { name: `closeout_${name}`, text, values };
@@ -1375,6 +1386,11 @@ function dealQuotas(counts: number[], limit: number | null, first: number): numb
   const left = limit - counts.reduce((sum, n) => sum + n, 0);
   const n = counts.length;
   return counts.map((count, i) => count + Math.floor(left / n) + ((i - first + n) % n < left % n ? 1 : 0));
+}
+
+/** The task a create inserted, from what it sent (its arguments as the JSON text it sent: `insertParameters`). */
+function createdTask({ task, parameters }: PendingCreate): StoredTask {
+  return insertedTask(task, parameters[ARGUMENTS_PARAMETER] as string);
 }
 
 /** $1 to $15 of `SQL.insert` and `SQL.createInShard`: the new task's columns ($16 is the shard). */

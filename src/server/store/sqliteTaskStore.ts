@@ -31,7 +31,7 @@ import type {
   TaskVersion,
   TerminalOutcome,
 } from './taskStore.js';
-import { checkStepLimits, OpenTaskLimitError, StoredTaskLimitError } from './taskStore.js';
+import { checkStepLimits, insertedTask, OpenTaskLimitError, StoredTaskLimitError } from './taskStore.js';
 
 /**
  * Versioned schema: entry i brings `user_version` from i to i + 1. Never edit a shipped entry; append. Its status sets
@@ -710,34 +710,5 @@ function toStep(row: StepRow): StoredStep {
     name: row.name,
     result: row.result === null ? undefined : (JSON.parse(row.result) as JsonValue),
     committedAt: row.committed_at,
-  };
-}
-
-/** The StoredTask a successful insert wrote, equal to what `get` reads back (the arguments through the same JSON). */
-function insertedTask(task: NewTask, argumentsJson: string): StoredTask {
-  return {
-    taskId: task.taskId,
-    principal: task.principal,
-    toolName: task.toolName,
-    arguments: JSON.parse(argumentsJson) as JsonObject,
-    status: 'working',
-    statusMessage: task.statusMessage,
-    createdAt: task.createdAt,
-    lastUpdatedAt: task.createdAt,
-    ttlMs: task.ttlMs,
-    pollIntervalMs: task.pollIntervalMs,
-    resumable: task.resumable,
-    idempotencyKey: task.idempotencyKey,
-    result: undefined,
-    error: undefined,
-    cancelRequested: false,
-    leaseHolder: task.leaseHolder,
-    leaseExpiresAt: task.leaseExpiresAt,
-    // the column defaults of a new row
-    fence: 1,
-    attempt: 1,
-    inputs: [],
-    inputCapabilities: task.inputCapabilities,
-    traceContext: task.traceContext,
   };
 }

@@ -351,3 +351,32 @@ export interface TaskStore {
    */
   taskVersions?(taskIds: string[]): Promise<TaskVersion[]>;
 }
+
+/** The StoredTask a successful insert wrote, equal to what `get` reads back (the arguments through the same JSON). */
+export function insertedTask(task: NewTask, argumentsJson: string): StoredTask {
+  return {
+    taskId: task.taskId,
+    principal: task.principal,
+    toolName: task.toolName,
+    arguments: JSON.parse(argumentsJson) as JsonObject,
+    status: 'working',
+    statusMessage: task.statusMessage,
+    createdAt: task.createdAt,
+    lastUpdatedAt: task.createdAt,
+    ttlMs: task.ttlMs,
+    pollIntervalMs: task.pollIntervalMs,
+    resumable: task.resumable,
+    idempotencyKey: task.idempotencyKey,
+    result: undefined,
+    error: undefined,
+    cancelRequested: false,
+    leaseHolder: task.leaseHolder,
+    leaseExpiresAt: task.leaseExpiresAt,
+    // the column defaults of a new row
+    fence: 1,
+    attempt: 1,
+    inputs: [],
+    inputCapabilities: task.inputCapabilities,
+    traceContext: task.traceContext,
+  };
+}

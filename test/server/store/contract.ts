@@ -194,6 +194,30 @@ export function describeTaskStoreContract(
         });
       });
 
+      it('answers each of many creates made at once with what get reads, whatever fields it carries', async () => {
+        // invariant: a create made with others (one statement on PostgreSQL), under the per-principal limits or not,
+        // answers the row it wrote, not a copy of another's
+        const inputs = Array.from({ length: 12 }, (_, i) =>
+          newTask({
+            arguments: { i, text: 'x'.repeat(i * 100) },
+            principal: `principal-${i % 3}`,
+            ttlMs: i % 2 === 0 ? null : 1000 * (i + 1),
+            statusMessage: i % 4 === 0 ? `queued ${i}` : undefined,
+            idempotencyKey: i % 3 === 0 ? `key-${i}` : undefined,
+            inputCapabilities: i % 5 === 0 ? { elicitation: { form: {} } } : undefined,
+            traceContext:
+              i % 6 === 0 ? { traceparent: `00-${'a'.repeat(31)}${i % 10}-${'b'.repeat(16)}-01` } : undefined,
+            ...(i % 2 === 0 ? { maxOpenTasksForPrincipal: 100, maxStoredTasksForPrincipal: 1000 } : {}),
+          }),
+        );
+        const answers = await Promise.all(inputs.map((input) => store.create(input)));
+        for (const [i, { task, created }] of answers.entries()) {
+          expect(created).toBe(true);
+          expect(task.taskId).toBe(inputs[i]!.taskId);
+          expect(task).toEqual(await read(inputs[i]!.taskId));
+        }
+      });
+
       it('round-trips absent optional fields as undefined and a numeric ttlMs as a number', async () => {
         // invariant: no optional field comes back as null or "" when it was not given
         const input = newTask({ ttlMs: 45_000, resumable: false });
