@@ -347,31 +347,26 @@ export const SQL = {
              WHERE task_id = $6 AND fence = $7 AND ${OPEN}
              RETURNING task_id
            ) ${NOTIFY_STATUS}`,
-  // the finishes of one batch (see \`batches\`) in one statement, each as \`finish\`: the principals' shard rows it
-  // will count the closed tasks in (\`counted\`, once per row; the rows it closes carry \`closed_counted\`, which the
-  // status trigger leaves) are locked first, in (owner, shard) order, as createBatch takes them, so the two never
-  // wait for each other in opposite orders. The task rows are then taken SKIP LOCKED: a statement holding several
-  // must not wait for one, or it waits in a circle with another that holds several (the lease renewal, one UPDATE
-  // over the instance's leases in an order of its own; expire). Returns a row per task taken, and whether it finished;
-  // the caller runs the finish of a task not taken alone, as \`finish\`. Prepared once per connection, its plan may be
-  // made on an empty table: each task is looked up by its id (LATERAL, one primary key probe per id), so no plan can
-  // scan the table. The update says "not terminal" rather than "open" (the same rows: status is NOT NULL and CHECKed),
-  // so no plan can read an open-tasks index, which also holds an entry for every task finished since the last vacuum
+  // the finishes of one batch (see \`batches\`) in one statement, each as \`finish\`. The task rows are taken SKIP
+  // LOCKED: a statement holding several must not wait for one, or it waits in a circle with another that holds several
+  // (the lease renewal, one UPDATE over the instance's leases in an order of its own; expire). The statement then
+  // counts the tasks it closed itself, one write per shard row (the rows it closes carry \`closed_counted\`, which the
+  // status trigger leaves), taking those rows in (owner, shard) order, the order of every statement that locks several
+  // (an INSERT takes its rows in the order of its SELECT; an UPDATE's order is its plan's): task rows first, then shard
+  // rows, as expire and purge take them, while a create never waits for a task row another holds. Every shard row a
+  // task counts in exists (its create inserted it, and none is ever deleted), so the upsert only ever updates. Returns
+  // a row per task taken, and whether it finished; the caller runs the finish of a task not taken alone, as \`finish\`.
+  // Prepared once per connection, its plan may be made on an empty table: each task is looked up by its id (LATERAL,
+  // one primary key probe per id), so no plan can scan the table. The update says "not terminal" rather than "open"
+  // (the same rows: status is NOT NULL and CHECKed), so no plan can read an open-tasks index, which also holds an entry
+  // for every task finished since the last vacuum
   finishBatch: `WITH batch AS (
                   SELECT * FROM json_to_recordset($1::json) AS b (new_status text, new_result text, new_error text,
                     new_message text, finished_at bigint, id text, held_fence int)
-                ), locked AS (
-                  SELECT 1 FROM unnest($2::text[]) AS ids (id)
-                  CROSS JOIN LATERAL (SELECT owner, count_shard FROM closeout_tasks WHERE task_id = ids.id OFFSET 0) t
-                  JOIN closeout_principal_tasks c ON c.owner = t.owner AND c.shard = t.count_shard
-                  ORDER BY c.owner, c.shard
-                  FOR UPDATE OF c
                 ), taken AS (
                   SELECT t.task_id FROM unnest($2::text[]) AS ids (id)
                   CROSS JOIN LATERAL (
-                    SELECT task_id FROM closeout_tasks
-                    WHERE task_id = ids.id AND (SELECT count(*) FROM locked) >= 0
-                    FOR UPDATE SKIP LOCKED
+                    SELECT task_id FROM closeout_tasks WHERE task_id = ids.id FOR UPDATE SKIP LOCKED
                   ) t
                 ), changed AS (
                   UPDATE closeout_tasks t SET status = new_status, result = new_result, error = new_error,
@@ -381,10 +376,10 @@ export const SQL = {
                   WHERE t.task_id = ANY ($2::text[]) AND t.task_id = id AND fence = held_fence AND NOT ${TERMINAL}
                   RETURNING t.task_id, t.owner, t.count_shard, t.status
                 ), counted AS (
-                  UPDATE closeout_principal_tasks c SET open_tasks = c.open_tasks - d.closed
-                  FROM (SELECT owner, count_shard, COUNT(*) AS closed FROM changed WHERE NOT ${OPEN}
-                        GROUP BY owner, count_shard) d
-                  WHERE c.owner = d.owner AND c.shard = d.count_shard
+                  INSERT INTO closeout_principal_tasks AS c (owner, shard, open_tasks)
+                  SELECT owner, count_shard, -COUNT(*) FROM changed WHERE NOT ${OPEN}
+                  GROUP BY owner, count_shard ORDER BY owner, count_shard
+                  ON CONFLICT (owner, shard) DO UPDATE SET open_tasks = c.open_tasks + EXCLUDED.open_tasks
                 )
                 SELECT k.task_id, c.task_id IS NOT NULL AS finished,
                   CASE WHEN c.task_id IS NOT NULL THEN pg_notify('${TASK_SIGNAL_CHANNEL}',

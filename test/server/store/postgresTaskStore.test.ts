@@ -937,6 +937,58 @@ describe('PostgresTaskStore batches and the lease loop', () => {
       await sweeper.close();
     }
   });
+
+  it('takes the shard rows a batch of finishes counts in (owner, shard) order, whatever the order of its tasks', async () => {
+    // every statement that locks several shard rows takes them in one order (docs/DESIGN.md, "Lock order"): here the
+    // batch's tasks run by id against their shards' order, and shard 2 is held. The batch must hold shard 1 and wait
+    // for 2, leaving 3 free; taking them in the order of its tasks it would hold 3 while waiting, and a sweep or a
+    // create holding 2 and waiting for 3 would wait in a circle with it
+    const finishing = [3, 2, 1].map((shard, i) => ({ taskId: `finish-${i}-${randomUUID()}`, shard }));
+    for (const { taskId, shard } of finishing) {
+      await pool.query(
+        `INSERT INTO closeout_tasks (task_id, owner, tool_name, arguments, status, created_at, last_updated_at,
+           poll_interval_ms, resumable, lease_owner, lease_expires_at, count_shard)
+         VALUES ($1, 'dave', 'echo', '{}', 'working', 1, 1, 500, true, 'instance-a', $2, $3)`,
+        [taskId, T0 + 60_000, shard],
+      );
+    }
+    const held = await holdShard('dave', 2);
+    const completed = { status: 'completed' as const, result: { content: [] } };
+    const finishes = Promise.allSettled(
+      finishing.map(({ taskId }) => store.finish({ taskId, fence: 1 }, completed, T0 + 1)),
+    );
+    await until('the batch to wait for shard 2', async () =>
+      (await waiting()).some((w) => w.blockers.includes(held.pid)),
+    );
+    const tryLock = async (shard: number) => {
+      const client = await pool.connect();
+      try {
+        await client.query('BEGIN');
+        await client.query('SELECT 1 FROM closeout_principal_tasks WHERE owner = $1 AND shard = $2 FOR UPDATE NOWAIT', [
+          'dave',
+          shard,
+        ]);
+        return 'free';
+      } catch (error) {
+        return (error as { code?: string }).code === '55P03' ? 'locked' : String(error);
+      } finally {
+        await client.query('ROLLBACK');
+        client.release();
+      }
+    };
+    expect({ 1: await tryLock(1), 3: await tryLock(3) }).toEqual({ 1: 'locked', 3: 'free' });
+    await held.release();
+
+    expect((await finishes).map((f) => (f.status === 'fulfilled' ? f.value : String(f.reason)))).toEqual([
+      true,
+      true,
+      true,
+    ]);
+    const { rows } = await pool.query<{ open: string; stored: string }>(
+      `SELECT SUM(open_tasks) AS open, SUM(stored_tasks) AS stored FROM closeout_principal_tasks WHERE owner = 'dave'`,
+    );
+    expect(rows[0]).toEqual({ open: '0', stored: '3' });
+  });
 });
 
 describe('PostgresTaskStore batches and signals', () => {
