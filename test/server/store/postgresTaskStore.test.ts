@@ -826,6 +826,15 @@ describe('PostgresTaskStore batches and the lease loop', () => {
     return rows.map((r) => ({ pid: r.pid, lease: r.application_name === 'closeout leases', blockers: r.blockers }));
   }
 
+  /** A principal's open and stored tasks as its shard rows count them. */
+  async function countsOf(owner: string): Promise<{ open: number; stored: number }> {
+    const { rows } = await pool.query<{ open: string; stored: string }>(
+      `SELECT SUM(open_tasks) AS open, SUM(stored_tasks) AS stored FROM closeout_principal_tasks WHERE owner = $1`,
+      [owner],
+    );
+    return { open: Number(rows[0]!.open), stored: Number(rows[0]!.stored) };
+  }
+
   async function until(what: string, condition: () => Promise<boolean>): Promise<void> {
     const deadline = Date.now() + 20_000;
     while (!(await condition())) {
@@ -929,10 +938,7 @@ describe('PostgresTaskStore batches and the lease loop', () => {
         true,
         true,
       ]);
-      const { rows } = await pool.query<{ open: string; stored: string }>(
-        `SELECT SUM(open_tasks) AS open, SUM(stored_tasks) AS stored FROM closeout_principal_tasks WHERE owner = 'carol'`,
-      );
-      expect(rows[0]).toEqual({ open: '0', stored: '5' });
+      expect(await countsOf('carol')).toEqual({ open: 0, stored: 5 });
     } finally {
       await sweeper.close();
     }
@@ -984,10 +990,7 @@ describe('PostgresTaskStore batches and the lease loop', () => {
       true,
       true,
     ]);
-    const { rows } = await pool.query<{ open: string; stored: string }>(
-      `SELECT SUM(open_tasks) AS open, SUM(stored_tasks) AS stored FROM closeout_principal_tasks WHERE owner = 'dave'`,
-    );
-    expect(rows[0]).toEqual({ open: '0', stored: '3' });
+    expect(await countsOf('dave')).toEqual({ open: 0, stored: 3 });
   });
 });
 
