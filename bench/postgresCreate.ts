@@ -441,6 +441,9 @@ try {
       ],
     ),
   );
+  // the spread behind the median: each round's ratio, in the order the rounds ran
+  console.log(`\npg.1 / sqlite by round: ${ratios.pgOverSqlite.map((r) => fixed(r, 2)).join(', ')}`);
+  console.log(`pg.floor / sqlite by round: ${ratios.floorOverSqlite.map((r) => fixed(r, 2)).join(', ')}`);
   await Promise.all([...Object.values(stores).map((store) => store.close()), floor.close()]);
   for (const database of Object.values(databases)) await database.drop();
 } finally {
