@@ -9,9 +9,11 @@
  * the client's fast path (taskGetFastPath.ts), through the SDK alone, or alternates the two, run by run.
  * `--promoted DIR` writes a `.heapprofile` of the window's allocations that outlived the young generation (what grows
  * the old generation between V8's full collections, and so the peak RSS; bench/RESULTS.md, section 26).
+ * `--argument-bytes 40,16384` gives every call a `padding` argument of each size in turn, run by run: what a waiting
+ * poll costs as what the calls carry grows (the ledger keeps the arguments in the record; bench/RESULTS.md, section 33).
  *
  *   node dist/bench/bench/clientPollCost.js [--tasks 2000] [--poll-ms 6000] [--window-ms 12000] [--runs 3]
- *     [--fast-path on|off|both] [--profile DIR] [--promoted DIR]
+ *     [--fast-path on|off|both] [--argument-bytes N[,N...]] [--profile DIR] [--promoted DIR]
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -33,6 +35,7 @@ const { values: flags } = parseArgs({
     profile: { type: 'string' },
     promoted: { type: 'string' },
     'fast-path': { type: 'string' },
+    'argument-bytes': { type: 'string' },
   },
 });
 const fastPathModes = { on: [true], off: [false], both: [true, false] }[flags['fast-path'] ?? 'on'];
@@ -41,6 +44,11 @@ const tasks = positive(flags.tasks, 2000);
 const pollMs = positive(flags['poll-ms'], 6000);
 const windowMs = positive(flags['window-ms'], 12_000);
 const runs = positive(flags.runs, 3);
+const argumentSizes = (flags['argument-bytes'] ?? '0').split(',').map((size) => {
+  const bytes = Number(size);
+  if (!Number.isInteger(bytes) || bytes < 0) throw new Error(`--argument-bytes takes sizes in bytes (got ${size})`);
+  return bytes;
+});
 
 const gets = (server: ClockworkServer) => [...server.tasks.values()].reduce((n, task) => n + task.gets, 0);
 
@@ -49,6 +57,7 @@ async function once(
   dir: string,
   run: number,
   pollFastPath: boolean,
+  argumentBytes: number,
 ): Promise<{ cpuUsPerPoll: number; pollsPerSecond: number }> {
   const server = await startClockworkServer(pollMs);
   const client = startFollowClient({
@@ -60,6 +69,7 @@ async function once(
     ledgerPath: join(dir, `poll-cost-${run}.ledger.db`),
     submitConcurrency: 32,
     pollFastPath,
+    argumentBytes,
   });
   try {
     await client.next('ready');
@@ -93,13 +103,15 @@ const dir = mkdtempSync(join(tmpdir(), 'closeout-bench-poll-cost-'));
 try {
   console.log(`clientPollCost · ${machineLine()}`);
   console.log(`${tasks} waiting tasks, pollIntervalMs ${pollMs}, window ${windowMs} ms, ${runs} run(s)`);
-  const results = new Map<boolean, { cpuUsPerPoll: number; pollsPerSecond: number }[]>(
-    fastPathModes.map((mode) => [mode, []]),
+  const modes = fastPathModes.flatMap((pollFastPath) =>
+    argumentSizes.map((argumentBytes) => ({ pollFastPath, argumentBytes })),
   );
-  const label = (mode: boolean) => (mode ? 'fast path' : 'SDK path');
+  const label = ({ pollFastPath, argumentBytes }: (typeof modes)[number]) =>
+    `${pollFastPath ? 'fast path' : 'SDK path'}${argumentSizes.length > 1 ? `, arguments +${argumentBytes} B` : ''}`;
+  const results = new Map(modes.map((mode) => [mode, [] as { cpuUsPerPoll: number; pollsPerSecond: number }[]]));
   for (let run = 0; run < runs; run++) {
-    for (const mode of fastPathModes) {
-      const result = await once(dir, run, mode);
+    for (const mode of modes) {
+      const result = await once(dir, run, mode.pollFastPath, mode.argumentBytes);
       results.get(mode)!.push(result);
       console.log(
         `run ${run + 1}, ${label(mode)}: ${fixed(result.cpuUsPerPoll, 0)} µs/poll at ${fixed(result.pollsPerSecond, 0)} polls/s`,
@@ -108,6 +120,19 @@ try {
   }
   for (const [mode, rows] of results) {
     console.log(`median, ${label(mode)}: ${fixed(median(rows.map((r) => r.cpuUsPerPoll)), 0)} µs/poll`);
+  }
+  if (argumentSizes.length > 1) {
+    for (const pollFastPath of fastPathModes) {
+      const perRun = (argumentBytes: number) =>
+        results.get(modes.find((m) => m.pollFastPath === pollFastPath && m.argumentBytes === argumentBytes)!)!;
+      const [first, ...others] = argumentSizes;
+      for (const bytes of others) {
+        const ratios = perRun(bytes).map((row, i) => row.cpuUsPerPoll / perRun(first!)[i]!.cpuUsPerPoll);
+        console.log(
+          `+${bytes} B / +${first} B, ${pollFastPath ? 'fast path' : 'SDK path'}, run by run: ${ratios.map((r) => fixed(r, 2)).join(', ')} (median ${fixed(median(ratios), 2)})`,
+        );
+      }
+    }
   }
 } finally {
   rmSync(dir, { recursive: true, force: true });

@@ -56,7 +56,7 @@ export async function startClockworkServer(pollIntervalMs: number): Promise<Cloc
             description: 'Completes offsetMs after the run is released',
             inputSchema: {
               type: 'object',
-              properties: { group: { type: 'string' }, offsetMs: { type: 'number' } },
+              properties: { group: { type: 'string' }, offsetMs: { type: 'number' }, padding: { type: 'string' } },
               required: ['group', 'offsetMs'],
             },
           },

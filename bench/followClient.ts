@@ -58,6 +58,8 @@ export interface FollowClientConfig {
   maxConcurrentPolls?: number;
   /** Closeout only: poll on the fast path (taskGetFastPath.ts). Default true. */
   pollFastPath?: boolean;
+  /** Closeout only: each call also carries a `padding` argument of this many characters (what the ledger keeps). */
+  argumentBytes?: number;
   /** Calls in flight while submitting. */
   submitConcurrency: number;
   /** Node flags of the client process (e.g. a heap cap). */
@@ -211,8 +213,9 @@ async function closeoutClient(): Promise<{ submit: Submitter; client: TaskClient
     pollPolicy: { maxConcurrentPolls: config.maxConcurrentPolls ?? 32 },
     pollFastPath: config.pollFastPath ?? true,
   });
+  const padding = config.argumentBytes ? { padding: 'x'.repeat(config.argumentBytes) } : {};
   const submit: Submitter = async (offsetMs) => {
-    const answer = await client.callTool(SLEEP_TOOL, { group: config.group, offsetMs });
+    const answer = await client.callTool(SLEEP_TOOL, { group: config.group, offsetMs, ...padding });
     if (!isTaskHandle(answer)) throw new Error('the server answered without a task');
     // a handle another worker of a fleet took over rejects (leased-elsewhere): not closed out here
     const closed = answer.outcome().then(

@@ -42,7 +42,13 @@ import {
 } from './records.js';
 
 /** SQLite hands integer columns over as numbers. */
-type SubmissionRow = Row<number> & { lease_until?: number | null };
+type SubmissionRow = Row<number> & {
+  lease_until?: number | null;
+  /** The record's schedule note (schema 7, RECORDS): NULL when it has none. */
+  noted_poll_at?: number | null;
+  noted_next_poll_at?: number | null;
+  noted_age_ms?: number | null;
+};
 
 /**
  * Versioned migrations: entry i brings `user_version` from i to i + 1. Never edit a shipped entry; append. Its status
@@ -153,6 +159,20 @@ const MIGRATIONS: readonly Migration[] = [
        AND OLD.lease_owner IS NOT NULL AND NEW.lease_owner IS NOT NULL AND NEW.lease_owner <> OLD.lease_owner
        AND (SELECT expires_at FROM lease_holders WHERE holder = OLD.lease_owner) >= unixepoch('subsec') * 1000
      BEGIN SELECT RAISE(IGNORE); END;`,
+  // 6 -> 7: a schedule note (Ledger.noteSchedule, one a waiting poll) writes a narrow row of its own, not the record's
+  // whole row with its arguments, so its cost does not grow with what the call carries (bench/RESULTS.md, section 33).
+  // The record's own columns stay: a build before schema 7 with the file still open writes there, and a read takes the
+  // later time and the longer age of the two (RECORDS, SqliteLedger.toRecord).
+  `CREATE TABLE schedule_notes (
+     record_id          TEXT PRIMARY KEY REFERENCES submissions (record_id),
+     noted_poll_at      INTEGER, -- local epoch ms: the last poll that got an answer
+     noted_next_poll_at INTEGER, -- the next poll planned; NULL: none; read only while the record is tracked
+     noted_age_ms       INTEGER  -- observed_age_ms, never lowered
+   ) WITHOUT ROWID;
+   -- a record that stops being tracked has no next poll (as the statements that end it clear next_poll_at)
+   CREATE TRIGGER schedule_notes_untracked AFTER UPDATE OF local_state ON submissions
+     WHEN NEW.local_state <> 'tracking'
+     BEGIN UPDATE schedule_notes SET noted_next_poll_at = NULL WHERE record_id = NEW.record_id; END;`,
 ];
 
 /**
@@ -169,8 +189,14 @@ const LEASE_UNTIL = `CASE WHEN submissions.local_state IN ('submitting','trackin
     submissions.lease_expires_at)
   ELSE submissions.lease_expires_at END`;
 
-/** A record's row with the end of its lease as LEASE_UNTIL says, which is what a TaskRecord's `leaseExpiresAt` is. */
+/**
+ * A record's row with the end of its lease as LEASE_UNTIL says, which is what a TaskRecord's `leaseExpiresAt` is, and
+ * its schedule note's columns (`noted_*`, NULL when it has none), read FROM RECORDS.
+ */
 const RECORD_COLUMNS = `*, ${LEASE_UNTIL} AS lease_until`;
+
+/** The records with their schedule notes (schema 7). */
+const RECORDS = `submissions LEFT JOIN schedule_notes USING (record_id)`;
 
 /** Holder rows this long past their end are deleted: by then every record they covered has run out on its own. */
 const FORGET_HOLDERS_AFTER_MS = 24 * 3_600_000;
@@ -255,13 +281,13 @@ export class SqliteLedger implements Ledger {
         `UPDATE submissions SET superseded_by = ?, updated_at = ?
          WHERE record_id = ? AND superseded_by IS NULL AND local_state IN ('terminal','expired','unknown-outcome')`,
       ),
-      get: db.prepare(`SELECT ${RECORD_COLUMNS} FROM submissions WHERE record_id = ?`),
-      byTaskId: db.prepare(`SELECT ${RECORD_COLUMNS} FROM submissions WHERE endpoint = ? AND task_id = ?`),
+      get: db.prepare(`SELECT ${RECORD_COLUMNS} FROM ${RECORDS} WHERE record_id = ?`),
+      byTaskId: db.prepare(`SELECT ${RECORD_COLUMNS} FROM ${RECORDS} WHERE endpoint = ? AND task_id = ?`),
       byIdempotencyKey: db.prepare(
-        `SELECT ${RECORD_COLUMNS} FROM submissions WHERE endpoint = ? AND idempotency_key = ? AND superseded_by IS NULL`,
+        `SELECT ${RECORD_COLUMNS} FROM ${RECORDS} WHERE endpoint = ? AND idempotency_key = ? AND superseded_by IS NULL`,
       ),
       list: db.prepare(
-        `SELECT ${RECORD_COLUMNS} FROM submissions
+        `SELECT ${RECORD_COLUMNS} FROM ${RECORDS}
          WHERE (@endpoint IS NULL OR endpoint = @endpoint)
            AND (@states IS NULL OR local_state IN (SELECT value FROM json_each(@states)))
            AND (@toolName IS NULL OR tool_name = @toolName)
@@ -302,16 +328,17 @@ export class SqliteLedger implements Ledger {
         `UPDATE submissions SET last_poll_at = @at, last_error = COALESCE(@lastError, last_error), updated_at = @at
          WHERE record_id = @recordId AND lease_owner = @holder`,
       ),
-      // a late note never moves last_poll_at backwards; next_poll_at only means something while tracked
+      // a late note never moves the poll time back nor lowers the age; it applies while `holder` holds the lease
       applyNote: db.prepare(
-        `UPDATE submissions SET
-           last_poll_at = CASE WHEN @polledAt IS NULL THEN last_poll_at
-                               ELSE MAX(COALESCE(last_poll_at, @polledAt), @polledAt) END,
-           updated_at = CASE WHEN @polledAt IS NULL THEN updated_at ELSE MAX(updated_at, @polledAt) END,
-           next_poll_at = CASE WHEN @setNext = 1 AND local_state = 'tracking' THEN @nextPollAt ELSE next_poll_at END,
-           observed_age_ms = CASE WHEN @observedAgeMs IS NULL THEN observed_age_ms
-                                  ELSE MAX(COALESCE(observed_age_ms, 0), @observedAgeMs) END
-         WHERE record_id = @recordId AND lease_owner = @holder`,
+        `INSERT INTO schedule_notes (record_id, noted_poll_at, noted_next_poll_at, noted_age_ms)
+           SELECT record_id, @polledAt, CASE WHEN @setNext = 1 THEN @nextPollAt END, @observedAgeMs FROM submissions
+           WHERE record_id = @recordId AND lease_owner = @holder
+         ON CONFLICT (record_id) DO UPDATE SET
+           noted_poll_at = MAX(COALESCE(noted_poll_at, excluded.noted_poll_at),
+                               COALESCE(excluded.noted_poll_at, noted_poll_at)),
+           noted_next_poll_at = CASE WHEN @setNext = 1 THEN @nextPollAt ELSE noted_next_poll_at END,
+           noted_age_ms = MAX(COALESCE(noted_age_ms, excluded.noted_age_ms),
+                              COALESCE(excluded.noted_age_ms, noted_age_ms))`,
       ),
       recordError: db.prepare(`UPDATE submissions SET last_error = ?, updated_at = ? WHERE record_id = ?`),
       close: db.prepare(
@@ -345,7 +372,7 @@ export class SqliteLedger implements Ledger {
       secret: db.prepare(`SELECT secret FROM ledger_secret WHERE id = 1`),
       insertSecret: db.prepare(`INSERT OR IGNORE INTO ledger_secret (id, secret) VALUES (1, ?)`),
       abandonedSubmissions: db.prepare(
-        `SELECT ${RECORD_COLUMNS} FROM submissions
+        `SELECT ${RECORD_COLUMNS} FROM ${RECORDS}
          WHERE endpoint = ? AND local_state = 'submitting' AND (lease_expires_at IS NULL OR ${LEASE_UNTIL} < ?)`,
       ),
       settleAbandoned: db.prepare(
@@ -374,7 +401,7 @@ export class SqliteLedger implements Ledger {
         )
         .pluck(),
       detachedAmong: db.prepare(
-        `SELECT ${RECORD_COLUMNS} FROM submissions
+        `SELECT ${RECORD_COLUMNS} FROM ${RECORDS}
          WHERE record_id IN (SELECT value FROM json_each(?)) AND local_state = 'detached'`,
       ),
       // the holder's latest word on when its leases end (LEASE_UNTIL): a renewal, or a lease just given to it
@@ -916,9 +943,29 @@ export class SqliteLedger implements Ledger {
   ): TaskRecord {
     // the lease runs out when its holder's renewals say, not at the record's own claim (LEASE_UNTIL)
     if (row.lease_until !== undefined) row.lease_expires_at = row.lease_until;
+    foldScheduleNote(row);
     const record = toRecord(row, inputs);
     // what this object noted but has not committed yet, as the write will apply it
     applyNote(record, this.pendingNotes.get(row.record_id));
     return record;
   }
+}
+
+/**
+ * A record's row with its schedule note (schema 7) folded in, as the note was written into the row itself before: the
+ * later poll time (and `updated_at` no earlier than it), the longer observed age, and the next poll planned while the
+ * record is tracked. The row's own columns count too: a build before schema 7 that still has the file open writes its
+ * notes there.
+ */
+function foldScheduleNote(row: SubmissionRow): void {
+  row.last_poll_at = later(row.last_poll_at, row.noted_poll_at);
+  if (row.noted_poll_at != null) row.updated_at = Math.max(row.updated_at, row.noted_poll_at);
+  row.observed_age_ms = later(row.observed_age_ms, row.noted_age_ms);
+  if (row.local_state === 'tracking') row.next_poll_at = later(row.next_poll_at, row.noted_next_poll_at);
+}
+
+/** The larger of two optional numbers; null when neither is there. */
+function later(a: number | null, b: number | null | undefined): number | null {
+  if (b == null) return a;
+  return a === null ? b : Math.max(a, b);
 }

@@ -95,29 +95,15 @@ describe('SqliteLedger leases', () => {
   // that rewrote every record it held wrote each whole row (arguments, result and all) to the WAL: about 7 MB every
   // leaseMs / 3 for 10,000 open tasks (bench/RESULTS.md, the resume of 10,000 records).
   it('renews every lease of a holder by writing the same few pages whether it holds 10 records or 500', async () => {
-    const walBytesOfRenewal = async (held: number) => {
-      const file = join(dir, `held-${held}.db`);
-      // the fill commits without fsync: what one renewal writes to the WAL does not depend on it
-      const holding = new SqliteLedger(file, { synchronous: 'normal' });
-      try {
-        for (let i = 0; i < held; i++) {
-          const recordId = `held-${i}`;
-          await holding.recordIntent(submission({ recordId, arguments: { city: 'Oslo', padding: 'x'.repeat(400) } }));
-          await holding.commitTask(recordId, 'p1', observed(`task-${i}`), T0);
-        }
-        const raw = new Database(file);
-        try {
-          raw.pragma('wal_checkpoint(TRUNCATE)');
+    const walBytesOfRenewal = (held: number) =>
+      walBytesOf(
+        join(dir, `held-${held}.db`),
+        (holding) => following(holding, 'held', held, 400),
+        async (holding) => {
           await holding.renewLeases('p1', T0 + 60_000);
           expect((await holding.get('held-0'))?.leaseExpiresAt).toBe(T0 + 60_000);
-          return statSync(`${file}-wal`).size;
-        } finally {
-          raw.close();
-        }
-      } finally {
-        await holding.dispose();
-      }
-    };
+        },
+      );
     const few = await walBytesOfRenewal(10);
     const many = await walBytesOfRenewal(500);
     // before: 10 records 8 KB, 2,000 records 1.4 MB
@@ -247,6 +233,97 @@ describe('SqliteLedger leases and a process of the build before schema 5', () =>
   });
 });
 
+describe('SqliteLedger schedule notes', () => {
+  // A waiting poll's one write is its schedule note (Ledger.noteSchedule). Written into the record's row, it rewrote
+  // the whole row, arguments and all, once a poll: its cost grew with what the call carried (bench/RESULTS.md, section
+  // 33). Schema 7 gives the notes a narrow row of their own.
+  it('writes the notes of 50 polls to the same few pages whether the calls carried 40 bytes or 16 KB', async () => {
+    const walBytesOfNotes = (padding: number) =>
+      walBytesOf(
+        join(dir, `notes-${padding}.db`),
+        (holding) => following(holding, 'waiting', 50, padding),
+        async (holding, file) => {
+          for (let i = 0; i < 50; i++) {
+            holding.noteSchedule(`waiting-${i}`, 'p1', {
+              polledAt: T0 + 1_000,
+              nextPollAt: T0 + 2_000,
+              observedAgeMs: 1_000,
+            });
+          }
+          // the next write carries the notes along; a renewal writes one small row of its own
+          await holding.renewLeases('p1', T0 + 60_000);
+          const committed = new SqliteLedger(file);
+          try {
+            expect(await committed.get('waiting-49')).toMatchObject({
+              lastPollAt: T0 + 1_000,
+              nextPollAt: T0 + 2_000,
+              observedAgeMs: 1_000,
+            });
+          } finally {
+            await committed.dispose();
+          }
+        },
+      );
+    const small = await walBytesOfNotes(40);
+    const large = await walBytesOfNotes(16_384);
+    // before schema 7: 37 KB with 40-byte arguments, 865 KB with 16 KB (each note rewrote its record and overflow pages)
+    expect(large, `WAL bytes of 50 notes: ${small} with 40-byte arguments, ${large} with 16 KB`).toBeLessThanOrEqual(
+      small,
+    );
+  });
+
+  it('reads the later poll, the longer age and the next poll noted in the row by a build before schema 7', async () => {
+    await ledger.recordIntent(submission({ recordId: 'mixed' }));
+    await ledger.commitTask('mixed', 'p1', observed('task-mixed'), T0);
+    ledger.noteSchedule('mixed', 'p1', { polledAt: T0 + 100, nextPollAt: T0 + 1_100, observedAgeMs: 500 });
+    await ledger.renewLeases('p1', T0 + 60_000);
+    const old = new Database(path);
+    try {
+      // what a build before schema 7 writes for its note: the record's own columns
+      const oldNote = old.prepare(
+        `UPDATE submissions SET last_poll_at = ?, next_poll_at = ?, observed_age_ms = ?, updated_at = ?
+         WHERE record_id = 'mixed'`,
+      );
+      // what the older build writes (poll, next poll, age), and what a read then says: the later and the longer
+      const cases = [
+        { written: [T0 + 50, T0 + 1_050, 700], read: [T0 + 100, T0 + 1_100, 700] },
+        { written: [T0 + 200, T0 + 1_200, 800], read: [T0 + 200, T0 + 1_200, 800] },
+      ] as const;
+      for (const { written, read } of cases) {
+        oldNote.run(written[0], written[1], written[2], written[0]);
+        expect(await ledger.get('mixed')).toMatchObject({
+          lastPollAt: read[0],
+          nextPollAt: read[1],
+          observedAgeMs: read[2],
+          updatedAt: read[0],
+        });
+      }
+    } finally {
+      old.close();
+    }
+  });
+
+  it('plans no next poll for a record that stopped being tracked, until its next holder notes one', async () => {
+    await ledger.recordIntent(submission({ recordId: 'paused' }));
+    await ledger.commitTask('paused', 'p1', observed('task-paused'), T0);
+    ledger.noteSchedule('paused', 'p1', { polledAt: T0 + 100, nextPollAt: T0 + 1_100 });
+    await ledger.renewLeases('p1', T0 + 60_000);
+    expect((await ledger.get('paused'))?.nextPollAt).toBe(T0 + 1_100);
+    expect(await ledger.detach('paused', 'p1', T0 + 200)).toBe(true);
+    expect(await ledger.get('paused')).toMatchObject({ localState: 'detached', nextPollAt: undefined });
+    expect(await ledger.claimAll(['paused'], 'p2', T0 + 60_000, T0 + 300)).toEqual(['paused']);
+    expect(await ledger.get('paused')).toMatchObject({ localState: 'tracking', nextPollAt: undefined });
+    ledger.noteSchedule('paused', 'p2', { nextPollAt: T0 + 1_300 });
+    await ledger.renewLeases('p2', T0 + 60_000);
+    const other = new SqliteLedger(path);
+    try {
+      expect(await other.get('paused')).toMatchObject({ lastPollAt: T0 + 100, nextPollAt: T0 + 1_300 });
+    } finally {
+      await other.dispose();
+    }
+  });
+});
+
 describe('SqliteLedger group commit', () => {
   /** Frames in the write-ahead log since `walFrames` last truncated it (one commit writes each page it changed once). */
   const walFrames = (db: Database.Database, mode: 'PASSIVE' | 'TRUNCATE') =>
@@ -352,6 +429,40 @@ describe('SqliteLedger group commit', () => {
     }
   });
 });
+
+/** `count` records `${prefix}-${i}` that `p1` follows, each call carrying `padding` characters of arguments. */
+async function following(ledger: SqliteLedger, prefix: string, count: number, padding: number): Promise<void> {
+  for (let i = 0; i < count; i++) {
+    const recordId = `${prefix}-${i}`;
+    await ledger.recordIntent(submission({ recordId, arguments: { city: 'Oslo', padding: 'x'.repeat(padding) } }));
+    await ledger.commitTask(recordId, 'p1', observed(`task-${i}`), T0);
+  }
+}
+
+/**
+ * The WAL bytes `write` adds to a ledger file that `fill` filled, checkpointed in between. The fill commits without
+ * fsync: what one write adds to the WAL does not depend on it.
+ */
+async function walBytesOf(
+  file: string,
+  fill: (ledger: SqliteLedger) => Promise<void>,
+  write: (ledger: SqliteLedger, file: string) => Promise<void>,
+): Promise<number> {
+  const ledger = new SqliteLedger(file, { synchronous: 'normal' });
+  try {
+    await fill(ledger);
+    const raw = new Database(file);
+    try {
+      raw.pragma('wal_checkpoint(TRUNCATE)');
+      await write(ledger, file);
+      return statSync(`${file}-wal`).size;
+    } finally {
+      raw.close();
+    }
+  } finally {
+    await ledger.dispose();
+  }
+}
 
 function observed(taskId: string) {
   return {
