@@ -10,6 +10,7 @@ const BENCHMARKS = [
   'serverRecovery',
   'clientFollow',
   'clientResume',
+  'ledgerNotes',
   'walGrowth',
   'stepCost',
   'runningTasks',

@@ -16,6 +16,12 @@ export function percentile(sorted: ArrayLike<number>, p: number): number {
 }
 
 /** A fixed-point number for a table cell. */
+/** This process's CPU time so far, user and system, µs. */
+export function cpuNow(): number {
+  const { user, system } = process.cpuUsage();
+  return user + system;
+}
+
 export function fixed(value: number, digits = 0): string {
   return Number.isFinite(value) ? value.toFixed(digits) : 'n/a';
 }

@@ -40,7 +40,7 @@ import { streamableHttpDispatch } from '../test/support/extTasksDispatch.js';
 import { PROTOCOL_VERSION, TASKS, wireRequest } from '../test/support/rpc.js';
 import { childMailbox } from './childMailbox.js';
 import { SLEEP_TOOL } from './clockworkServer.js';
-import { median } from './figures.js';
+import { cpuNow, median } from './figures.js';
 import { countMajorCollections } from './majorCollections.js';
 
 export interface FollowClientConfig {
@@ -186,10 +186,6 @@ const send = (message: FollowClientMessage) =>
 const liveHeap = () => {
   (globalThis as { gc?: () => void }).gc?.();
   return process.memoryUsage().heapUsed;
-};
-const cpuNow = () => {
-  const { user, system } = process.cpuUsage();
-  return user + system;
 };
 
 async function eachConcurrently<T>(items: readonly T[], limit: number, work: (item: T) => Promise<void>) {

@@ -132,6 +132,14 @@ describe.concurrent('benchmark smoke runs', () => {
   }, 90_000);
 
   // issue 20: runningTasks starts an embedded PostgreSQL, storeGrowth seeds two stores: longer bounds
+  it('ledgerNotes prints the CPU and WAL bytes of a schedule note by the size of the arguments, and their ratios', async () => {
+    const output = await smoke('ledgerNotes');
+    for (const label of ['40 B', '4096 B', '16384 B']) {
+      for (const cell of row(output, label).slice(1)) expect(cell, `${label} in:\n${output}`).toMatch(NUMBER);
+    }
+    expect(output).toMatch(/^16 KiB \/ 40 B arguments: CPU a note \d+\.\d\d, WAL a note \d+\.\d\d$/m);
+  }, 90_000);
+
   it('runningTasks prints the lease loop, event-loop and tasks/get figures per store, and the targets', async () => {
     const output = await smoke('runningTasks', 150_000);
     const stores = /^PostgreSQL skipped: /m.test(output) ? ['SQLite'] : ['SQLite', 'PostgreSQL'];
