@@ -175,9 +175,10 @@ async function run(
  * against it. Each create inserts the task's row (what `newTask` carries, JSON as jsonb), each finish updates it to
  * its outcome with its result, committed before the promise resolves (autocommit: each statement is its own
  * transaction), into a table with a primary key and nothing else: no other index, no trigger, no limits counted,
- * nothing read back. Batched as the store batches (its `batches`, bench/RESULTS.md section 16), since a statement per
- * call is what batching removed: the creates asked for in one turn of the event loop go as one prepared statement
- * reading one JSON parameter, the finishes likewise, over a pool of as many connections as the store's.
+ * nothing read back. Batched as the store batches (its `batches`, bench/RESULTS.md sections 16 and 34), since a
+ * statement per call is what batching removed: the creates asked for in one turn of the event loop go as one prepared
+ * statement reading one JSON parameter (two at once from 16 creates on), the finishes likewise, over a pool of as many
+ * connections as the store's.
  */
 async function openFloor(connectionString: string) {
   const pool = new pg.Pool({ connectionString, max: CONCURRENCY });
@@ -188,16 +189,24 @@ async function openFloor(connectionString: string) {
        poll_interval_ms bigint NOT NULL, lease_owner text, lease_expires_at bigint, result jsonb
      )`,
   );
-  // the store's batching: one statement per turn (setImmediate), at most 256 calls (its MAX_BATCH; 16 workers ask
-  // for at most 16 in a turn)
-  const batches = <K>(send: (batch: readonly K[]) => Promise<unknown>) =>
-    new DataLoader<K, true>(
-      async (batch) => {
-        await send(batch);
-        return batch.map(() => true as const);
-      },
+  // the store's batching (its `batches`): the calls of one turn (setImmediate), at most 256 (its MAX_BATCH), as one
+  // statement, or from 16 on (its PIPELINE_CALLS) as two at once, each half answered when its statement commits
+  const halves = <K>(batch: readonly K[]) =>
+    batch.length < 16
+      ? [batch]
+      : [batch.slice(0, Math.ceil(batch.length / 2)), batch.slice(Math.ceil(batch.length / 2))];
+  const batches = <K>(send: (batch: readonly K[]) => Promise<unknown>) => {
+    const loader = new DataLoader<K, Promise<true>>(
+      async (batch) =>
+        halves(batch).flatMap((calls) => {
+          const sent = send(calls).then(() => true as const);
+          sent.catch(() => {});
+          return calls.map(() => sent);
+        }),
       { cache: false, maxBatchSize: 256, batchScheduleFn: (next) => setImmediate(next) },
     );
+    return { load: async (call: K) => await loader.load(call) };
+  };
   const creates = batches<NewTask>((batch) =>
     pool.query({
       name: 'floor_create',

@@ -762,25 +762,40 @@ export class PostgresTaskStore implements TaskStore {
 
   /**
    * Calls of one kind made in one turn of the event loop, sent as one statement: one round trip and one commit for
-   * them all, each answered when that commit is. A statement PostgreSQL refuses changes nothing (it is its own
-   * transaction); refused for what one call carried or for a conflict between them (`ranAloneAfter`), each call is
-   * then run alone and fails alone, while any other failure (the database unreachable, a timeout) fails them all, as
-   * it would have failed each alone.
+   * them all, each answered when that commit is. A turn of PIPELINE_CALLS calls or more goes out as two statements at
+   * once, each answering its own callers when it commits: while the database runs one, this process answers the
+   * other's callers and sends what they ask next, where one statement would leave one of the two idle (bench/RESULTS.md,
+   * section 34). A statement PostgreSQL refuses changes nothing (it is its own transaction); refused for what one call
+   * carried or for a conflict between them (`ranAloneAfter`), each call is then run alone and fails alone, while any
+   * other failure (the database unreachable, a timeout) fails them all, as it would have failed each alone.
    */
   private batches<K extends { parameters: unknown[] }, V>(
     run: (batch: readonly K[]) => Promise<Array<V | Error>>,
-  ): DataLoader<K, V> {
-    return new DataLoader<K, V>(
-      async (batch) => {
-        // calls whose values add up to more than MAX_BATCH_BYTES go out as several statements, one after the other
-        const answers: Array<V | Error> = [];
-        for (const part of partsOfBytes(batch)) {
-          answers.push(...(await run(part).catch((error: unknown) => part.map(() => asError(error)))));
-        }
-        return answers;
-      },
+  ): { load: (call: K) => Promise<V> } {
+    // calls whose values add up to more than MAX_BATCH_BYTES go out as several statements, one after the other
+    const inOrder = async (calls: readonly K[]) => {
+      const answers: Array<V | Error> = [];
+      for (const part of partsOfBytes(calls)) {
+        answers.push(...(await run(part).catch((error: unknown) => part.map(() => asError(error)))));
+      }
+      return answers;
+    };
+    // each call's value is the promise of its own answer, which its `load` adopts: a half answers its callers when its
+    // statement commits, whatever the other half is doing
+    const loader = new DataLoader<K, Promise<V>>(
+      async (batch) =>
+        halves(batch).flatMap((calls) => {
+          const answers = inOrder(calls);
+          return calls.map((_, i) => {
+            const answer = answers.then((all) => (all[i] instanceof Error ? Promise.reject(all[i]) : (all[i] as V)));
+            // adopted by the call's `load` a few microtasks later: not an unhandled rejection meanwhile
+            answer.catch(() => {});
+            return answer;
+          });
+        }),
       { cache: false, maxBatchSize: MAX_BATCH, batchScheduleFn: (send) => setImmediate(send) },
     );
+    return { load: async (call) => await loader.load(call) };
   }
 
   /** `call`, counted in `callsInFlight` until it settles. */
@@ -1250,8 +1265,15 @@ const ARGUMENTS_PARAMETER = 3;
 /** SQLSTATE of a transaction PostgreSQL ended to break a deadlock. */
 const DEADLOCK_DETECTED = '40P01';
 
-/** At most this many calls in one batch statement; more in one turn go out as several. */
+/** At most this many calls in one turn's statements (two halves, see PIPELINE_CALLS); more go out in another turn's. */
 const MAX_BATCH = 256;
+
+/**
+ * A turn with at least this many calls of one kind sends them as two statements at once (`batches`), each of half
+ * of them: fewer than 8 calls a statement and the second statement's fixed cost outweighs the overlap it buys
+ * (bench/RESULTS.md, section 34).
+ */
+const PIPELINE_CALLS = 16;
 
 /**
  * At most about this many bytes of values in one batch statement. A statement carries each column as one array: 256
@@ -1275,6 +1297,13 @@ interface PendingFinish {
   lease: LeaseRef;
   /** $1 to $7 of `SQL.finish`, one row of `SQL.finishBatch`. */
   parameters: unknown[];
+}
+
+/** A turn's calls as the statements they go out in: two halves from PIPELINE_CALLS calls on, else one. */
+function halves<K>(batch: readonly K[]): Array<readonly K[]> {
+  if (batch.length < PIPELINE_CALLS) return [batch];
+  const half = Math.ceil(batch.length / 2);
+  return [batch.slice(0, half), batch.slice(half)];
 }
 
 /** A batch cut, in order, into parts whose string values add up to at most MAX_BATCH_BYTES each (UTF-16 units). */

@@ -454,8 +454,9 @@ describe('PostgresTaskStore across instances', () => {
 });
 
 describe('PostgresTaskStore batches', () => {
-  // the creates (and the finishes) asked for in one turn of the event loop go to the database as one statement: one
-  // round trip and one commit for them all (issue 19), each answered as it would have been alone
+  // the creates (and the finishes) asked for in one turn of the event loop go to the database as one statement, or
+  // two from 16 calls on: one round trip and one commit for each (issue 19), each call answered as it would have been
+  // alone
   let database: Awaited<ReturnType<StartedPostgres['createDatabase']>>;
   let pool: pg.Pool;
   let store: PostgresTaskStore;
@@ -485,20 +486,54 @@ describe('PostgresTaskStore batches', () => {
   const limits = { maxOpenTasksForPrincipal: 1000, maxStoredTasksForPrincipal: 100_000 };
   const completed = { status: 'completed' as const, result: { content: [] } };
 
-  it('sends 16 creates made at once as one statement, and 16 finishes as one more', async () => {
-    const tasks = Array.from({ length: 16 }, () => newTask(limits));
+  it.each([
+    { calls: 15, statements: 1 },
+    { calls: 16, statements: 2 },
+  ])('sends $calls creates made at once as $statements statement(s), and $calls finishes as as many', async (each) => {
+    const tasks = Array.from({ length: each.calls }, () => newTask(limits));
     const created = await Promise.all(tasks.map((task) => store.create(task)));
     expect(created.map((c) => [c.created, c.task.taskId, c.task.status])).toEqual(
       tasks.map((t) => [true, t.taskId, 'working']),
     );
-    expect(statements).toHaveLength(1);
+    expect(statements).toHaveLength(each.statements);
 
     const finished = await Promise.all(
       tasks.map((t) => store.finish({ taskId: t.taskId, fence: 1 }, completed, T0 + 1)),
     );
     expect(finished).toEqual(tasks.map(() => true));
-    expect(statements).toHaveLength(2);
+    expect(statements).toHaveLength(2 * each.statements);
     for (const t of tasks) expect((await store.get(t.taskId))?.status).toBe('completed');
+  });
+
+  it("answers the first half of a turn's creates while the second half's statement waits for a lock", async () => {
+    // one statement for the turn held every create until its slowest row could be written; two statements answer
+    // each half when it commits (bench/RESULTS.md, section 34). bob's count rows, every shard, held by another
+    // transaction: the half of bob's creates waits for them, the half of alice's does not
+    await pool.query(
+      `INSERT INTO closeout_principal_tasks (owner, shard) SELECT 'bob', g FROM generate_series(0, 127) g`,
+    );
+    const holder = await pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`SELECT 1 FROM closeout_principal_tasks WHERE owner = 'bob' FOR UPDATE`);
+      const alices = Array.from({ length: 8 }, () => newTask({ ...limits, principal: 'alice' }));
+      const bobs = Array.from({ length: 8 }, () => newTask({ ...limits, principal: 'bob' }));
+      // in one turn, alice's first: the first half
+      const alicesCreated = Promise.all(alices.map((task) => store.create(task)));
+      let bobsSettled = false;
+      const bobsCreated = Promise.all(bobs.map((task) => store.create(task))).finally(() => (bobsSettled = true));
+      const waited = new Promise<never>((_, reject) => {
+        setTimeout(() => reject(new Error("alice's creates still wait 10 s later")), 10_000).unref();
+      });
+      const alicesAnswered = await Promise.race([alicesCreated, waited]);
+      expect(alicesAnswered.map((c) => [c.created, c.task.taskId])).toEqual(alices.map((t) => [true, t.taskId]));
+      expect(bobsSettled).toBe(false);
+      await holder.query('COMMIT');
+      expect((await bobsCreated).map((c) => [c.created, c.task.taskId])).toEqual(bobs.map((t) => [true, t.taskId]));
+    } finally {
+      await holder.query('ROLLBACK').catch(() => {});
+      holder.release();
+    }
   });
 
   it('writes each shard row a batch of finishes counts in once, however many of its tasks the batch closes', async () => {
