@@ -586,10 +586,19 @@ export class PostgresTaskStore implements TaskStore {
   private readonly listener: PostgresListener;
   private closed = false;
   /** Creates and finishes asked for in one turn of the event loop, each kind sent as one statement (`batches`). */
-  private readonly creates = this.batches((batch: readonly PendingCreate[]) => this.createBatch(batch));
+  private readonly creates = this.batches(
+    (batch: readonly PendingCreate[]) => this.createBatch(batch),
+    ({ task }) => [
+      task.taskId,
+      ...(task.idempotencyKey === undefined ? [] : [`${task.principal}\0${task.idempotencyKey}`]),
+    ],
+  );
   /** How many creates of a principal in one batch share a shard row (\`placeInShards\`, \`rememberShardGroup\`). */
   private readonly shardGroups = new Map<string, number>();
-  private readonly finishes = this.batches((batch: readonly PendingFinish[]) => this.finishBatch(batch));
+  private readonly finishes = this.batches(
+    (batch: readonly PendingFinish[]) => this.finishBatch(batch),
+    ({ lease }) => [lease.taskId],
+  );
   /**
    * The creates and finishes asked for and not yet answered: `close()` waits for those made before it, their batch and
    * whatever each does after it (the exact path, an idempotent replay's read, a finish run alone).
@@ -765,12 +774,15 @@ export class PostgresTaskStore implements TaskStore {
    * them all, each answered when that commit is. A turn of PIPELINE_CALLS calls or more goes out as two statements at
    * once, each answering its own callers when it commits: while the database runs one, this process answers the
    * other's callers and sends what they ask next, where one statement would leave one of the two idle (bench/RESULTS.md,
-   * section 34). A statement PostgreSQL refuses changes nothing (it is its own transaction); refused for what one call
+   * section 34); a turn asking for one row twice (`rowsOf`: a task id, an idempotency key) stays one statement, which
+   * runs the later twin alone after it, where two at once would have one wait for the other's commit. A statement
+   * PostgreSQL refuses changes nothing (it is its own transaction); refused for what one call
    * carried or for a conflict between them (`ranAloneAfter`), each call is then run alone and fails alone, while any
    * other failure (the database unreachable, a timeout) fails them all, as it would have failed each alone.
    */
   private batches<K extends { parameters: unknown[] }, V>(
     run: (batch: readonly K[]) => Promise<Array<V | Error>>,
+    rowsOf: (call: K) => readonly string[],
   ): { load: (call: K) => Promise<V> } {
     // calls whose values add up to more than MAX_BATCH_BYTES go out as several statements, one after the other
     const inOrder = async (calls: readonly K[]) => {
@@ -784,7 +796,7 @@ export class PostgresTaskStore implements TaskStore {
     // statement commits, whatever the other half is doing
     const loader = new DataLoader<K, Promise<V>>(
       async (batch) =>
-        halves(batch).flatMap((calls) => {
+        halves(batch, rowsOf).flatMap((calls) => {
           const answers = inOrder(calls);
           return calls.map((_, i) => {
             const answer = answers.then((all) => (all[i] instanceof Error ? Promise.reject(all[i]) : (all[i] as V)));
@@ -1299,9 +1311,19 @@ interface PendingFinish {
   parameters: unknown[];
 }
 
-/** A turn's calls as the statements they go out in: two halves from PIPELINE_CALLS calls on, else one. */
-function halves<K>(batch: readonly K[]): Array<readonly K[]> {
+/**
+ * A turn's calls as the statements they go out in: two halves from PIPELINE_CALLS calls on, else one, and one when two
+ * calls name the same row (`rowsOf`).
+ */
+function halves<K>(batch: readonly K[], rowsOf: (call: K) => readonly string[]): Array<readonly K[]> {
   if (batch.length < PIPELINE_CALLS) return [batch];
+  const rows = new Set<string>();
+  for (const call of batch) {
+    for (const row of rowsOf(call)) {
+      if (rows.has(row)) return [batch];
+      rows.add(row);
+    }
+  }
   const half = Math.ceil(batch.length / 2);
   return [batch.slice(0, half), batch.slice(half)];
 }

@@ -505,6 +505,25 @@ describe('PostgresTaskStore batches', () => {
     for (const t of tasks) expect((await store.get(t.taskId))?.status).toBe('completed');
   });
 
+  it('keeps a turn of 16 creates in one statement when two of them share an idempotency key', async () => {
+    // in two statements at once, the later twin's insert would wait for the other statement's commit
+    const tasks = Array.from({ length: 16 }, (_, i) => newTask({ ...limits, idempotencyKey: `key-${i}` }));
+    tasks[12] = { ...tasks[12]!, idempotencyKey: 'key-3' };
+    const created = await Promise.all(tasks.map((task) => store.create(task)));
+    expect(statements.filter((s) => s.includes('json_to_recordset'))).toHaveLength(1);
+    expect(created.map((c) => c.created)).toEqual(tasks.map((_, i) => i !== 12));
+    expect(created[12]!.task.taskId).toBe(tasks[3]!.taskId);
+  });
+
+  it('keeps a turn of 16 creates in one statement when two of them share a task id', async () => {
+    const tasks = Array.from({ length: 16 }, () => newTask(limits));
+    tasks[12] = { ...tasks[12]!, taskId: tasks[3]!.taskId };
+    const settled = await Promise.allSettled(tasks.map((task) => store.create(task)));
+    expect(statements.filter((s) => s.includes('json_to_recordset'))).toHaveLength(1);
+    expect(settled.map((s) => s.status)).toEqual(tasks.map((_, i) => (i === 12 ? 'rejected' : 'fulfilled')));
+    expect(String((settled[12] as PromiseRejectedResult).reason)).toMatch(/task id collision/);
+  });
+
   it("answers the first half of a turn's creates while the second half's statement waits for a lock", async () => {
     // one statement for the turn held every create until its slowest row could be written; two statements answer
     // each half when it commits (bench/RESULTS.md, section 34). bob's count rows, every shard, held by another
