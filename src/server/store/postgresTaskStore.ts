@@ -585,7 +585,7 @@ export class PostgresTaskStore implements TaskStore {
   /** The LISTEN connection of the signal channel (its own module: postgresListener.ts). */
   private readonly listener: PostgresListener;
   private closed = false;
-  /** Creates and finishes asked for in one turn of the event loop, each kind sent as one statement (`batches`). */
+  /** Creates and finishes asked for in one turn of the event loop, each kind sent as one or two statements (`batches`). */
   private readonly creates = this.batches(
     (batch: readonly PendingCreate[]) => this.createBatch(batch),
     ({ task }) => [
@@ -776,9 +776,9 @@ export class PostgresTaskStore implements TaskStore {
    * other's callers and sends what they ask next, where one statement would leave one of the two idle (bench/RESULTS.md,
    * section 34); a turn asking for one row twice (`rowsOf`: a task id, an idempotency key) stays one statement, which
    * runs the later twin alone after it, where two at once would have one wait for the other's commit. A statement
-   * PostgreSQL refuses changes nothing (it is its own transaction); refused for what one call
-   * carried or for a conflict between them (`ranAloneAfter`), each call is then run alone and fails alone, while any
-   * other failure (the database unreachable, a timeout) fails them all, as it would have failed each alone.
+   * PostgreSQL refuses changes nothing (it is its own transaction); refused for what one call carried or for a
+   * conflict between them (`ranAloneAfter`), each call is then run alone and fails alone, while any other failure
+   * (the database unreachable, a timeout) fails the calls of that statement, as it would have failed each alone.
    */
   private batches<K extends { parameters: unknown[] }, V>(
     run: (batch: readonly K[]) => Promise<Array<V | Error>>,
@@ -1277,7 +1277,7 @@ const ARGUMENTS_PARAMETER = 3;
 /** SQLSTATE of a transaction PostgreSQL ended to break a deadlock. */
 const DEADLOCK_DETECTED = '40P01';
 
-/** At most this many calls in one turn's statements (two halves, see PIPELINE_CALLS); more go out in another turn's. */
+/** At most this many calls in one batch (sent as one statement or two, see PIPELINE_CALLS); more in a turn make more. */
 const MAX_BATCH = 256;
 
 /**
