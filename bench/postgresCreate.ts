@@ -13,6 +13,10 @@
  * - `pg.floor`: no PostgresTaskStore, only what any durable PostgreSQL task store must do (insert the task's row, then
  *   update it to completed, batched per turn as the store batches): the floor, measured in the same run, that issue
  *   19's "or the results say why one cannot" needs (`openFloor`)
+ * - `pg.1.durable`, `pg.floor.durable`: `pg.1` and `pg.floor` on a second cluster that syncs every commit, as a
+ *   production one does and as `sqlite` does (`fsync`, `synchronous_commit` and `full_page_writes` on, PostgreSQL's
+ *   defaults); the first cluster, like the tests', runs with the three off, so `pg.1 / sqlite` compares a database that
+ *   flushes nothing with one that flushes every commit
  *
  * Round trips are counted, not inferred: every `pg.Client#query` of this process is counted (a query is one round
  * trip: node-postgres sends parse, bind, execute and sync in one flight; BEGIN and COMMIT are queries too), over
@@ -95,16 +99,46 @@ interface Figures {
   wallUs: number;
   nodeCpuUs: number;
   postgresCpuUs: number | undefined;
+  /** The WAL the cluster wrote, bytes per task (what a syncing cluster flushes). */
+  walBytes: number | undefined;
 }
 
-/** The PostgreSQL cluster's postmaster, whose processes' CPU `postgresCpuMs` sums (undefined: not measured). */
-let postmaster: number | undefined;
+/** A PostgreSQL cluster as `run` measures it: its postmaster's processes' CPU and the WAL it writes. */
+interface Cluster {
+  /** undefined where there is no /proc: CPU not measured */
+  postmaster: number | undefined;
+  /** The WAL written so far (`pg_current_wal_lsn`, cluster-wide), in bytes. */
+  walBytes(): Promise<number>;
+  close(): Promise<void>;
+}
+
+async function clusterOf(connectionString: string): Promise<Cluster> {
+  const client = new pg.Client({ connectionString });
+  await client.connect();
+  let postmaster: number | undefined;
+  try {
+    // the backend's parent is the postmaster (where /proc exists: Linux)
+    const { rows } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+    const stat = readFileSync(`/proc/${rows[0]!.pid}/stat`, 'utf8');
+    postmaster = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+  } catch {
+    postmaster = undefined;
+  }
+  return {
+    postmaster,
+    walBytes: async () => {
+      const { rows } = await client.query<{ lsn: string }>(`SELECT pg_current_wal_lsn() - '0/0' AS lsn`);
+      return Number(rows[0]!.lsn);
+    },
+    close: () => client.end(),
+  };
+}
 
 /**
- * CPU time (user + system, ms) of the postmaster and of every process it started (backends, WAL writer, autovacuum),
+ * CPU time (user + system, ms) of `postmaster` and of every process it started (backends, WAL writer, autovacuum),
  * from Linux's /proc/<pid>/stat (fields 14 and 15, in clock ticks of 1/100 s); undefined where there is no /proc.
  */
-function postgresCpuMs(): number | undefined {
+function postgresCpuMs(postmaster: number | undefined): number | undefined {
   if (postmaster === undefined) return undefined;
   let ticks = 0;
   for (const entry of readdirSync('/proc')) {
@@ -129,16 +163,21 @@ interface CreatesAndFinishes {
   finish(lease: LeaseRef, outcome: TerminalOutcome, now: number): Promise<unknown>;
 }
 
-/** `TASKS` create-then-finish cycles over `CONCURRENCY` workers; worker i creates as `principalOf(i)`. */
+/**
+ * `TASKS` create-then-finish cycles over `CONCURRENCY` workers; worker i creates as `principalOf(i)`. `cluster`: the
+ * PostgreSQL cluster whose CPU and WAL the figures take (none for SQLite).
+ */
 async function run(
   store: CreatesAndFinishes,
   principalOf: (worker: number) => string,
   tasks = TASKS,
+  cluster?: Cluster,
 ): Promise<Figures> {
+  const walBefore = await cluster?.walBytes();
   const createMs: number[] = [];
   let next = 0;
   const cpuBefore = process.cpuUsage();
-  const postgresBefore = postgresCpuMs();
+  const postgresBefore = postgresCpuMs(cluster?.postmaster);
   const started = performance.now();
   await Promise.all(
     Array.from({ length: CONCURRENCY }, async (_, worker) => {
@@ -155,7 +194,8 @@ async function run(
   );
   const seconds = (performance.now() - started) / 1000;
   const cpu = process.cpuUsage(cpuBefore);
-  const postgresAfter = postgresCpuMs();
+  const postgresAfter = postgresCpuMs(cluster?.postmaster);
+  const walAfter = await cluster?.walBytes();
   createMs.sort((a, b) => a - b);
   return {
     tasksPerSecond: tasks / seconds,
@@ -167,6 +207,7 @@ async function run(
       postgresBefore === undefined || postgresAfter === undefined
         ? undefined
         : ((postgresAfter - postgresBefore) * 1000) / tasks,
+    walBytes: walBefore === undefined || walAfter === undefined ? undefined : (walAfter - walBefore) / tasks,
   };
 }
 
@@ -291,11 +332,17 @@ console.log(
 
 const dir = mkdtempSync(join(tmpdir(), 'closeout-bench-pgcreate-'));
 const postgres = await startPostgres();
+const durablePostgres = await startPostgres({ durable: true }).catch(async (error: unknown) => {
+  await postgres.stop();
+  throw error;
+});
 try {
   const databases = {
     fresh: await postgres.createDatabase(),
     full: await postgres.createDatabase(),
     floor: await postgres.createDatabase(),
+    durable: await durablePostgres.createDatabase(),
+    durableFloor: await durablePostgres.createDatabase(),
   };
   const open = (connectionString: string) =>
     PostgresTaskStore.open(connectionString, { listen: false, maxConnections: CONCURRENCY });
@@ -318,8 +365,12 @@ try {
     sqliteNormal: new SqliteTaskStore(join(dir, 'normal.db'), { synchronous: 'normal' }),
     fresh: await open(databases.fresh.connectionString),
     full: await open(databases.full.connectionString),
+    durable: await open(databases.durable.connectionString),
   };
   const floor = await openFloor(databases.floor.connectionString);
+  const durableFloor = await openFloor(databases.durableFloor.connectionString);
+  const cluster = await clusterOf(databases.fresh.connectionString);
+  const durableCluster = await clusterOf(databases.durable.connectionString);
 
   // ROWS finished tasks of the principal pg.1 creates as, written in bulk (the triggers count them as they land)
   const filler = new pg.Client({ connectionString: databases.full.connectionString });
@@ -334,14 +385,6 @@ try {
     [ROWS, Date.now()],
   );
   await filler.query('VACUUM ANALYZE closeout_tasks');
-  // the backend's parent is the postmaster (where /proc exists: Linux)
-  try {
-    const { rows } = await filler.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-    const stat = readFileSync(`/proc/${rows[0]!.pid}/stat`, 'utf8');
-    postmaster = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
-  } catch {
-    postmaster = undefined;
-  }
   await filler.end();
   console.log(`filled ${ROWS} rows in ${fixed((performance.now() - fillStarted) / 1000, 1)} s\n`);
 
@@ -349,10 +392,12 @@ try {
     sqlite: (tasks) => run(stores.sqlite, () => 'one', tasks),
     [`sqlite@${ROWS}`]: (tasks) => run(stores.sqliteGrown, () => 'one', tasks),
     'sqlite.normal': (tasks) => run(stores.sqliteNormal, () => 'one', tasks),
-    'pg.1': (tasks) => run(stores.fresh, () => 'one', tasks),
-    'pg.16': (tasks) => run(stores.fresh, (worker) => `principal-${worker}`, tasks),
-    [`pg.1@${ROWS}`]: (tasks) => run(stores.full, () => 'one', tasks),
-    'pg.floor': (tasks) => run(floor, () => 'one', tasks),
+    'pg.1': (tasks) => run(stores.fresh, () => 'one', tasks, cluster),
+    'pg.16': (tasks) => run(stores.fresh, (worker) => `principal-${worker}`, tasks, cluster),
+    [`pg.1@${ROWS}`]: (tasks) => run(stores.full, () => 'one', tasks, cluster),
+    'pg.floor': (tasks) => run(floor, () => 'one', tasks, cluster),
+    'pg.1.durable': (tasks) => run(stores.durable, () => 'one', tasks, durableCluster),
+    'pg.floor.durable': (tasks) => run(durableFloor, () => 'one', tasks, durableCluster),
   };
   const names = Object.keys(scenarios);
   // warm-up, not measured: every pool connection opened, every statement planned, the JIT warm
@@ -364,6 +409,8 @@ try {
     oneOverSixteen: [] as number[],
     floorOverSqlite: [] as number[],
     oneOverFloor: [] as number[],
+    durableOverSqlite: [] as number[],
+    durableFloorOverSqlite: [] as number[],
   };
   const flat: number[] = [];
   const sqliteFlat: number[] = [];
@@ -381,6 +428,8 @@ try {
     ratios.oneOverSixteen.push(rate('pg.1') / rate('pg.16'));
     ratios.floorOverSqlite.push(rate('pg.floor') / rate('sqlite'));
     ratios.oneOverFloor.push(rate('pg.1') / rate('pg.floor'));
+    ratios.durableOverSqlite.push(rate('pg.1.durable') / rate('sqlite'));
+    ratios.durableFloorOverSqlite.push(rate('pg.floor.durable') / rate('sqlite'));
     flat.push(got.get(`pg.1@${ROWS}`)!.createP50 / got.get('pg.1')!.createP50);
     sqliteFlat.push(got.get(`sqlite@${ROWS}`)!.createP50 / got.get('sqlite')!.createP50);
   }
@@ -401,15 +450,17 @@ try {
   console.log('');
   console.log(
     table(
-      ['per task (medians)', 'wall µs', 'this process CPU µs', 'PostgreSQL CPU µs'],
+      ['per task (medians)', 'wall µs', 'this process CPU µs', 'PostgreSQL CPU µs', 'PostgreSQL WAL B'],
       names.map((name) => {
         const f = figures.get(name)!;
         const pgCpu = f.map((x) => x.postgresCpuUs).filter((x) => x !== undefined);
+        const wal = f.map((x) => x.walBytes).filter((x) => x !== undefined);
         return [
           name,
           fixed(median(f.map((x) => x.wallUs))),
           fixed(median(f.map((x) => x.nodeCpuUs))),
-          name.startsWith('pg') && pgCpu.length > 0 ? fixed(median(pgCpu)) : '',
+          pgCpu.length > 0 ? fixed(median(pgCpu)) : '',
+          wal.length > 0 ? fixed(median(wal)) : '',
         ];
       }),
     ),
@@ -435,6 +486,12 @@ try {
         ['pg.floor / sqlite (any PostgreSQL store, for reference)', fixed(m(ratios.floorOverSqlite), 2), ''],
         ['pg.1 / pg.floor (this store against the floor)', fixed(m(ratios.oneOverFloor), 2), ''],
         [
+          'pg.1.durable / sqlite, both syncing every commit, >= 0.7',
+          fixed(m(ratios.durableOverSqlite), 2),
+          verdict(m(ratios.durableOverSqlite) >= 0.7),
+        ],
+        ['pg.floor.durable / sqlite (the floor, syncing)', fixed(m(ratios.durableFloorOverSqlite), 2), ''],
+        [
           'pg.1 / pg.16 throughput within 20%',
           fixed(m(ratios.oneOverSixteen), 2),
           verdict(Math.abs(m(ratios.oneOverSixteen) - 1) <= 0.2),
@@ -453,10 +510,15 @@ try {
   // the spread behind the median: each round's ratio, in the order the rounds ran
   console.log(`\npg.1 / sqlite by round: ${ratios.pgOverSqlite.map((r) => fixed(r, 2)).join(', ')}`);
   console.log(`pg.floor / sqlite by round: ${ratios.floorOverSqlite.map((r) => fixed(r, 2)).join(', ')}`);
-  await Promise.all([...Object.values(stores).map((store) => store.close()), floor.close()]);
+  console.log(`pg.1.durable / sqlite by round: ${ratios.durableOverSqlite.map((r) => fixed(r, 2)).join(', ')}`);
+  console.log(
+    `pg.floor.durable / sqlite by round: ${ratios.durableFloorOverSqlite.map((r) => fixed(r, 2)).join(', ')}`,
+  );
+  await Promise.all([...Object.values(stores).map((store) => store.close()), floor.close(), durableFloor.close()]);
+  await Promise.all([cluster.close(), durableCluster.close()]);
   for (const database of Object.values(databases)) await database.drop();
 } finally {
-  await postgres.stop();
+  await Promise.all([postgres.stop(), durablePostgres.stop()]);
   rmSync(dir, { recursive: true, force: true });
 }
 

@@ -234,11 +234,13 @@ describe.concurrent('benchmark smoke runs', () => {
 
   it('postgresCreate prints creation on SQLite and PostgreSQL, the counted round trips and the targets', async () => {
     const output = await smoke('postgresCreate', 120_000);
-    for (const label of ['sqlite', 'pg.1', 'pg.16', 'pg.1@1000', 'pg.floor']) {
+    for (const label of ['sqlite', 'pg.1', 'pg.16', 'pg.1@1000', 'pg.floor', 'pg.1.durable', 'pg.floor.durable']) {
       for (const cell of row(output, label).slice(1)) expect(cell, `${label} in:\n${output}`).toMatch(NUMBER);
     }
     for (const label of ['create', 'get', 'finish']) expect(row(output, label)[1]).toMatch(NUMBER);
     expect(row(output, 'round trips per create <= 2')[1]).toMatch(NUMBER);
     expect(row(output, 'pg.1 / pg.floor (this store against the floor)')[1]).toMatch(NUMBER);
+    expect(row(output, 'pg.1.durable / sqlite, both syncing every commit, >= 0.7')[1]).toMatch(NUMBER);
+    expect(row(output, 'pg.floor.durable / sqlite (the floor, syncing)')[1]).toMatch(NUMBER);
   }, 150_000);
 });

@@ -40,7 +40,15 @@ export async function freePort(): Promise<number> {
   });
 }
 
-export async function startPostgres(): Promise<StartedPostgres> {
+/**
+ * `durable`: the cluster syncs every commit as a production one does (PostgreSQL's defaults: `fsync`,
+ * `synchronous_commit` and `full_page_writes` on); by default they are off, since the cluster is thrown away and a
+ * loaded disk's flushes are not what the tests measure.
+ */
+export async function startPostgres(options: { durable?: boolean } = {}): Promise<StartedPostgres> {
+  const speedOverCrashSafety = options.durable
+    ? []
+    : ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off'];
   const failures: string[] = [];
   for (let attempt = 1; attempt <= 3; attempt++) {
     const port = await freePort();
@@ -57,18 +65,13 @@ export async function startPostgres(): Promise<StartedPostgres> {
       persistent: false,
       // PostgreSQL refuses to run as root; as root, the library runs it as a `postgres` user it creates if missing
       createPostgresUser: true,
-      // TCP on localhost only; speed over crash safety, since the cluster is thrown away
+      // TCP on localhost only
       postgresFlags: [
         '-c',
         'listen_addresses=127.0.0.1',
         '-c',
         'unix_socket_directories=',
-        '-c',
-        'fsync=off',
-        '-c',
-        'synchronous_commit=off',
-        '-c',
-        'full_page_writes=off',
+        ...speedOverCrashSafety,
         '-c',
         'max_connections=300',
       ],
