@@ -18,6 +18,10 @@
  *   defaults); the first cluster, like the tests', runs with the three off, so `pg.1 / sqlite` compares a database that
  *   flushes nothing with one that flushes every commit
  *
+ * Where a PostgreSQL task's time goes, per scenario: the cluster's CPU (from /proc), the time its statements spend
+ * executing (`pg_stat_statements`, loaded in both clusters: the part of the store's work its statements' form decides,
+ * against the floor's, bench/RESULTS.md section 36) and the WAL it writes.
+ *
  * Round trips are counted, not inferred: every `pg.Client#query` of this process is counted (a query is one round
  * trip: node-postgres sends parse, bind, execute and sync in one flight; BEGIN and COMMIT are queries too), over
  * `--sequential` creates, gets and finishes done one at a time.
@@ -101,20 +105,33 @@ interface Figures {
   postgresCpuUs: number | undefined;
   /** The WAL the cluster wrote, bytes per task (what a syncing cluster flushes). */
   walBytes: number | undefined;
+  /** The time the cluster's statements spent executing, µs per task (`Cluster.execMs`). */
+  execUs: number | undefined;
 }
 
-/** A PostgreSQL cluster as `run` measures it: its postmaster's processes' CPU and the WAL it writes. */
+/**
+ * A PostgreSQL cluster as `run` measures it: its postmaster's processes' CPU, the WAL it writes and the time its
+ * statements spend executing.
+ */
 interface Cluster {
   /** undefined where there is no /proc: CPU not measured */
   postmaster: number | undefined;
   /** The WAL written so far (`pg_current_wal_lsn`, cluster-wide), in bytes. */
   walBytes(): Promise<number>;
+  /**
+   * The time every top-level statement of the cluster has spent executing so far, in ms (`pg_stat_statements`'
+   * `total_exec_time`, summed over its databases): parse, bind and the commit's flush are not in it, a trigger's work
+   * is in the statement that fired it.
+   */
+  execMs(): Promise<number>;
   close(): Promise<void>;
 }
 
 async function clusterOf(connectionString: string): Promise<Cluster> {
   const client = new pg.Client({ connectionString });
   await client.connect();
+  // the view of the library the cluster loads (startPostgres's `statementStats`), in this database
+  await client.query('CREATE EXTENSION IF NOT EXISTS pg_stat_statements');
   let postmaster: number | undefined;
   try {
     // the backend's parent is the postmaster (where /proc exists: Linux)
@@ -129,6 +146,12 @@ async function clusterOf(connectionString: string): Promise<Cluster> {
     walBytes: async () => {
       const { rows } = await client.query<{ lsn: string }>(`SELECT pg_current_wal_lsn() - '0/0' AS lsn`);
       return Number(rows[0]!.lsn);
+    },
+    execMs: async () => {
+      const { rows } = await client.query<{ ms: number }>(
+        'SELECT COALESCE(SUM(total_exec_time), 0)::float8 AS ms FROM pg_stat_statements',
+      );
+      return rows[0]!.ms;
     },
     close: () => client.end(),
   };
@@ -174,6 +197,7 @@ async function run(
   cluster?: Cluster,
 ): Promise<Figures> {
   const walBefore = await cluster?.walBytes();
+  const execBefore = await cluster?.execMs();
   const createMs: number[] = [];
   let next = 0;
   const cpuBefore = process.cpuUsage();
@@ -196,6 +220,7 @@ async function run(
   const cpu = process.cpuUsage(cpuBefore);
   const postgresAfter = postgresCpuMs(cluster?.postmaster);
   const walAfter = await cluster?.walBytes();
+  const execAfter = await cluster?.execMs();
   createMs.sort((a, b) => a - b);
   return {
     tasksPerSecond: tasks / seconds,
@@ -208,6 +233,7 @@ async function run(
         ? undefined
         : ((postgresAfter - postgresBefore) * 1000) / tasks,
     walBytes: walBefore === undefined || walAfter === undefined ? undefined : (walAfter - walBefore) / tasks,
+    execUs: execBefore === undefined || execAfter === undefined ? undefined : ((execAfter - execBefore) * 1000) / tasks,
   };
 }
 
@@ -331,8 +357,8 @@ console.log(
 );
 
 const dir = mkdtempSync(join(tmpdir(), 'closeout-bench-pgcreate-'));
-const postgres = await startPostgres();
-const durablePostgres = await startPostgres({ durable: true }).catch(async (error: unknown) => {
+const postgres = await startPostgres({ statementStats: true });
+const durablePostgres = await startPostgres({ durable: true, statementStats: true }).catch(async (error: unknown) => {
   await postgres.stop();
   throw error;
 });
@@ -450,16 +476,25 @@ try {
   console.log('');
   console.log(
     table(
-      ['per task (medians)', 'wall µs', 'this process CPU µs', 'PostgreSQL CPU µs', 'PostgreSQL WAL B'],
+      [
+        'per task (medians)',
+        'wall µs',
+        'this process CPU µs',
+        'PostgreSQL CPU µs',
+        'PostgreSQL exec µs',
+        'PostgreSQL WAL B',
+      ],
       names.map((name) => {
         const f = figures.get(name)!;
         const pgCpu = f.map((x) => x.postgresCpuUs).filter((x) => x !== undefined);
+        const exec = f.map((x) => x.execUs).filter((x) => x !== undefined);
         const wal = f.map((x) => x.walBytes).filter((x) => x !== undefined);
         return [
           name,
           fixed(median(f.map((x) => x.wallUs))),
           fixed(median(f.map((x) => x.nodeCpuUs))),
           pgCpu.length > 0 ? fixed(median(pgCpu)) : '',
+          exec.length > 0 ? fixed(median(exec)) : '',
           wal.length > 0 ? fixed(median(wal)) : '',
         ];
       }),

@@ -242,5 +242,13 @@ describe.concurrent('benchmark smoke runs', () => {
     expect(row(output, 'pg.1 / pg.floor (this store against the floor)')[1]).toMatch(NUMBER);
     expect(row(output, 'pg.1.durable / sqlite, both syncing every commit, >= 0.7')[1]).toMatch(NUMBER);
     expect(row(output, 'pg.floor.durable / sqlite (the floor, syncing)')[1]).toMatch(NUMBER);
+    // where a task's time goes: the second table's rows, each PostgreSQL scenario with its statements' execution time
+    const perTask = output.slice(output.indexOf('per task (medians)'));
+    expect(row(perTask, 'per task (medians)')).toContain('PostgreSQL exec µs');
+    for (const label of ['pg.1', 'pg.floor', 'pg.1.durable', 'pg.floor.durable']) {
+      const cells = row(perTask, label);
+      expect(cells, `${label} in:\n${perTask}`).toHaveLength(6);
+      for (const cell of cells.slice(1)) expect(cell, `${label} in:\n${perTask}`).toMatch(NUMBER);
+    }
   }, 150_000);
 });

@@ -43,12 +43,16 @@ export async function freePort(): Promise<number> {
 /**
  * `durable`: the cluster syncs every commit as a production one does (PostgreSQL's defaults: `fsync`,
  * `synchronous_commit` and `full_page_writes` on); by default they are off, since the cluster is thrown away and a
- * loaded disk's flushes are not what the tests measure.
+ * loaded disk's flushes are not what the tests measure. `statementStats`: `pg_stat_statements` is loaded (its
+ * extension still to be created in a database before its view can be read there).
  */
-export async function startPostgres(options: { durable?: boolean } = {}): Promise<StartedPostgres> {
+export async function startPostgres(
+  options: { durable?: boolean; statementStats?: boolean } = {},
+): Promise<StartedPostgres> {
   const speedOverCrashSafety = options.durable
     ? []
     : ['-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off'];
+  const statementStats = options.statementStats ? ['-c', 'shared_preload_libraries=pg_stat_statements'] : [];
   const failures: string[] = [];
   for (let attempt = 1; attempt <= 3; attempt++) {
     const port = await freePort();
@@ -72,6 +76,7 @@ export async function startPostgres(options: { durable?: boolean } = {}): Promis
         '-c',
         'unix_socket_directories=',
         ...speedOverCrashSafety,
+        ...statementStats,
         '-c',
         'max_connections=300',
       ],
