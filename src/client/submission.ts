@@ -18,7 +18,7 @@ import { TaskClientError } from './errors.js';
 import type { Following } from './following.js';
 import { callThroughInputRounds, InputRoundsError } from './inputRounds.js';
 import type { InputRouter } from './inputRouter.js';
-import type { ObservedTask, RecordedError, TaskRecord } from './ledger/ledger.js';
+import type { Closing, ObservedTask, RecordedError, TaskRecord } from './ledger/ledger.js';
 import { isFollowable, isTransientStorageError } from './ledger/ledger.js';
 import { wireIdempotencyKey } from './ledgerKeys.js';
 import { nextPollDelay } from './scheduler.js';
@@ -41,6 +41,11 @@ export class Submission {
    * call with the record's key records and follows this task instead of sending again.
    */
   private readonly unrecorded = new Map<string, ObservedTask>();
+  /**
+   * The same for answers that end a call without a task (an immediate result, a JSON-RPC error, input rounds the
+   * client could not finish): the next call with the record's key records this answer instead of sending again.
+   */
+  private readonly unrecordedAnswers = new Map<string, Closing>();
 
   constructor(
     private readonly core: ClientCore,
@@ -235,8 +240,16 @@ export class Submission {
     const meta: Record<string, unknown> = { ...this.requests.tasksMeta() };
     const wireKey = record.wireIdempotencyKey ?? record.idempotencyKey;
     if (wireKey !== undefined) meta[IDEMPOTENCY_KEY_META_KEY] = wireKey;
-    // from here on, silence means unknown-outcome
-    await core.ledger.markSent(record.recordId, core.leaseHolder, core.clock.now());
+    // from here on, silence means unknown-outcome. A process that no longer holds the record (paused past its lease,
+    // while another settled it as never sent, which a resubmission may have believed) sends nothing
+    if (!(await core.ledger.markSent(record.recordId, core.leaseHolder, core.clock.now()))) {
+      const now = await core.ledger.get(record.recordId);
+      throw new TaskClientError(
+        'invalid-state',
+        `record ${record.recordId} is ${now?.localState ?? 'gone'}${now?.terminalReason ? ` (${now.terminalReason})` : ''}: another process took it over while this one held it past its lease; tools/call was not sent`,
+        { record: now ?? record },
+      );
+    }
     let result: CallToolResult;
     try {
       // MRTR rounds (an InputRequiredResult before any task) are answered here, through the input handlers
@@ -270,9 +283,8 @@ export class Submission {
       if (error instanceof InputRoundsError) throw await this.failInputRounds(record, error);
       throw await this.failSubmission(record, error);
     }
-    await core.ledger.closeOut(
-      record.recordId,
-      core.leaseHolder,
+    await this.closeAnswered(
+      record,
       { localState: 'terminal', reason: 'immediate result', result: result as JsonObject },
       core.clock.now(),
     );
@@ -334,9 +346,8 @@ export class Submission {
         ? `tools/call needs input this client could not give: ${error.message}`
         : `tools/call did not end its input rounds: ${error.message}`;
     const kind = error.reason === 'input-unavailable' ? 'input' : 'server-output';
-    await core.ledger.closeOut(
-      record.recordId,
-      core.leaseHolder,
+    await this.closeAnswered(
+      record,
       { localState: 'terminal', reason, lastError: { kind, message: error.message, at: now } },
       now,
     );
@@ -350,43 +361,79 @@ export class Submission {
 
   /**
    * Commit a taskId that arrived (docs/DESIGN.md rule 10): a ledger another process holds locked (or a full disk) is
-   * retried with backoff for `storagePatienceMs`, and an `unrecorded` event names the taskId meanwhile, so it is
-   * never only in this process's memory. After that, the error says which task the server created.
+   * retried (`patiently`), and an `unrecorded` event names the taskId meanwhile, so it is never only in this
+   * process's memory. After that, the error says which task the server created.
    */
   private async commitArrived(record: TaskRecord, task: ObservedTask): Promise<boolean> {
+    const { core } = this;
+    try {
+      const committed = await this.patiently(
+        () => {
+          const now = core.clock.now();
+          return core.ledger.commitTask(record.recordId, core.leaseHolder, task, now, now + core.leaseMs);
+        },
+        (error) => {
+          const lastError: RecordedError = {
+            kind: 'storage',
+            message: `the ledger cannot record task ${task.taskId} yet: ${describe(error)}`,
+            at: core.clock.now(),
+          };
+          core.emit({ type: 'unrecorded', recordId: record.recordId, taskId: task.taskId, error: lastError });
+        },
+      );
+      this.unrecorded.delete(record.recordId);
+      return committed;
+    } catch (error) {
+      if (!isTransientStorageError(error)) throw error;
+      this.unrecorded.set(record.recordId, task);
+      throw new TaskClientError(
+        'storage',
+        `the server created task ${task.taskId}, and the ledger could not record it for ${Math.round(core.storagePatienceMs / 1000)} s (${describe(error)}); record ${record.recordId} stays as it was: call again with its idempotency key, or resume, once the ledger is free`,
+        { record, cause: error },
+      );
+    }
+  }
+
+  /**
+   * Close a record out with the answer that ended its call without a task (an immediate result, a JSON-RPC error,
+   * input rounds this client could not finish). An answer that arrived is a fact (docs/DESIGN.md rule 10): a busy
+   * ledger is waited for as for a taskId, or a call again with the key would run the tool again, where no server
+   * recognises the key of a call that made no task. Past patience the answer stays in this process
+   * (`unrecordedAnswers`) for such a call, and the error says so.
+   */
+  private async closeAnswered(record: TaskRecord, closing: Closing, at: number): Promise<void> {
+    const { core } = this;
+    try {
+      await this.patiently(() => core.ledger.closeOut(record.recordId, core.leaseHolder, closing, at));
+      this.unrecordedAnswers.delete(record.recordId);
+    } catch (error) {
+      if (!isTransientStorageError(error)) throw error;
+      this.unrecordedAnswers.set(record.recordId, closing);
+      throw new TaskClientError(
+        'storage',
+        `the server answered tools/call (${closing.reason}), and the ledger could not record it for ${Math.round(core.storagePatienceMs / 1000)} s (${describe(error)}); record ${record.recordId} stays as it was: call again with its idempotency key in this process once the ledger is free, or it will be sent again`,
+        { record, cause: error },
+      );
+    }
+  }
+
+  /**
+   * A ledger write of something the server answered, retried with backoff for `storagePatienceMs` while the ledger
+   * fails for a reason that passes (another process holding it locked, a full disk); `waiting` is told of the first
+   * failure. Any other error, or the last one once patience is spent, rejects.
+   */
+  private async patiently<T>(write: () => Promise<T>, waiting?: (error: unknown) => void): Promise<T> {
     const { core } = this;
     // patience is a duration: measured on the steady clock, which a wall-clock step does not move
     const started = core.steady.now();
     let delayMs = 50;
     for (let attempt = 1; ; attempt += 1) {
-      const now = core.clock.now();
       try {
-        const committed = await core.ledger.commitTask(
-          record.recordId,
-          core.leaseHolder,
-          task,
-          now,
-          now + core.leaseMs,
-        );
-        this.unrecorded.delete(record.recordId);
-        return committed;
+        return await write();
       } catch (error) {
         if (!isTransientStorageError(error)) throw error;
-        const lastError: RecordedError = {
-          kind: 'storage',
-          message: `the ledger cannot record task ${task.taskId} yet: ${describe(error)}`,
-          at: core.clock.now(),
-        };
-        if (attempt === 1)
-          core.emit({ type: 'unrecorded', recordId: record.recordId, taskId: task.taskId, error: lastError });
-        if (core.steady.now() - started >= core.storagePatienceMs) {
-          this.unrecorded.set(record.recordId, task);
-          throw new TaskClientError(
-            'storage',
-            `the server created task ${task.taskId}, and the ledger could not record it for ${Math.round(core.storagePatienceMs / 1000)} s (${describe(error)}); record ${record.recordId} stays as it was: call again with its idempotency key, or resume, once the ledger is free`,
-            { record, cause: error },
-          );
-        }
+        if (attempt === 1) waiting?.(error);
+        if (core.steady.now() - started >= core.storagePatienceMs) throw error;
         await new Promise<void>((resolve) => core.clock.setTimeout(resolve, delayMs));
         delayMs = Math.min(delayMs * 2, 2_000);
       }
@@ -401,9 +448,8 @@ export class Submission {
     if (error instanceof ProtocolError && badOutput === undefined) {
       // the server answered with a JSON-RPC error: no task exists; keep the error as the outcome
       const rpcError: JsonRpcError = { code: error.code, message: error.message, data: error.data };
-      await core.ledger.closeOut(
-        record.recordId,
-        core.leaseHolder,
+      await this.closeAnswered(
+        record,
         { localState: 'terminal', reason: `tools/call failed: ${error.code} ${error.message}`, error: rpcError },
         now,
       );
@@ -496,13 +542,20 @@ export class Submission {
   /**
    * A submission of this process that ended while the ledger could not take its outcome (a locked ledger, a database
    * outage): the lease on it is this process's own and stays renewed, so nobody else would ever settle it. The task
-   * the server created, when one arrived, is recorded and followed now; otherwise nothing is known of what the call
-   * did, which is an unknown outcome, recovered as a lost answer is (sent again with the same key).
+   * the server created, or the answer that ended the call, when one arrived, is recorded now; otherwise nothing is
+   * known of what the call did, which is an unknown outcome, recovered as a lost answer is (sent again with the same
+   * key).
    */
   private async recoverOwn(record: TaskRecord): Promise<CallToolResult | TaskHandle> {
     const { core } = this;
     const arrived = this.unrecorded.get(record.recordId);
     if (arrived) return this.recordArrived(record, arrived);
+    const answered = this.unrecordedAnswers.get(record.recordId);
+    if (answered) {
+      await this.closeAnswered(record, answered, core.clock.now());
+      await core.emitClosed(record.recordId);
+      return this.fromExisting(await core.reload(record.recordId), record.toolName, record.argumentsDigest);
+    }
     const now = core.clock.now();
     await core.ledger.closeOut(
       record.recordId,
