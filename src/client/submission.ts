@@ -283,12 +283,12 @@ export class Submission {
       if (error instanceof InputRoundsError) throw await this.failInputRounds(record, error);
       throw await this.failSubmission(record, error);
     }
-    await this.closeAnswered(
+    const recorded = await this.closeAnswered(
       record,
-      { localState: 'terminal', reason: 'immediate result', result: result as JsonObject },
+      { localState: 'terminal', reason: 'immediate result', result: result as JsonObject, arrived: true },
       core.clock.now(),
     );
-    await core.emitClosed(record.recordId);
+    if (recorded) await core.emitClosed(record.recordId);
     return result;
   }
 
@@ -397,21 +397,27 @@ export class Submission {
   /**
    * Close a record out with the answer that ended its call without a task (an immediate result, a JSON-RPC error,
    * input rounds this client could not finish). An answer that arrived is a fact (docs/DESIGN.md rule 10): a busy
-   * ledger is waited for as for a taskId, or a call again with the key would run the tool again, where no server
-   * recognises the key of a call that made no task. Past patience the answer stays in this process
-   * (`unrecordedAnswers`) for such a call, and the error says so.
+   * ledger is waited for as for a taskId, and an answer (`closing.arrived`) also closes the record when another
+   * process settled it `unknown-outcome` meanwhile; otherwise a call again with the key would run the tool again,
+   * since no server recognises the key of a call that made no task. Past patience the answer stays in this process
+   * (`unrecordedAnswers`) for such a call, and the error says so. False when the record had left the states it closes.
    */
-  private async closeAnswered(record: TaskRecord, closing: Closing, at: number): Promise<void> {
+  private async closeAnswered(record: TaskRecord, closing: Closing, at: number): Promise<boolean> {
     const { core } = this;
     try {
-      await this.patiently(() => core.ledger.closeOut(record.recordId, core.leaseHolder, closing, at));
+      const closed = await this.patiently(() => core.ledger.closeOut(record.recordId, core.leaseHolder, closing, at));
       this.unrecordedAnswers.delete(record.recordId);
+      return closed;
     } catch (error) {
       if (!isTransientStorageError(error)) throw error;
-      this.unrecordedAnswers.set(record.recordId, closing);
+      const again =
+        record.idempotencyKey === undefined
+          ? 'it was sent without an idempotency key, so nothing can tell a call again from a new one'
+          : 'call again with its idempotency key in this process once the ledger is free, or it will be sent again';
+      if (record.idempotencyKey !== undefined) this.unrecordedAnswers.set(record.recordId, closing);
       throw new TaskClientError(
         'storage',
-        `the server answered tools/call (${closing.reason}), and the ledger could not record it for ${Math.round(core.storagePatienceMs / 1000)} s (${describe(error)}); record ${record.recordId} stays as it was: call again with its idempotency key in this process once the ledger is free, or it will be sent again`,
+        `the server answered tools/call (${closing.reason}), and the ledger could not record it for ${Math.round(core.storagePatienceMs / 1000)} s (${describe(error)}); record ${record.recordId} stays as it was: ${again}`,
         { record, cause: error },
       );
     }
@@ -448,12 +454,17 @@ export class Submission {
     if (error instanceof ProtocolError && badOutput === undefined) {
       // the server answered with a JSON-RPC error: no task exists; keep the error as the outcome
       const rpcError: JsonRpcError = { code: error.code, message: error.message, data: error.data };
-      await this.closeAnswered(
+      const recorded = await this.closeAnswered(
         record,
-        { localState: 'terminal', reason: `tools/call failed: ${error.code} ${error.message}`, error: rpcError },
+        {
+          localState: 'terminal',
+          reason: `tools/call failed: ${error.code} ${error.message}`,
+          error: rpcError,
+          arrived: true,
+        },
         now,
       );
-      await core.emitClosed(record.recordId);
+      if (recorded) await core.emitClosed(record.recordId);
       return error;
     }
     const lastError: RecordedError =
@@ -552,8 +563,7 @@ export class Submission {
     if (arrived) return this.recordArrived(record, arrived);
     const answered = this.unrecordedAnswers.get(record.recordId);
     if (answered) {
-      await this.closeAnswered(record, answered, core.clock.now());
-      await core.emitClosed(record.recordId);
+      if (await this.closeAnswered(record, answered, core.clock.now())) await core.emitClosed(record.recordId);
       return this.fromExisting(await core.reload(record.recordId), record.toolName, record.argumentsDigest);
     }
     const now = core.clock.now();

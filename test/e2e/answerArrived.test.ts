@@ -13,7 +13,7 @@
 // on the client" 1). A client process stopped after its intent is committed and before its tools/call leaves, for
 // longer than its lease, while another process's resumeAll() settles the intent as never sent and resubmits it, sends
 // nothing when it runs again: sending then would run the tool twice.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -73,11 +73,12 @@ function serverTasks(path: string): Array<{ task_id: string; status: string; att
 }
 
 /**
- * A demo server, and a client process calling its batch_job that stops itself (SIGSTOP) where `call.pauseAt` says,
- * then stays stopped until its lease has run out. `submitted`: its ledger record as the stop left it.
+ * A demo server, and a client process calling its batch_job (or what `call` says) that stops itself (SIGSTOP) where
+ * `call.pauseAt` says, then stays stopped until its lease has run out. `submitted`: its ledger record as the stop left
+ * it.
  */
-async function stoppedPastLease(call: Record<string, unknown>) {
-  const server: ServeProcess = await startServe(['--store', join(dir, 'server.db')]);
+async function stoppedPastLease(call: Record<string, unknown>, serverEnv: Record<string, string> = {}) {
+  const server: ServeProcess = await startServe(['--store', join(dir, 'server.db')], 15_000, serverEnv);
   cleanups.push(() => server.stop());
   const config = { url: server.url, ledger: join(dir, 'ledger.db'), askedLog: join(dir, 'asked.log') };
   const paused = worker({
@@ -150,6 +151,32 @@ describe('an answer that arrives is recorded', { timeout: 120_000 }, () => {
     expect(serverTasks(join(dir, 'server.db'))).toEqual([
       { task_id: created[0]?.task_id, status: 'completed', attempt: 1 },
     ]);
+  });
+
+  it('an immediate result, after a SIGSTOP longer than the lease, while another process settled the submission', async () => {
+    const runLog = join(dir, 'runs.log');
+    const echo = { tool: 'echo', args: { text: 'order 42' }, idempotencyKey: 'order-42' };
+    const { config, paused } = await stoppedPastLease(
+      { ...echo, pauseAt: { method: 'tools/call' } },
+      { CLOSEOUT_RUN_LOG: runLog },
+    );
+    const resumer = worker({ ...config, mode: 'resume' });
+    expect(await resumer.next('resumed')).toMatchObject({ unknownOutcome: [{ key: 'order-42' }] });
+    await resumer.next('done');
+
+    paused.child.kill('SIGCONT');
+    const answer = { result: { content: [{ type: 'text', text: 'order 42' }] } };
+    expect(await paused.next('result')).toMatchObject(answer);
+    expect((await paused.exited).code).toBe(0);
+    const [after] = await ledgerRecords(config.ledger);
+    expect(after?.record).toMatchObject({ localState: 'terminal', terminalReason: 'immediate result' });
+    expect(after?.history.at(-1)?.note).toMatch(/^immediate result; the tools\/call answer arrived after the record/);
+
+    // the same call again, from another process: the recorded answer, not a second run
+    const again = worker({ ...config, mode: 'call', ...echo });
+    expect(await again.next('result')).toMatchObject(answer);
+    const runs = readFileSync(runLog, 'utf8').trim().split('\n');
+    expect(runs.filter((line) => line.includes('"echo"'))).toHaveLength(1);
   });
 
   it('while another process holds the ledger write lock past the busy timeout, and says the taskId meanwhile', async () => {

@@ -74,6 +74,16 @@ export function commitNote(previous: { localState: LocalState; terminalReason: s
     : 'task created';
 }
 
+/** The history note of an answer that ended a call without a task; a late one says so, as `commitNote` does. */
+export function answeredNote(
+  previous: { localState: LocalState; terminalReason: string | null | undefined },
+  reason: string,
+): string {
+  return previous.localState === 'unknown-outcome'
+    ? `${reason}; the tools/call answer arrived after the record was settled (${previous.terminalReason})`
+    : reason;
+}
+
 /** The history note when a tools/call answer names a task another record of the endpoint already follows. */
 export function taskHeldElsewhereNote(taskId: string, holderRecordId: string): string {
   return `tools/call answered task ${taskId}, which record ${holderRecordId} already follows`;

@@ -187,6 +187,12 @@ export interface Closing {
   result?: JsonObject | undefined;
   error?: JsonRpcError | undefined;
   lastError?: RecordedError | undefined;
+  /**
+   * The answer that ended a call without a task (an immediate result, a JSON-RPC error), which arrived (docs/DESIGN.md
+   * rule 10): it also closes a record that never had a task and that another process settled `unknown-outcome`
+   * meanwhile, as a taskId that arrives is committed.
+   */
+  arrived?: boolean | undefined;
 }
 
 export interface LedgerFilter {

@@ -23,7 +23,7 @@ import type pg from 'pg';
 
 import { inTransaction, isTransientPgError } from '../../postgresTransaction.js';
 import type { InputRequest, InputResponse, TaskStatus } from '../../protocol/index.js';
-import { abandonedReason, applyObservedTask, commitNote, taskHeldElsewhereNote } from './closing.js';
+import { abandonedReason, answeredNote, applyObservedTask, commitNote, taskHeldElsewhereNote } from './closing.js';
 import { endpointIdentity } from './endpointIdentity.js';
 import type {
   Closing,
@@ -242,6 +242,12 @@ const SQL = {
             result = COALESCE($6, result), error = COALESCE($7, error), last_error = COALESCE($8, last_error),
             next_poll_at = NULL, lease_owner = NULL, lease_expires_at = NULL, updated_at = $5
           WHERE record_id = $1 AND lease_owner = $2 AND ${OPEN_TO_DRIVE}`,
+  // an answer that arrived closes its submission also after another process settled it (Closing.arrived)
+  closeArrived: `UPDATE closeout_ledger_submissions SET local_state = $3, terminal_reason = $4, terminal_at = $5,
+                   result = COALESCE($6, result), error = COALESCE($7, error), last_error = COALESCE($8, last_error),
+                   next_poll_at = NULL, lease_owner = NULL, lease_expires_at = NULL, updated_at = $5
+                 WHERE record_id = $1 AND task_id IS NULL
+                   AND ((local_state = 'submitting' AND lease_owner = $2) OR local_state = 'unknown-outcome')`,
   // checked again: the server still knows the task, so it is followed again by the one checking
   reopen: `UPDATE closeout_ledger_submissions SET local_state = 'tracking', terminal_reason = NULL, terminal_at = NULL,
              lease_owner = $2, lease_expires_at = $3, updated_at = $4
@@ -641,7 +647,7 @@ export class PostgresLedger implements Ledger {
     return this.transaction('close', async (client): Promise<boolean> => {
       const before = (await client.query<SubmissionRow>(SQL.lock, [recordId])).rows[0];
       if (!before) return false;
-      const changed = await client.query(SQL.close, [
+      const changed = await client.query(closing.arrived ? SQL.closeArrived : SQL.close, [
         recordId,
         holder,
         closing.localState,
@@ -652,7 +658,10 @@ export class PostgresLedger implements Ledger {
         closing.lastError ? JSON.stringify(closing.lastError) : null,
       ]);
       if (changed.rowCount !== 1) return false;
-      await this.appendLocalChange(client, before, closing.localState, at, closing.reason);
+      const note = closing.arrived
+        ? answeredNote({ localState: before.local_state, terminalReason: before.terminal_reason }, closing.reason)
+        : closing.reason;
+      await this.appendLocalChange(client, before, closing.localState, at, note);
       return true;
     });
   }

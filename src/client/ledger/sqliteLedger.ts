@@ -14,7 +14,7 @@ import type { Migration } from '../../sqliteFile.js';
 import { openSqliteFile } from '../../sqliteFile.js';
 import { SqliteGroupCommit } from '../../sqliteGroupCommit.js';
 import type { SqliteSynchronous } from '../../sqliteSynchronous.js';
-import { abandonedReason, applyObservedTask, commitNote, taskHeldElsewhereNote } from './closing.js';
+import { abandonedReason, answeredNote, applyObservedTask, commitNote, taskHeldElsewhereNote } from './closing.js';
 import { endpointIdentity } from './endpointIdentity.js';
 import type {
   Closing,
@@ -348,6 +348,15 @@ export class SqliteLedger implements Ledger {
            lease_owner = NULL, lease_expires_at = NULL, updated_at = @at
          WHERE record_id = @recordId AND lease_owner = @holder AND local_state IN ('submitting','tracking')`,
       ),
+      // an answer that arrived closes its submission also after another process settled it (Closing.arrived)
+      closeArrived: db.prepare(
+        `UPDATE submissions SET local_state = @localState, terminal_reason = @reason, terminal_at = @at,
+           result = COALESCE(@result, result), error = COALESCE(@error, error),
+           last_error = COALESCE(@lastError, last_error), next_poll_at = NULL,
+           lease_owner = NULL, lease_expires_at = NULL, updated_at = @at
+         WHERE record_id = @recordId AND task_id IS NULL
+           AND ((local_state = 'submitting' AND lease_owner = @holder) OR local_state = 'unknown-outcome')`,
+      ),
       // every spelling an endpoint is stored under, the first used first (issue 13 item 6)
       endpointSpellings: db.prepare(
         `SELECT endpoint FROM submissions GROUP BY endpoint ORDER BY MIN(submitted_at), endpoint`,
@@ -594,7 +603,7 @@ export class SqliteLedger implements Ledger {
     return this.group.run((): boolean => {
       const before = this.stmt.get.get(recordId) as SubmissionRow | undefined;
       if (!before) return false;
-      const changed = this.stmt.close.run({
+      const changed = (closing.arrived ? this.stmt.closeArrived : this.stmt.close).run({
         recordId,
         holder,
         at,
@@ -605,7 +614,10 @@ export class SqliteLedger implements Ledger {
         lastError: closing.lastError ? JSON.stringify(closing.lastError) : null,
       }).changes;
       if (changed !== 1) return false;
-      this.appendLocalChange(before, closing.localState, at, closing.reason);
+      const note = closing.arrived
+        ? answeredNote({ localState: before.local_state, terminalReason: before.terminal_reason }, closing.reason)
+        : closing.reason;
+      this.appendLocalChange(before, closing.localState, at, note);
       return true;
     });
   }

@@ -737,9 +737,14 @@ export class PostgresTaskStore implements TaskStore {
     open: number | null,
     stored: number | null,
   ): Promise<{ task: StoredTask; created: boolean }> {
-    const inserted = await inTransaction(this.pool, async (client) => {
+    const answer = await inTransaction(this.pool, async (client) => {
       await client.query(SQL.ensureShards, [task.principal, COUNT_SHARDS]);
       const counts = (await client.query<ShardCounts>(SQL.lockShards, [task.principal])).rows;
+      // a create of the same key that was in flight when \`create\` looked for a replay holds one of these rows until it
+      // commits: read again under the locks, its task is the answer, at the limits too (an idempotent replay is never
+      // refused)
+      const replay = await this.byIdempotencyKey(task, client);
+      if (replay) return { task: replay, created: false };
       const openNow = counts.map((c) => Number(c.open_tasks));
       const storedNow = counts.map((c) => Number(c.stored_tasks));
       const total = (values: number[]) => values.reduce((sum, n) => sum + n, 0);
@@ -760,9 +765,11 @@ export class PostgresTaskStore implements TaskStore {
       ]);
       const parameters = [...insertParameters(task), shard];
       const { rowCount } = await client.query(SQL.insert, parameters);
-      return rowCount === 1 ? insertedTask(task, parameters[ARGUMENTS_PARAMETER] as string) : undefined;
+      return rowCount === 1
+        ? { task: insertedTask(task, parameters[ARGUMENTS_PARAMETER] as string), created: true }
+        : undefined;
     });
-    if (inserted) return { task: inserted, created: true };
+    if (answer) return answer;
     // lost a race to an idempotent create of the same key, committed since
     const existing = await this.byIdempotencyKey(task);
     if (existing) return { task: existing, created: false };
@@ -889,9 +896,12 @@ export class PostgresTaskStore implements TaskStore {
     return rows[0]!.task_id === null ? undefined : createdTask(create);
   }
 
-  private async byIdempotencyKey(task: NewTask): Promise<StoredTask | undefined> {
+  private async byIdempotencyKey(
+    task: NewTask,
+    client: pg.Pool | pg.PoolClient = this.pool,
+  ): Promise<StoredTask | undefined> {
     if (task.idempotencyKey === undefined) return undefined;
-    const { rows } = await this.pool.query<TaskRow>(SQL.byIdempotencyKey, [task.principal, task.idempotencyKey]);
+    const { rows } = await client.query<TaskRow>(SQL.byIdempotencyKey, [task.principal, task.idempotencyKey]);
     return rows[0] ? toTask(rows[0]) : undefined;
   }
 

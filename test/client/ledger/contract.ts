@@ -226,6 +226,28 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       expect(await ledger.commitTask('late', 'p2', task({ taskId: 't-late' }), T0 + 3)).toBe(true);
     });
 
+    it('records an answer that ended a call without a task on a settled record, only when told it arrived', async () => {
+      // invariant: docs/DESIGN.md rule 10, for an immediate result or a JSON-RPC error as for a taskId
+      const answer = { localState: 'terminal', reason: 'immediate result', result: { content: [] } } as const;
+      await ledger.recordIntent(submission({ recordId: 'imm' }));
+      await ledger.markSent('imm', 'p1', T0 + 1);
+      await ledger.settleAbandonedSubmissions(ENDPOINT, T0 + 60_000, 'found on resume');
+      // a plain close-out is fenced by the lease the settling took away
+      expect(await ledger.closeOut('imm', 'p1', answer, T0 + 60_001)).toBe(false);
+      expect((await ledger.get('imm'))?.localState).toBe('unknown-outcome');
+      expect(await ledger.closeOut('imm', 'p1', { ...answer, arrived: true }, T0 + 60_002)).toBe(true);
+      expect(await ledger.get('imm')).toMatchObject({ localState: 'terminal', result: { content: [] } });
+      expect((await ledger.history('imm')).at(-1)?.note).toMatch(
+        /^immediate result; .*arrived after the record was settled/,
+      );
+      // once closed, nothing closes it again; nor a record that has a task
+      expect(await ledger.closeOut('imm', 'p1', { ...answer, arrived: true }, T0 + 60_003)).toBe(false);
+      await ledger.recordIntent(submission({ recordId: 'tasked' }));
+      await ledger.commitTask('tasked', 'p1', task({ taskId: 't-tasked' }), T0 + 2);
+      expect(await ledger.closeOut('tasked', 'p2', { ...answer, arrived: true }, T0 + 3)).toBe(false);
+      expect((await ledger.get('tasked'))?.localState).toBe('tracking');
+    });
+
     it('appends history only when the status changes, and never lets it be rewritten', async () => {
       await ledger.recordIntent(submission({ recordId: 'h' }));
       await ledger.commitTask('h', 'p1', task(), T0);

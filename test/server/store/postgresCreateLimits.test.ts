@@ -1,7 +1,8 @@
 // The per-principal limits on PostgreSQL stay exact under load (issue 19): many creates of one principal racing on
 // several instances at its limit never let it exceed maxOpenTasksForPrincipal or maxStoredTasksForPrincipal, and never
 // refuse one that fits, while tasks finish, expire and are purged beside them; a database migrated with tasks in it
-// keeps counting them.
+// keeps counting them. A create of an idempotency key whose twin is in flight is that task's replay, not refused,
+// with the principal one task under its limit.
 import { randomUUID } from 'node:crypto';
 
 import pg from 'pg';
@@ -134,6 +135,35 @@ describe('PostgreSQL per-principal limits under racing creates', () => {
     expect(afterExpiry.created).toHaveLength(5);
     expect(await held()).toEqual({ open: 5, stored: 10 });
     expect(await held('dave')).toEqual({ open: 3, stored: 3 });
+  });
+
+  it('answers a create racing its idempotent twin with one task under the limit as a replay, never a refusal', async () => {
+    // found by an adversarial review: the twin whose shard had no quota left took the exact path, looked for the key
+    // before the other committed, waited for its shard lock, then found the totals at the limit and refused
+    const limits = { maxOpenTasksForPrincipal: 3, maxStoredTasksForPrincipal: 1_000 };
+    await race(2, limits);
+    const outcomes: string[] = [];
+    for (let round = 0; round < 12; round++) {
+      const key = `order-${round}`;
+      const twin = () => newTask({ ...limits, idempotencyKey: key });
+      // in one turn of one instance, and at once on two
+      const [a, b] =
+        round % 2 === 0
+          ? [stores[0]!.create(twin()), stores[0]!.create(twin())]
+          : [stores[0]!.create(twin()), stores[1]!.create(twin())];
+      const settled = await Promise.allSettled([a, b]);
+      const answers = settled.map((result) =>
+        result.status === 'fulfilled' ? (result.value.created ? 'created' : 'replay') : String(result.reason),
+      );
+      outcomes.push(answers.sort().join(' + '));
+      const tasks = settled.flatMap((result) => (result.status === 'fulfilled' ? [result.value.task.taskId] : []));
+      expect(new Set(tasks).size).toBe(1);
+      // the next round starts one under the limit again
+      const created = settled.find((result) => result.status === 'fulfilled' && result.value.created);
+      if (created?.status === 'fulfilled') await finish(created.value.task);
+    }
+    expect(outcomes).toEqual(Array.from({ length: 12 }, () => 'created + replay'));
+    expect(await held()).toMatchObject({ open: 2 });
   });
 
   it('counts the tasks a database held before migration 8 against the limits', async () => {
