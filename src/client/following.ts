@@ -8,8 +8,8 @@
 import { ProtocolError } from '@modelcontextprotocol/client';
 
 import { isDeadLocalHolder } from '../leaseHolder.js';
-import { LeaseOutage } from '../leaseOutage.js';
 import { ErrorCode, isTerminalStatus, TASK_METHODS } from '../protocol/index.js';
+import { TakeoverGate } from '../takeoverGate.js';
 import type { ClientCore } from './clientCore.js';
 import { describe } from './clientCore.js';
 import { TaskClientError } from './errors.js';
@@ -46,8 +46,10 @@ export class Following {
   private takeOverTimer: unknown;
   private takingOver: Promise<void> | undefined;
   private handleDriver: TaskHandleDriver | undefined;
-  /** What this worker's own lease renewals and take-overs say of the ledger: after they failed, take-overs wait. */
-  private readonly outage: LeaseOutage;
+  /** What this worker's own lease renewals and take-overs say of the ledger: lapsed leases are taken only through it. */
+  private readonly gate: TakeoverGate;
+  /** A take-over armed for when the gate opens, for records `resumeAll` found on lapsed leases before it was open. */
+  private deferredTakeOver: unknown;
   /** Set while the client recovers from a connection that closed under it. */
   private recovering: Promise<void> | undefined;
   /** Cuts the recovery's wait before its next attempt short (close() does not wait out a back-off). */
@@ -62,7 +64,7 @@ export class Following {
     private readonly requests: TaskRequests,
     private readonly inputs: InputRouter,
   ) {
-    this.outage = new LeaseOutage(core.leaseMs);
+    this.gate = new TakeoverGate({ leaseMs: core.leaseMs, now: () => core.steady.now() });
     this.scheduler = new PollScheduler({
       poll: (recordId) => core.serialized(recordId, () => this.poll(recordId)),
       policy: core.options.pollPolicy,
@@ -122,14 +124,15 @@ export class Following {
     const { core } = this;
     const now = core.clock.now();
     const claimedAt = core.steady.now();
-    // a lease that ran out while this worker could not reach the ledger says nothing about its holder: nobody could
-    // renew then (docs/DESIGN.md, "Rules learned in the field", 3; leaseOutage.ts)
-    const expiredBefore = this.outage.expiredBefore(now);
+    const sentAt = this.gate.clock();
+    // a lease that ran out says its holder is gone only when this worker saw the ledger healthy for a whole lease
+    // meanwhile (docs/DESIGN.md, "Rules learned in the field", 11; takeoverGate.ts); until then only free leases
+    const claimableAt = this.lapsedBefore(now);
     let orphans: TaskRecord[];
     let claimed: Set<string>;
     const leaseExpiresAt = now + core.leaseMs;
     try {
-      if (expiredBefore === now) {
+      if (claimableAt === now) {
         const settled = await core.ledger.settleAbandonedSubmissions(
           core.endpoint,
           now,
@@ -137,9 +140,9 @@ export class Following {
         );
         for (const record of settled) core.emit({ type: 'closed', record });
       }
-      orphans = (
-        await core.ledger.list({ endpoint: core.endpoint, claimableAt: expiredBefore, limit: TAKE_OVER_PAGE })
-      ).filter((record) => !core.handles.has(record.recordId));
+      orphans = (await core.ledger.list({ endpoint: core.endpoint, claimableAt, limit: TAKE_OVER_PAGE })).filter(
+        (record) => !core.handles.has(record.recordId),
+      );
       claimed = new Set(
         orphans.length === 0
           ? []
@@ -147,12 +150,12 @@ export class Following {
               orphans.map((record) => record.recordId),
               core.leaseHolder,
               leaseExpiresAt,
-              now,
+              claimableAt,
             ),
       );
-      this.outage.answered(now);
+      this.gate.answered(sentAt);
     } catch (error) {
-      this.outage.failed();
+      this.gate.failed();
       throw error;
     }
     return orphans
@@ -164,6 +167,31 @@ export class Following {
           claimedAt,
         ),
       );
+  }
+
+  /**
+   * The time before which a lapsed lease may be taken: now once the gate is open, else 1, which no lease of a live
+   * holder ends before (a free lease, or one its holder handed back or was proven dead and freed, is still taken).
+   */
+  private lapsedBefore(now: number): number {
+    return this.gate.isOpen() ? now : 1;
+  }
+
+  /** After `resumeAll` left records on lapsed leases to the gate: take them over once it opens, if still unheld. */
+  private takeOverWhenOpen(): void {
+    const { core } = this;
+    if (this.deferredTakeOver !== undefined || core.closed) return;
+    const run = () => {
+      this.deferredTakeOver = undefined;
+      if (core.closed) return;
+      if (!this.gate.isOpen()) {
+        this.takeOverWhenOpen();
+        return;
+      }
+      void this.takeOver().catch(() => undefined);
+    };
+    this.deferredTakeOver = core.clock.setTimeout(run, Math.max(50, this.gate.opensInMs() + 10));
+    (this.deferredTakeOver as { unref?: () => void }).unref?.();
   }
 
   private armTakeOver(): void {
@@ -197,9 +225,10 @@ export class Following {
     });
     // leases of holders proven dead are freed first, as on every other path (see freeLeasesOfDeadHolders)
     await this.freeLeasesOfDeadHolders(held);
+    // lapsed leases only through the gate (see takeOver): a live worker's submissions are not settled for it
     const unknownOutcome = await core.ledger.settleAbandonedSubmissions(
       core.endpoint,
-      core.clock.now(),
+      this.lapsedBefore(core.clock.now()),
       'found on resume',
     );
     // settling touched only `submitting` records and freeing only leases, which the claim below decides on afresh
@@ -215,12 +244,13 @@ export class Following {
     const now = core.clock.now();
     const claimedAt = core.steady.now();
     const leaseExpiresAt = now + core.leaseMs;
+    const claimableAt = this.lapsedBefore(now);
     const claimed = new Set(
       await core.ledger.claimAll(
         unfollowed.map((record) => record.recordId),
         core.leaseHolder,
         leaseExpiresAt,
-        now,
+        claimableAt,
       ),
     );
     for (const record of unfollowed) {
@@ -231,6 +261,11 @@ export class Following {
       // what the claim changed, without reading 10,000 records back; the first poll (now) refreshes the rest
       const mine: TaskRecord = { ...record, localState: 'tracking', leaseHolder: core.leaseHolder, leaseExpiresAt };
       resumed.push(this.startFollowing(mine, core.steady.now(), claimedAt));
+    }
+    // records on leases that lapsed before this worker could tell a dead holder from a stalled ledger: taken over
+    // here once it can, unless their holder renews meanwhile
+    if (claimableAt !== now && leasedElsewhere.some((record) => (record.leaseExpiresAt ?? 0) < now)) {
+      this.takeOverWhenOpen();
     }
     return { resumed, unknownOutcome, leasedElsewhere };
   }
@@ -272,10 +307,11 @@ export class Following {
   /** Take one record's lease: free, expired, ours, or held by a holder proven dead (then freed first). */
   private async claimLease(recordId: string, now: number): Promise<boolean> {
     const { core } = this;
-    if (await core.ledger.claim(recordId, core.leaseHolder, now + core.leaseMs, now)) return true;
+    const claimableAt = this.lapsedBefore(now);
+    if (await core.ledger.claim(recordId, core.leaseHolder, now + core.leaseMs, claimableAt)) return true;
     const record = await core.ledger.get(recordId);
     if (!record || !(await this.freeLeasesOfDeadHolders([record]))) return false;
-    return core.ledger.claim(recordId, core.leaseHolder, now + core.leaseMs, now);
+    return core.ledger.claim(recordId, core.leaseHolder, now + core.leaseMs, claimableAt);
   }
 
   /**
@@ -763,6 +799,7 @@ export class Following {
     if (this.leaseTimer !== undefined) core.clock.clearTimeout(this.leaseTimer);
     this.push.stop();
     if (this.takeOverTimer !== undefined) core.clock.clearTimeout(this.takeOverTimer);
+    if (this.deferredTakeOver !== undefined) core.clock.clearTimeout(this.deferredTakeOver);
     // a tick under way finishes first, so what it claimed is handed back below with the rest
     await this.takingOver;
     this.scheduler.stop();
@@ -862,9 +899,10 @@ export class Following {
     const tick = () => {
       if (core.closed) return;
       const at = core.clock.now();
+      const sentAt = this.gate.clock();
       void core.ledger.renewLeases(core.leaseHolder, at + core.leaseMs).then(
-        () => this.outage.answered(at),
-        () => this.outage.failed(),
+        () => this.gate.answered(sentAt),
+        () => this.gate.failed(),
       );
       this.leaseTimer = core.clock.setTimeout(tick, every);
       // renewal alone must not keep a process alive: polls and waiters do

@@ -23,6 +23,10 @@ export interface StepRun {
   now: () => number;
   /** Runs a store call, trying again while the store is unreachable, for as long as the run is live. */
   retrying: <T>(call: () => Promise<T>) => Promise<T>;
+  /** As `retrying`, for the write of a step whose function ran: it may land after a shutdown stopped the run. */
+  committing: <T>(call: () => Promise<T>) => Promise<T>;
+  /** Resolves once the run's lease is proven for a while ahead; throws once the run is aborted. */
+  held: () => Promise<void>;
   /** The store refused a write for the lease: the run lost it. Aborts the run and throws. */
   leaseLost: () => never;
 }
@@ -84,6 +88,8 @@ export class DurableSteps {
     }
     this.inFlight++;
     try {
+      // fenced before it starts, not only when it commits (docs/DESIGN.md, "Rules learned in the field", 12)
+      if (run.lease !== undefined) await run.held();
       const value = await fn();
       const measured =
         value === undefined ? undefined : measureJson(value, run.limits.maxStepResultBytes, run.limits.maxJsonDepth);
@@ -96,7 +102,7 @@ export class DurableSteps {
       const result = value === undefined ? undefined : (JSON.parse(JSON.stringify(value)) as JsonValue);
       if (run.lease === undefined) return result as T;
       const lease = run.lease;
-      const written = await run.retrying(() =>
+      const written = await run.committing(() =>
         run.store
           .recordStep(lease, name, result, run.now(), {
             maxSteps: finite(run.limits.maxStepsPerTask),

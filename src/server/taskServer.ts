@@ -9,7 +9,6 @@ import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
 import type * as z from 'zod/v4';
 
 import { isDeadLocalHolder, newLeaseHolder } from '../leaseHolder.js';
-import { LeaseOutage } from '../leaseOutage.js';
 import type {
   CreateTaskResult,
   DetailedTask,
@@ -20,6 +19,7 @@ import type {
 } from '../protocol/index.js';
 import { canonicalJson, ErrorCode, InputKeySchema, InputRequestSchema, isTerminalStatus } from '../protocol/index.js';
 import type { TraceCarrier } from '../protocol/traceContext.js';
+import { TakeoverGate } from '../takeoverGate.js';
 import { DurableSteps } from './durableSteps.js';
 import { undeclaredInput } from './inputCapabilities.js';
 import { describeRefusal, measureJson, resolveLimits, type TaskLimits } from './limits.js';
@@ -103,6 +103,13 @@ interface RunningTask {
    * its lease renewed, until that write lands or the lease is lost.
    */
   ending: boolean;
+  /**
+   * Until when (performance.now) the lease is surely this run's: the time the last write that proved it (create,
+   * claim, renewal) was sent, plus a lease. A step's function starts only well before then (whileHeld).
+   */
+  heldUntil: number;
+  /** Since when (performance.now) the run was aborted: a finished step may still commit for a grace (commitStep). */
+  abortedAt: number | undefined;
   /** Starts the handler; set while the run waits for a renewal to prove its lease (see launchWhileHeld). */
   start: (() => void) | undefined;
 }
@@ -153,8 +160,8 @@ export class TaskServer {
   private housekeeping: Promise<void> | undefined;
   /** Whether the last renewal failed because the store could not be reached (reported once per outage). */
   private storeUnreachable = false;
-  /** What the lease loop's own statements say of the store: after they failed, claims wait (see takeOverOrphans). */
-  private readonly outage: LeaseOutage;
+  /** What the lease loop's own statements say of the store: lapsed leases are taken only through it (takeOverOrphans). */
+  private readonly gate: TakeoverGate;
   private lastRepeatReport = 0;
   private suppressedReports = 0;
   private unsubscribe: (() => void) | undefined;
@@ -169,8 +176,8 @@ export class TaskServer {
     this.store = this.telemetry.instrumentStore(options.store);
     this.limits = resolveLimits(options);
     this.leaseMs = options.leaseMs ?? 10_000;
-    this.outage = new LeaseOutage(this.leaseMs);
     this.sweepIntervalMs = options.sweepIntervalMs ?? Math.max(50, Math.floor(this.leaseMs / 3));
+    this.gate = new TakeoverGate({ leaseMs: this.leaseMs, everyMs: this.sweepIntervalMs });
     this.retentionMs = options.retentionMs ?? HOUR_MS;
     this.unlimitedRetentionMs = options.unlimitedRetentionMs ?? 7 * 24 * HOUR_MS;
     this.cancelGraceMs = options.cancelGraceMs ?? 5000;
@@ -347,6 +354,8 @@ export class TaskServer {
       signal,
       now: this.now,
       retrying: (call) => call(),
+      committing: (call) => call(),
+      held: () => Promise.resolve(),
       leaseLost: () => {
         throw new Error('an inline run holds no lease');
       },
@@ -549,6 +558,9 @@ export class TaskServer {
       cancelTimer: undefined,
       settled: Promise.resolve(),
       ending: false,
+      // the lease's expiry was computed before the write that took it went out: what is left of it now, at most
+      heldUntil: performance.now() + Math.min(this.leaseMs, (task.leaseExpiresAt ?? 0) - this.now()),
+      abortedAt: undefined,
       start: undefined,
     };
     // one live run per task in this instance: a re-claim stops the run that held the old fence (docs/DESIGN.md, "Rules
@@ -565,6 +577,8 @@ export class TaskServer {
       signal: controller.signal,
       now: this.now,
       retrying: (call) => this.whileUnreachable(run, call),
+      committing: (call) => this.whileUnreachable(run, call, { afterShutdown: true }),
+      held: () => this.whileHeld(run),
       leaseLost: () => {
         this.abort(run, 'lease-lost');
         controller.signal.throwIfAborted();
@@ -606,6 +620,27 @@ export class TaskServer {
       })();
     };
     return run;
+  }
+
+  /** A write sent at `sentAt` (performance.now) found the run's lease still its own. */
+  private proven(run: RunningTask, sentAt: number): void {
+    run.heldUntil = Math.max(run.heldUntil, sentAt + this.leaseMs);
+  }
+
+  /**
+   * Resolves once the run's lease is proven for at least a third of a lease ahead (docs/DESIGN.md, "Rules learned in
+   * the field", 12): a step's function starts only in an attempt that still holds the task, so one stopped past its
+   * lease (a paused process, a store it alone cannot reach) waits for the next renewal, and learns there whether
+   * another instance took the task meanwhile (then it is aborted, and the step never runs here). While the lease
+   * loop renews on time this resolves at once: a renewal leaves two thirds of a lease, less its round trip.
+   */
+  private async whileHeld(run: RunningTask): Promise<void> {
+    for (;;) {
+      run.controller.signal.throwIfAborted();
+      if (run.heldUntil - performance.now() >= this.leaseMs / 3) return;
+      this.requestSweep();
+      await sleep(Math.max(10, Math.min(100, this.leaseMs / 20)));
+    }
   }
 
   /** Starts the run's handler, once. */
@@ -713,9 +748,13 @@ export class TaskServer {
    * Runs a handler-side store call, trying again while the store is unreachable, for as long as the run is live: a
    * database blip must not fail the task (docs/DESIGN.md, "Rules learned in the field", 3).
    */
-  private async whileUnreachable<T>(run: RunningTask, call: () => Promise<T>): Promise<T> {
+  private async whileUnreachable<T>(
+    run: RunningTask,
+    call: () => Promise<T>,
+    options: { afterShutdown?: boolean } = {},
+  ): Promise<T> {
     for (let delay = RETRY_MIN_MS; ; delay = Math.min(delay * 2, RETRY_MAX_MS)) {
-      run.controller.signal.throwIfAborted();
+      if (!(options.afterShutdown && this.mayStillCommit(run))) run.controller.signal.throwIfAborted();
       try {
         return await call();
       } catch (error) {
@@ -723,6 +762,18 @@ export class TaskServer {
       }
       await sleep(delay);
     }
+  }
+
+  /**
+   * A step whose function finished is committed even when the run was stopped meanwhile for a shutdown or a cancel,
+   * within the grace `close()` gives handlers: the lease is still held (close hands it back only after the grace), and
+   * a side effect that happened must not run again in the next attempt (docs/DESIGN.md, "Rules learned in the field",
+   * 12). The store's fence still refuses the write once another instance holds the task.
+   */
+  private mayStillCommit(run: RunningTask): boolean {
+    const reason = run.controller.signal.reason as TaskAbortedError | undefined;
+    if (!run.controller.signal.aborted || reason?.cause === 'lease-lost' || reason?.cause === 'expired') return false;
+    return run.abortedAt !== undefined && performance.now() - run.abortedAt < this.cancelGraceMs;
   }
 
   /** Hands stored answers to the handler's waiting `input()` calls. */
@@ -753,6 +804,7 @@ export class TaskServer {
   private abort(run: RunningTask, cause: AbortCause): void {
     if (run.controller.signal.aborted || (run.ending && cause !== 'lease-lost')) return;
     const reason = new TaskAbortedError(cause);
+    run.abortedAt = performance.now();
     run.controller.abort(reason);
     for (const waiter of run.waiters.values()) waiter.reject(reason);
     run.waiters.clear();
@@ -811,37 +863,36 @@ export class TaskServer {
    */
   private async sweep(deadHolders: string[]): Promise<void> {
     try {
-      const startedAt = this.now();
       const runs = [...this.running.values()];
-      if (!(await this.renew(runs, startedAt))) return;
+      if (!(await this.renew(runs))) return;
       // runs that joined while that statement was out (a create or a claim that came back) are renewed before any
       // claim, so a slow create is never taken for an orphan by its own instance
       const renewedRuns = new Set(runs);
       const joined = [...this.running.values()].filter((r) => !renewedRuns.has(r));
-      if (joined.length > 0 && !(await this.renew(joined, this.now()))) return;
+      if (joined.length > 0 && !(await this.renew(joined))) return;
       // fallback for a missed input signal: one read for every awaited key
       await this.deliverAnswersTo([...this.running.values()].filter((r) => r.waiters.size > 0));
-      // a renewal slower than half a lease may have let a lease run out meanwhile: claim on the next tick
-      if (this.now() - startedAt < this.leaseMs / 2) await this.takeOverOrphans(deadHolders, startedAt);
+      await this.takeOverOrphans(deadHolders);
     } catch (error) {
-      this.outage.failed();
+      this.gate.failed();
       this.report(error);
     }
   }
 
   /** Renews the runs' leases in one statement and acts on the answer; false when the store could not be reached. */
-  private async renew(runs: RunningTask[], now: number): Promise<boolean> {
+  private async renew(runs: RunningTask[]): Promise<boolean> {
+    const sentAt = this.gate.clock();
     let renewed;
     try {
       renewed = await this.store.renewLeases(
         this.instanceId,
         runs.map((r) => r.lease),
-        now + this.leaseMs,
+        this.now() + this.leaseMs,
       );
       // no lease, no statement: only a renewal that went out says the store answers
-      if (runs.length > 0) this.outage.answered(now);
+      if (runs.length > 0) this.gate.answered(sentAt);
     } catch (error) {
-      this.outage.failed();
+      this.gate.failed();
       if (!this.storeUnreachable) {
         this.report(
           new Error(
@@ -858,9 +909,13 @@ export class TaskServer {
     const held = new Map(renewed.map((l) => [l.taskId, l]));
     for (const run of runs) {
       const lease = held.get(run.lease.taskId);
-      if (!lease || lease.fence !== run.lease.fence) this.loseLease(run);
+      if (!lease || lease.fence !== run.lease.fence) {
+        this.loseLease(run);
+        continue;
+      }
+      this.proven(run, sentAt);
       // fallback for a missed cancel signal
-      else if (lease.cancelRequested) this.abort(run, 'cancelled');
+      if (lease.cancelRequested) this.abort(run, 'cancelled');
       // a run that waited for this proof of its lease starts now
       else this.begin(run);
     }
@@ -869,22 +924,25 @@ export class TaskServer {
 
   /**
    * Claims orphans in batches, for at most a third of a lease per tick so the next renewal is never late; what is
-   * left is claimed on the next tick.
+   * left is claimed on the next tick. A lease that ran out is taken only through the gate: after this instance saw the
+   * store answer promptly for a whole lease (takeoverGate.ts; docs/DESIGN.md, "Rules learned in the field", 11).
+   * Until then only leases handed back (expiry 0, see close) and those of holders proven dead are taken, and the claim
+   * still goes out, as the probe that opens the gate.
    */
-  private async takeOverOrphans(deadHolders: string[], tickStartedAt: number): Promise<void> {
+  private async takeOverOrphans(deadHolders: string[]): Promise<void> {
+    const tickStartedAt = this.gate.clock();
     for (;;) {
       const now = this.now();
-      // a lease that ran out while this instance could not reach the store says nothing about its holder: nobody could
-      // renew then (docs/DESIGN.md, "Rules learned in the field", 3; leaseOutage.ts)
-      const expiredBefore = this.outage.expiredBefore(now);
-      const claimed = await this.store.claimOrphans(
-        this.instanceId,
-        expiredBefore,
-        now + this.leaseMs,
-        100,
-        deadHolders,
-      );
-      this.outage.answered(now);
+      const sentAt = this.gate.clock();
+      const expiredBefore = this.gate.isOpen() ? now : 1;
+      let claimed;
+      try {
+        claimed = await this.store.claimOrphans(this.instanceId, expiredBefore, now + this.leaseMs, 100, deadHolders);
+      } catch (error) {
+        this.gate.failed();
+        throw error;
+      }
+      this.gate.answered(sentAt);
       for (const task of claimed) {
         const lease = { taskId: task.taskId, fence: task.fence };
         const tool = this.tools.get(task.toolName);
@@ -897,6 +955,7 @@ export class TaskServer {
           // so the run goes on under the new fence, neither re-run nor failed (docs/DESIGN.md, "Rules learned in the
           // field", 3 and 9)
           ownRun.lease.fence = task.fence;
+          this.proven(ownRun, sentAt);
           this.begin(ownRun);
           this.telemetry.leaseTakeover(task.toolName, 'continued');
         } else if (task.cancelRequested) {
@@ -923,7 +982,7 @@ export class TaskServer {
           this.telemetry.leaseTakeover(task.toolName, 'interrupted');
         }
       }
-      if (claimed.length < 100 || this.closed || this.now() - tickStartedAt > this.leaseMs / 3) return;
+      if (claimed.length < 100 || this.closed || this.gate.clock() - tickStartedAt > this.leaseMs / 3) return;
     }
   }
 

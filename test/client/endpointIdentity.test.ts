@@ -9,6 +9,7 @@ import { describe, expect, it } from 'vitest';
 import type { PollPolicy } from '../../src/client/index.js';
 import { argumentsDigest, isTaskHandle, SqliteLedger } from '../../src/client/index.js';
 import { endpointIdentity } from '../../src/client/ledger/endpointIdentity.js';
+import { deadHolderId } from '../support/deadHolder.js';
 import { useClientHarness } from './fixtures/clientHarness.js';
 
 const FAST: Partial<PollPolicy> = { floorMs: 5, capMs: 100, defaultIntervalMs: 20, backoffBaseMs: 10 };
@@ -83,6 +84,8 @@ describe('one server under two URL spellings', () => {
     const old = new SqliteLedger(harness.ledgerPath);
     const [slash, named] = spellings();
     const past = Date.now() - 60_000;
+    // a process of an earlier build, since gone
+    const earlierBuild = deadHolderId();
     for (const [index, endpoint] of [slash, named].entries()) {
       const recordId = `old-${index}`;
       await old.recordIntent({
@@ -93,13 +96,13 @@ describe('one server under two URL spellings', () => {
         argumentsDigest: argumentsDigest(ARGS),
         idempotencyKey: KEY,
         submittedAt: past + index,
-        leaseHolder: 'earlier-build',
+        leaseHolder: earlierBuild,
         leaseExpiresAt: past + 1_000,
       });
-      await old.markSent(recordId, 'earlier-build', past + index);
+      await old.markSent(recordId, earlierBuild, past + index);
       await old.commitTask(
         recordId,
-        'earlier-build',
+        earlierBuild,
         {
           taskId: made.taskId,
           status: 'working',

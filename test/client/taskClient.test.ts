@@ -10,6 +10,7 @@ import { describe, expect, it } from 'vitest';
 
 import type { PollPolicy, TaskHandle, TaskInputHandlers } from '../../src/client/index.js';
 import { argumentsDigest, isTaskHandle, SqliteLedger, TaskClient, TaskClientError } from '../../src/client/index.js';
+import { deadHolderId } from '../support/deadHolder.js';
 import { waitFor } from '../support/waitFor.js';
 import { task, textOf, useClientHarness } from './fixtures/clientHarness.js';
 import { startTasksFixture } from './fixtures/tasksFixtureServer.js';
@@ -572,6 +573,7 @@ describe('TaskClient recovery', () => {
   });
 
   it('surfaces a submission left unanswered as unknown-outcome and re-sends it only on resubmit', async () => {
+    const deadProcess = deadHolderId();
     const ledger = new SqliteLedger(harness.ledgerPath);
     await ledger.recordIntent({
       recordId: 'lost',
@@ -581,10 +583,10 @@ describe('TaskClient recovery', () => {
       argumentsDigest: argumentsDigest({}),
       idempotencyKey: 'job-9',
       submittedAt: Date.now() - 60_000,
-      leaseHolder: 'dead-process',
+      leaseHolder: deadProcess,
       leaseExpiresAt: Date.now() - 30_000,
     });
-    await ledger.markSent('lost', 'dead-process', Date.now() - 59_000);
+    await ledger.markSent('lost', deadProcess, Date.now() - 59_000);
     await ledger.dispose();
 
     const client = await harness.connect();

@@ -56,17 +56,32 @@ function instance(name: string, store: TaskStore): TaskServer {
 
 const settle = () => new Promise((resolve) => setTimeout(resolve, 20));
 
+/**
+ * An instance that has seen the store answer promptly for a whole lease (real time: its takeover gate, see
+ * src/takeoverGate.ts), so that its next sweep may take lapsed leases over; `sweep` runs one lease tick now.
+ */
+async function warmInstance(name: string, store: TaskStore): Promise<{ sweep: () => Promise<void> }> {
+  const tasks = instance(name, store);
+  await tasks.start();
+  const sweep = () => (tasks as unknown as { sweep(deadHolders: string[]): Promise<void> }).sweep([]);
+  for (let i = 0; i < 6; i++) {
+    await new Promise((resolve) => setTimeout(resolve, LEASE_MS / 4));
+    await sweep();
+  }
+  return { sweep };
+}
+
 describe('a store write slower than the lease', () => {
   it('does not start a handler another instance claimed while the create was on its way back', async () => {
     clock = Date.now();
     const store = new SqliteTaskStore(':memory:');
     open.push(store);
-    const b = instance('instance-b', store);
+    const b = await warmInstance('instance-b', store);
     const a = instance(
       'instance-a',
       slowToAnswer(store, async () => {
         clock += 2 * LEASE_MS;
-        await b.start(); // b's first sweep finds the task's lease run out and takes it over
+        await b.sweep(); // b's sweep finds the task's lease run out and takes it over
       }),
     );
     await a.start();
@@ -91,7 +106,7 @@ describe('a store write slower than the lease', () => {
     await settle();
     expect(runs).toEqual([{ instance: 'instance-a', attempt: 1 }]);
     expect((await store.get(created.taskId))?.leaseExpiresAt).toBeGreaterThan(clock);
-    await instance('instance-b', store).start();
+    await (await warmInstance('instance-b', store)).sweep();
     await settle();
     expect(runs).toEqual([{ instance: 'instance-a', attempt: 1 }]);
   });

@@ -1,0 +1,112 @@
+// A stalled store is not a dead holder (docs/DESIGN.md, "Rules learned in the field", 11): when nobody could renew a
+// lease (another process held the SQLite file's write lock for longer than the lease), the lease runs out with its
+// holder alive. Neither an idle instance that lived through the stall nor one started right after it may take the
+// live holder's tasks: each runs once, in the instance that created it, and completes.
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+
+import { holdWriteLock } from '../support/ledgerLock.js';
+import { type ServeProcess, startServe } from '../support/processes.js';
+import { rpc } from '../support/rpc.js';
+import { waitFor } from '../support/waitFor.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'closeout-lease-stalls-'));
+const live: ServeProcess[] = [];
+let stores = 0;
+
+afterEach(async () => {
+  await Promise.all(live.splice(0).map((p) => p.kill()));
+});
+
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+async function serve(store: string, runLog: string, leaseMs: number): Promise<ServeProcess> {
+  const p = await startServe(['--store', store, '--lease-ms', String(leaseMs)], 20_000, { CLOSEOUT_RUN_LOG: runLog });
+  live.push(p);
+  return p;
+}
+
+async function create(url: string, name: string, args: Record<string, unknown>): Promise<string> {
+  const r = await rpc(url, 'tools/call', { name, arguments: args });
+  expect(r.result?.['resultType']).toBe('task');
+  return r.result!['taskId'] as string;
+}
+
+function runsOf(runLog: string, taskId: string): Array<{ attempt: number; pid: number }> {
+  if (!existsSync(runLog)) return [];
+  return readFileSync(runLog, 'utf8')
+    .trim()
+    .split('\n')
+    .map((line) => JSON.parse(line) as { taskId: string; attempt: number; pid: number })
+    .filter((run) => run.taskId === taskId);
+}
+
+async function settled(url: string, taskId: string, timeoutMs: number): Promise<Record<string, unknown>> {
+  return waitFor(
+    `task ${taskId} to close out`,
+    async () => {
+      const r = await rpc(url, 'tasks/get', { taskId });
+      const status = String(r.result?.['status']);
+      return ['completed', 'failed', 'cancelled'].includes(status) ? r.result! : undefined;
+    },
+    timeoutMs,
+    100,
+  );
+}
+
+/** Two tasks of `holder`: a resumable batch (re-run on takeover) and a non-resumable report (failed on takeover). */
+async function twoTasks(holder: ServeProcess, runLog: string): Promise<string[]> {
+  const batch = await create(holder.url, 'batch_job', { items: 24, stepMs: 250 });
+  const report = await create(holder.url, 'export_report', { pages: 24, pageMs: 250 });
+  await waitFor('both handlers to start', () =>
+    runsOf(runLog, batch).length && runsOf(runLog, report).length ? true : undefined,
+  );
+  return [batch, report];
+}
+
+async function expectRanOnceIn(holder: ServeProcess, runLog: string, taskIds: string[]): Promise<void> {
+  for (const taskId of taskIds) {
+    const task = await settled(holder.url, taskId, 40_000);
+    expect(task, `task ${taskId}`).toMatchObject({ status: 'completed' });
+    expect(runsOf(runLog, taskId), `runs of ${taskId}`).toEqual([
+      expect.objectContaining({ attempt: 1, pid: holder.child.pid }),
+    ]);
+  }
+}
+
+describe('a SQLite write lock held past the lease', { timeout: 120_000 }, () => {
+  it('an idle instance that lived through the stall takes no task of the live holder', async () => {
+    const store = join(dir, `store-${++stores}.db`);
+    const runLog = join(dir, `runs-${stores}.jsonl`);
+    const holder = await serve(store, runLog, 2000);
+    await serve(store, runLog, 2000);
+    const tasks = await twoTasks(holder, runLog);
+
+    const lock = await holdWriteLock(store);
+    await sleep(4000);
+    await lock.release();
+
+    await expectRanOnceIn(holder, runLog, tasks);
+  });
+
+  it('an instance started during the stall takes no task of the live holder', async () => {
+    const store = join(dir, `store-${++stores}.db`);
+    const runLog = join(dir, `runs-${stores}.jsonl`);
+    const holder = await serve(store, runLog, 2000);
+    const tasks = await twoTasks(holder, runLog);
+
+    const lock = await holdWriteLock(store);
+    await sleep(2000);
+    // its start waits on the lock, and its first look at the leases comes right after the stall
+    const starting = serve(store, runLog, 2000);
+    await sleep(2500);
+    await lock.release();
+    await starting;
+
+    await expectRanOnceIn(holder, runLog, tasks);
+  });
+});
