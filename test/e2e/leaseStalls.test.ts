@@ -7,9 +7,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 
 import { holdWriteLock } from '../support/ledgerLock.js';
+import { type StartedPostgres, startPostgres } from '../support/postgres.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
 import { rpc } from '../support/rpc.js';
 import { waitFor } from '../support/waitFor.js';
@@ -105,6 +106,45 @@ describe('a SQLite write lock held past the lease', { timeout: 120_000 }, () => 
     const starting = serve(store, runLog, 2000);
     await sleep(2500);
     await lock.release();
+    await starting;
+
+    await expectRanOnceIn(holder, runLog, tasks);
+  });
+});
+
+describe('PostgreSQL stalled past the lease', { timeout: 180_000 }, () => {
+  let postgres: StartedPostgres;
+  beforeAll(async () => {
+    postgres = await startPostgres();
+  }, 120_000);
+  afterAll(async () => {
+    await Promise.all(live.splice(0).map((p) => p.kill()));
+    await postgres?.stop();
+  }, 60_000);
+
+  it('frozen (statements answer late): an idle instance takes no task of the live holder', async () => {
+    const { connectionString } = await postgres.createDatabase();
+    const runLog = join(dir, `runs-pg-frozen.jsonl`);
+    const holder = await serve(connectionString, runLog, 2000);
+    await serve(connectionString, runLog, 2000);
+    const tasks = await twoTasks(holder, runLog);
+
+    await postgres.freeze(4500);
+
+    await expectRanOnceIn(holder, runLog, tasks);
+  });
+
+  it('stopped: an instance started right after it is back takes no task of the live holder', async () => {
+    const { connectionString } = await postgres.createDatabase();
+    const runLog = join(dir, `runs-pg-outage.jsonl`);
+    const holder = await serve(connectionString, runLog, 2000);
+    const tasks = await twoTasks(holder, runLog);
+
+    const outage = postgres.outage(5000);
+    // its process starts while the database is down and first reaches it as it comes back
+    await sleep(4600);
+    const starting = serve(connectionString, runLog, 2000);
+    await outage;
     await starting;
 
     await expectRanOnceIn(holder, runLog, tasks);

@@ -5,6 +5,7 @@
 import type { ChildProcess } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { once } from 'node:events';
+import { readdirSync, readFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -23,7 +24,35 @@ export interface StartedPostgres {
    * down for `downMs`, and starts it again on the same port and data.
    */
   outage: (downMs: number) => Promise<void>;
+  /**
+   * A frozen database: every process of the cluster SIGSTOPped for `frozenMs`, then continued. Connections stay up and
+   * statements are not refused: they answer late, as on a paused VM or a stalled disk.
+   */
+  freeze: (frozenMs: number) => Promise<void>;
   stop: () => Promise<void>;
+}
+
+/** The pids of `root` and all its descendants, parents first (from /proc: each process's parent is field 4). */
+function processTree(root: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    let stat: string;
+    try {
+      stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+    } catch {
+      continue;
+    }
+    const parent = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    children.set(parent, [...(children.get(parent) ?? []), Number(entry)]);
+  }
+  const tree: number[] = [];
+  const visit = (pid: number) => {
+    tree.push(pid);
+    for (const child of children.get(pid) ?? []) visit(child);
+  };
+  visit(root);
+  return tree;
 }
 
 /** A port nothing listens on right now (another process could still take it: startPostgres retries). */
@@ -131,6 +160,24 @@ export async function startPostgres(
         await old?.end().catch(() => {});
         await new Promise((resolve) => setTimeout(resolve, downMs));
         await server.start();
+      },
+      freeze: async (frozenMs: number) => {
+        const child = (server as unknown as { process?: ChildProcess }).process;
+        if (!child?.pid) throw new Error('embedded PostgreSQL is not running');
+        // the postmaster first, so it forks nothing new while its children are stopped
+        const pids = processTree(child.pid);
+        for (const pid of pids) process.kill(pid, 'SIGSTOP');
+        try {
+          await new Promise((resolve) => setTimeout(resolve, frozenMs));
+        } finally {
+          for (const pid of [...pids].reverse()) {
+            try {
+              process.kill(pid, 'SIGCONT');
+            } catch {
+              // gone meanwhile
+            }
+          }
+        }
       },
       stop: async () => {
         if (stopped) return;
