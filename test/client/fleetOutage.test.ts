@@ -94,4 +94,39 @@ describe('an outage of the fleet ledger longer than the lease, with two live wor
       handles.map(() => 'completed'),
     );
   }, 120_000);
+
+  it('a worker calling resumeAll() as the ledger comes back takes none of them', async () => {
+    const database = await postgres.createDatabase();
+    const a = await worker(database.connectionString, 60_000);
+    const b = await worker(database.connectionString, 60_000);
+    const handles: TaskHandle[] = [];
+    for (let n = 0; n < TASKS; n++) {
+      const handle = await a.callTool('gated', { n });
+      if (!isTaskHandle(handle)) throw new Error('gated answered without a task');
+      handles.push(handle);
+    }
+    const outcomes = handles.map((handle) =>
+      handle.outcome().then(
+        (o) => o,
+        (error: unknown) => error,
+      ),
+    );
+
+    await postgres.outage(OUTAGE_MS);
+    // the records' leases ran out while nobody could renew them: that says nothing about their holder
+    const report = await b.resumeAll();
+    expect(report.resumed).toEqual([]);
+    expect(report.leasedElsewhere.map((record) => record.recordId).sort()).toEqual(
+      handles.map((handle) => handle.recordId).sort(),
+    );
+    // and the take-over it arms for when it can tell a dead holder from a stalled ledger finds them renewed
+    await new Promise((resolve) => setTimeout(resolve, 3 * LEASE_MS + 2000));
+    const records = await Promise.all(handles.map((handle) => a.ledger.get(handle.recordId)));
+    expect(records.map((record) => record?.leaseHolder)).toEqual(handles.map(() => a.leaseHolder));
+    openGates();
+    const settled = await Promise.all(outcomes);
+    expect(settled.map((o) => (o instanceof Error ? o.message : (o as { kind: string }).kind))).toEqual(
+      handles.map(() => 'completed'),
+    );
+  }, 120_000);
 });
