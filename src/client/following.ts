@@ -810,9 +810,7 @@ export class Following {
     const open = [...core.handles];
     core.handles.clear();
     await Promise.all(open.map(([recordId]) => core.ledger.release(recordId, core.leaseHolder).catch(() => undefined)));
-    for (const [, handle] of open) {
-      handle.abandon(new TaskClientError('closed', `the TaskClient closed before task ${handle.taskId} ended`));
-    }
+    for (const [, handle] of open) handle.clientClosed();
   }
 
   /**

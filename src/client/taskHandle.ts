@@ -15,8 +15,11 @@ export type TaskOutcome =
   | { kind: 'cancelled'; record: TaskRecord }
   /** The handle is no longer usable: -32602 from tasks/get, or its ttlMs passed by this client's own clock (S13). */
   | { kind: 'expired'; reason: string; record: TaskRecord }
-  /** The application detached the handle; the task is still open on the server. */
-  | { kind: 'detached'; record: TaskRecord };
+  /**
+   * This process stopped following the task, which is still open on the server: the application detached the handle,
+   * or closed the TaskClient first (`reason: 'client-closed'`). `resumeAll()` or `attach()` follows it again.
+   */
+  | { kind: 'detached'; record: TaskRecord; reason?: 'client-closed' };
 
 /** What a handle needs from its TaskClient. */
 export interface TaskHandleDriver {
@@ -103,9 +106,13 @@ export class TaskHandle {
         );
       case 'detached':
         return Promise.reject(
-          new TaskClientError('detached', `task ${this.taskId} was detached before it ended`, {
-            record: outcome.record,
-          }),
+          outcome.reason === 'client-closed'
+            ? new TaskClientError('closed', `the TaskClient closed before task ${this.taskId} ended`, {
+                record: outcome.record,
+              })
+            : new TaskClientError('detached', `task ${this.taskId} was detached before it ended`, {
+                record: outcome.record,
+              }),
         );
     }
   }
@@ -147,7 +154,16 @@ export class TaskHandle {
     if (outcome) this.settle(outcome);
   }
 
-  /** @internal The TaskClient closed: the handle will not learn more in this process. */
+  /**
+   * @internal The TaskClient closed: the handle will not learn more in this process, and the task, still open, waits
+   * in the ledger for a later `resumeAll()`. Its outcome is `detached`, as its type says.
+   */
+  clientClosed(): void {
+    if (this.settled) return;
+    this.settle({ kind: 'detached', record: this.snapshot, reason: 'client-closed' });
+  }
+
+  /** @internal The handle will not learn more in this process, for the reason `error` gives. */
   abandon(error: TaskClientError): void {
     if (this.settled) return;
     this.rejectOutcome(error);

@@ -132,7 +132,7 @@ describe('a stdio server that dies mid-task', () => {
     await client.close();
     expect(Date.now() - started).toBeLessThan(5_000);
     expect(attempts).toBe(1);
-    expect(await handle.outcome().catch((error: { code?: string }) => error.code)).toBe('closed');
+    expect(await handle.outcome()).toMatchObject({ kind: 'detached', reason: 'client-closed' });
   });
 });
 
@@ -144,7 +144,7 @@ describe('connecting to a stdio server', () => {
     expect(spawned()).toHaveLength(1);
     const handle = await resumableTask(first);
     await first.close(); // the server process goes with it: the task is orphaned, still working
-    expect(await handle.outcome().catch((error: { code?: string }) => error.code)).toBe('closed');
+    expect(await handle.outcome()).toMatchObject({ kind: 'detached', reason: 'client-closed' });
 
     const second = await connectStdioTaskClient(stdio, { ledger, pollPolicy: POLL });
     cleanup.push(() => second.close());
