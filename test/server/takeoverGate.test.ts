@@ -110,7 +110,7 @@ describe('TakeoverGate', () => {
     for (const stall of [
       (g: TakeoverGate) => g.failed(),
       (g: TakeoverGate) => answer(g, 250), // over a fifth of the lease
-      (g: TakeoverGate) => (clock += 1000), // nothing sent for longer than the calls' period and a fifth of a lease
+      (_g: TakeoverGate) => (clock += 1000), // nothing sent for longer than the calls' period and a fifth of a lease
     ]) {
       clock = 0;
       const g = gate();
