@@ -527,7 +527,10 @@ export class Following {
     // input routing reads the stored answers, so an input_required record is read afresh even when unchanged
     const observed = changed || task.status === 'input_required' ? await core.reload(recordId) : record;
     if (changed) core.handles.get(recordId)?.observe(observed);
-    if (record.status !== task.status) core.emit({ type: 'status', record: observed });
+    // a new status message is progress ("Migrated 3 of 8"): the application hears of it as of a new status
+    if (record.status !== task.status || record.statusMessage !== task.statusMessage) {
+      core.emit({ type: 'status', record: observed });
+    }
     if (isTerminalStatus(task.status)) {
       // close out: result or error stored, no tail polls, waiters resolved (S7, S10)
       this.release(recordId, observed);
