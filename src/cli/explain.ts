@@ -8,7 +8,9 @@ import { EXIT } from './exitCodes.js';
 import { ledgerError } from './ledgerFile.js';
 
 /** Why `url` could not be used as an MCP server, as one line. */
-export function explainConnectError(url: string, error: unknown): CliError {
+export function explainConnectError(url: string, failed: unknown): CliError {
+  // the client's own classification wraps what the transport said, which is what this reads
+  const error = failed instanceof TaskClientError && failed.cause !== undefined ? failed.cause : failed;
   const tls = tlsCodeOf(error);
   if (tls !== undefined) {
     // OpenSSL reads a plain HTTP answer as a record of the wrong version

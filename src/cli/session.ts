@@ -91,6 +91,8 @@ export class ClientSession {
       client = await connectHttpTaskClient(endpoint, {
         ledger: () => this.openedLedger(),
         endpoint,
+        // a command tells the user at once that the server is down, with what to do
+        connectLater: false,
         ...(token ? { requestInit: { headers: { authorization: `Bearer ${token}` } } } : {}),
         ...(this.options.inputHandlers ? { inputHandlers: this.options.inputHandlers(endpoint) } : {}),
         onEvent: (event) => this.options.onEvent?.(event, endpoint),

@@ -39,6 +39,8 @@ export class ClientCore {
   /** Per-record chain: polls, refreshes and cancels of one record never overlap. */
   readonly serial = new Map<string, Promise<unknown>>();
   closed = false;
+  /** A connection attempt in flight (`ensureConnected`), shared by every request that waits for it. */
+  private connecting: Promise<void> | undefined;
   private ledgerKeys: Promise<{ secret: Uint8Array; credential: string }> | undefined;
 
   /** @internal spans and metrics of this client (telemetry.ts) */
@@ -58,6 +60,20 @@ export class ClientCore {
     this.ttlGraceMs = options.ttlGraceMs ?? 300_000;
     this.storagePatienceMs = options.storagePatienceMs ?? DEFAULT_STORAGE_PATIENCE_MS;
     this.telemetry = new ClientTelemetry(options.telemetry ?? {}, options.ledger, options.endpoint);
+  }
+
+  /**
+   * Resolves once the SDK client is connected. A client made while its server could not be reached
+   * (`connectHttpTaskClient`) connects on the first request that needs the server, one attempt at a time; a failed
+   * attempt throws, and the caller records it as it records any transport failure (a poll backs off and tries again;
+   * a tools/call is refused before anything is recorded or sent).
+   */
+  async ensureConnected(): Promise<void> {
+    const connect = this.options.connect;
+    if (!connect || this.client.transport) return;
+    this.assertOpen();
+    this.connecting ??= connect().finally(() => (this.connecting = undefined));
+    await this.connecting;
   }
 
   assertOpen(): void {

@@ -13,6 +13,7 @@ import type { Ledger } from './ledger/ledger.js';
 import { isPostgresLocation } from './ledger/ledgerLocation.js';
 import { SqliteLedger } from './ledger/sqliteLedger.js';
 import { attachTaskResultCarrier, exitedOnVersionProbe, SessionStdioClientTransport } from './sdkGlue.js';
+import { connectionError } from './errors.js';
 import type { TaskClientOptions } from './taskClient.js';
 import { TaskClient } from './taskClient.js';
 import { TaskGetFastPath } from './taskGetFastPath.js';
@@ -27,8 +28,8 @@ export interface ConnectTaskClientOptions extends Omit<
   /**
    * A Ledger; or a string: a `postgres://` (or `postgresql://`) connection string opens a PostgresLedger, shared by
    * every worker of a fleet (migrated on open), anything else is the path of the SQLite ledger file (created 0600 when
-   * missing); or a function that opens one. A string or a function is used only once the server has answered, so a
-   * server that cannot be reached leaves no ledger behind.
+   * missing); or a function that opens one. Over HTTP the ledger opens first, whether the server answers or not; over
+   * stdio, once the server answered.
    */
   ledger: Ledger | string | (() => Ledger | Promise<Ledger>);
   clientInfo?: Implementation | undefined;
@@ -48,30 +49,90 @@ export interface ConnectHttpOptions extends ConnectTaskClientOptions {
    * never with a `fetch` of the caller's.
    */
   pollFastPath?: boolean | undefined;
-}
-
-/** Connect to a Streamable HTTP server. */
-export async function connectHttpTaskClient(url: string | URL, options: ConnectHttpOptions): Promise<TaskClient> {
-  const target = new URL(url);
-  const { transport, pool, fastPath } = httpTaskTransport(target, options);
-  // the credential a record is created under, as a keyed fingerprint (TaskClientOptions.credential)
-  const credential = options.credential ?? new Headers(options.requestInit?.headers).get('authorization') ?? undefined;
-  try {
-    return await connectWith(transport, options.endpoint ?? target.href, {
-      ...options,
-      credential,
-      ...(fastPath && { taskGetFastPath: fastPath }),
-    });
-  } catch (error) {
-    await pool?.close();
-    throw error;
-  }
+  /**
+   * When the server cannot be reached at start (refused, reset, timed out, HTTP 5xx): `true` (the default) returns the
+   * client anyway, so a process can start while its server is down: `resumeAll()` reports and follows what the ledger
+   * holds, its polls backing off as transport failures until the server answers, and a call connects first, refused
+   * with TaskClientError `unreachable` while the server is still down. `false` throws that error at once.
+   */
+  connectLater?: boolean | undefined;
 }
 
 /**
- * @internal The transport `connectHttpTaskClient` connects with. Without a fetch of the caller's it gets an undici
- * pool of its own, closed when it closes, and polls take the fast path on it (taskGetFastPath.ts); a caller's fetch
- * sees every request, so it gets them all.
+ * Connect to a Streamable HTTP server. Fails (TaskClientError) only on what waiting would not mend: a refused
+ * credential (`unauthorized`), an endpoint that is no MCP server or shares no protocol revision (`protocol`), a ledger
+ * that cannot be opened; an unreachable server is connected to later (`connectLater`).
+ */
+export async function connectHttpTaskClient(url: string | URL, options: ConnectHttpOptions): Promise<TaskClient> {
+  const target = new URL(url);
+  const endpoint = options.endpoint ?? target.href;
+  // one pool and poll fast path for the client's life; each connection attempt gets a transport of its own (the SDK
+  // does not start one twice), which leaves the pool open: it is closed with the client
+  const pool = options.fetch ? undefined : createHttpFetch();
+  const fastPath =
+    pool && options.pollFastPath !== false ? new TaskGetFastPath(pool, target, options.requestInit) : undefined;
+  const closePool = async () => {
+    fastPath?.close();
+    await pool?.close();
+  };
+  // the credential a record is created under, as a keyed fingerprint (TaskClientOptions.credential)
+  const credential = options.credential ?? new Headers(options.requestInit?.headers).get('authorization') ?? undefined;
+  const { ledger: ledgerOption, clientInfo, endpoint: _endpoint, connectLater, ...rest } = options;
+  const client = new Client(clientInfo ?? DEFAULT_CLIENT_INFO, { versionNegotiation: { mode: 'auto' } });
+  const connect = async () => {
+    const transport = new StreamableHTTPClientTransport(target, httpTransportOptions(options, pool, fastPath));
+    attachTaskResultCarrier(transport);
+    await client.connect(transport);
+  };
+  // with connectLater: false the server is asked first, so a server that cannot be used leaves no ledger behind
+  const connectFirst = connectLater === false;
+  if (connectFirst) {
+    try {
+      await connect();
+    } catch (error) {
+      await closePool();
+      throw connectionError(endpoint, error);
+    }
+  }
+  let ledger: Ledger;
+  try {
+    ledger = await openLedgerOption(ledgerOption);
+  } catch (error) {
+    await client.close().catch(() => undefined);
+    await closePool();
+    throw error;
+  }
+  const ownsLedger = typeof ledgerOption === 'string';
+  if (!connectFirst) {
+    try {
+      await connect();
+    } catch (error) {
+      const failure = connectionError(endpoint, error);
+      if (failure.code !== 'unreachable') {
+        if (ownsLedger) await ledger.dispose();
+        await closePool();
+        throw failure;
+      }
+    }
+  }
+  return new TaskClient({
+    ...rest,
+    credential,
+    ...(fastPath && { taskGetFastPath: fastPath }),
+    client,
+    ledger,
+    endpoint,
+    ownsClient: true,
+    ownsLedger,
+    connect,
+    onClosed: closePool,
+  });
+}
+
+/**
+ * @internal A transport like the one `connectHttpTaskClient` connects with, owning its pool. Without a fetch of the
+ * caller's it gets an undici pool of its own, closed when it closes, and polls take the fast path on it
+ * (taskGetFastPath.ts); a caller's fetch sees every request, so it gets them all.
  */
 export function httpTaskTransport(
   target: URL,
@@ -80,15 +141,24 @@ export function httpTaskTransport(
   const pool = options.fetch ? undefined : createHttpFetch();
   const fastPath =
     pool && options.pollFastPath !== false ? new TaskGetFastPath(pool, target, options.requestInit) : undefined;
-  const transportOptions: StreamableHTTPClientTransportOptions = {
-    fetch: retryAfterFetch(options.fetch ?? (fastPath ? fastPath.observe(pool!.fetch) : pool!.fetch)),
-    ...(options.requestInit ? { requestInit: options.requestInit } : {}),
-  };
+  const transportOptions = httpTransportOptions(options, pool, fastPath);
   if (!pool) return { transport: new StreamableHTTPClientTransport(target, transportOptions) };
   return {
     transport: new PooledHttpClientTransport(target, transportOptions, pool, fastPath),
     pool,
     ...(fastPath && { fastPath }),
+  };
+}
+
+/** The transport's options: the caller's fetch, or the pool's (through the fast path's observer); Retry-After kept. */
+function httpTransportOptions(
+  options: Pick<ConnectHttpOptions, 'fetch' | 'requestInit'>,
+  pool: HttpFetch | undefined,
+  fastPath: TaskGetFastPath | undefined,
+): StreamableHTTPClientTransportOptions {
+  return {
+    fetch: retryAfterFetch(options.fetch ?? (fastPath ? fastPath.observe(pool!.fetch) : pool!.fetch)),
+    ...(options.requestInit ? { requestInit: options.requestInit } : {}),
   };
 }
 
@@ -159,12 +229,7 @@ async function connectWith(
   const ownsLedger = typeof ledgerOption === 'string';
   let ledger: Ledger;
   try {
-    ledger =
-      typeof ledgerOption === 'string'
-        ? await openLedgerLocation(ledgerOption)
-        : typeof ledgerOption === 'function'
-          ? await ledgerOption()
-          : ledgerOption;
+    ledger = await openLedgerOption(ledgerOption);
   } catch (error) {
     await client.close();
     throw error;
@@ -178,6 +243,12 @@ async function connectWith(
     ownsLedger,
     ...(reconnect ? { reconnect: () => reconnect(client) } : {}),
   });
+}
+
+/** The ledger the `ledger` option gives: itself, what its function opens, or the ledger its string names. */
+async function openLedgerOption(option: ConnectTaskClientOptions['ledger']): Promise<Ledger> {
+  if (typeof option === 'string') return openLedgerLocation(option);
+  return typeof option === 'function' ? option() : option;
 }
 
 /** The ledger a string names: a PostgreSQL database for `postgres://` URLs (loaded only then), else a SQLite file. */

@@ -4,6 +4,7 @@
  */
 import type { JsonRpcError } from '../protocol/index.js';
 import type { TaskRecord } from './ledger/ledger.js';
+import { classifyTransportError } from './transportFailure.js';
 
 export type TaskClientErrorCode =
   /** tools/call was sent and no usable answer came back: surfaced, never re-sent silently (docs/REQUIREMENTS.md S13). */
@@ -37,6 +38,12 @@ export type TaskClientErrorCode =
   | 'disconnected'
   /** The TaskClient was closed. */
   | 'closed'
+  /** The server could not be reached (refused, reset, timed out, HTTP 5xx); nothing was sent, nothing recorded. */
+  | 'unreachable'
+  /** The server refused this client's credential (HTTP 401 or 403). */
+  | 'unauthorized'
+  /** The server answered, but no MCP session could be made with it (not an MCP endpoint, no common revision). */
+  | 'protocol'
   /** The ledger could not record something that arrived (a taskId, an answer); the message names it. */
   | 'storage';
 
@@ -59,4 +66,45 @@ export class TaskClientError extends Error {
     this.taskId = details.record?.taskId;
     this.error = details.error;
   }
+}
+
+/**
+ * What a failed attempt to connect to `endpoint` means to a user, as a TaskClientError with a stable code and what to
+ * do about it.
+ */
+export function connectionError(endpoint: string, error: unknown): TaskClientError {
+  if (error instanceof TaskClientError) return error;
+  const failure = classifyTransportError(error);
+  const status = failure?.status ?? httpStatusOf(error);
+  if (status === 401 || status === 403) {
+    return new TaskClientError(
+      'unauthorized',
+      `the server at ${endpoint} refused this client's credential (HTTP ${status}): check the bearer token given in requestInit.headers.authorization`,
+      { cause: error },
+    );
+  }
+  // a server that is down, restarting or overloaded; any other HTTP answer (404, 400) is not mended by waiting
+  if (failure && (failure.kind !== 'http' || status === undefined || status >= 500 || status === 429)) {
+    return new TaskClientError(
+      'unreachable',
+      `the server at ${endpoint} cannot be reached (${failure.message}): is it running, and is the URL right? Nothing was sent`,
+      { cause: error },
+    );
+  }
+  return new TaskClientError(
+    'protocol',
+    `no MCP session could be made with ${endpoint}: ${error instanceof Error ? error.message : String(error)} (is it an MCP endpoint, speaking 2025-06-18 or later?)`,
+    { cause: error },
+  );
+}
+
+function httpStatusOf(error: unknown): number | undefined {
+  for (let cause: unknown = error, depth = 0; cause instanceof Error && depth < 5; depth += 1) {
+    const data = (cause as { data?: { status?: unknown } }).data;
+    if (typeof data?.status === 'number') return data.status;
+    const status = (cause as { status?: unknown }).status;
+    if (typeof status === 'number') return status;
+    cause = cause.cause;
+  }
+  return undefined;
 }

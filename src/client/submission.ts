@@ -14,7 +14,7 @@ import { IDEMPOTENCY_KEY_META_KEY, isTerminalStatus } from '../protocol/index.js
 import { argumentsDigest } from './argumentsDigest.js';
 import type { ClientCore } from './clientCore.js';
 import { describe } from './clientCore.js';
-import { TaskClientError } from './errors.js';
+import { connectionError, TaskClientError } from './errors.js';
 import type { Following } from './following.js';
 import { callThroughInputRounds, InputRoundsError } from './inputRounds.js';
 import type { InputRouter } from './inputRouter.js';
@@ -96,6 +96,11 @@ export class Submission {
     call: CallTrace,
   ): Promise<CallToolResult | TaskHandle> {
     const { core } = this;
+    // a client made while its server was down connects first: a server still unreachable refuses the call here,
+    // before anything is recorded or sent
+    await core.ensureConnected().catch((error: unknown) => {
+      throw connectionError(core.endpoint, error);
+    });
     const keys = await core.keys();
     const now = core.clock.now();
     const intent = await core.ledger.recordIntent({

@@ -89,6 +89,13 @@ export interface TaskClientOptions {
    */
   reconnect?: (() => Promise<void>) | undefined;
   /**
+   * @internal Connect the SDK client when it is not connected yet: `connectHttpTaskClient` passes one when the server
+   * could not be reached at start, and every request that needs the server connects first (ClientCore.ensureConnected).
+   */
+  connect?: (() => Promise<void>) | undefined;
+  /** @internal Called last in close(): what the connect function's transports share (an HTTP connection pool). */
+  onClosed?: (() => Promise<void>) | undefined;
+  /**
    * Push (SEP-2663, "Task Status Notifications"): open tasks are followed on one `subscriptions/listen` stream when
    * the server agrees, polled as a safety net (README.md, "Push"). On by default.
    */
@@ -300,6 +307,7 @@ export class TaskClient {
     await this.following.stop();
     if (this.options.ownsClient) await this.client.close();
     if (this.options.ownsLedger) await this.ledger.dispose();
+    await this.options.onClosed?.();
   }
 
   private operation<T>(work: Promise<T>): Promise<T> {

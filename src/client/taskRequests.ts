@@ -65,6 +65,7 @@ export class TaskRequests {
   async getTask(taskId: string, known?: KnownTaskState): Promise<TaskQuery> {
     let raw: unknown;
     try {
+      await this.core.ensureConnected();
       const meta = this.tasksMeta();
       const fastPath = this.core.options.taskGetFastPath;
       const timeout = this.core.requestTimeoutMs;
@@ -89,6 +90,7 @@ export class TaskRequests {
 
   /** tasks/update and tasks/cancel: the SDK sets `Mcp-Name: <taskId>` for them (pinned in sdkGlue.test.ts). */
   async send(method: string, params: Record<string, unknown>): Promise<void> {
+    await this.core.ensureConnected();
     const meta = this.tasksMeta();
     const taskId = params['taskId'];
     await this.core.telemetry.request(
