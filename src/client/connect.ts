@@ -7,13 +7,13 @@ import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/cli
 import type { StdioServerParameters } from '@modelcontextprotocol/client/stdio';
 import type { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 
+import { connectionError } from './errors.js';
 import type { HttpFetch } from './httpFetch.js';
 import { createHttpFetch } from './httpFetch.js';
 import type { Ledger } from './ledger/ledger.js';
 import { isPostgresLocation } from './ledger/ledgerLocation.js';
 import { SqliteLedger } from './ledger/sqliteLedger.js';
 import { attachTaskResultCarrier, exitedOnVersionProbe, SessionStdioClientTransport } from './sdkGlue.js';
-import { connectionError } from './errors.js';
 import type { TaskClientOptions } from './taskClient.js';
 import { TaskClient } from './taskClient.js';
 import { TaskGetFastPath } from './taskGetFastPath.js';
