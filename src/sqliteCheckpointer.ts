@@ -32,12 +32,17 @@ import { WAL_SIZE_LIMIT_BYTES } from './sqliteFile.js';
 const AUTO_CHECKPOINT_PAGES = 1000;
 
 // A CommonJS script: it runs from this file under vitest (TypeScript) and from dist alike, and loads the driver by
-// the absolute path the main thread resolved.
+// the absolute path the main thread resolved. As sqliteDriver.ts explains, no driver object may be left to the garbage
+// collector: the worker prepares its two statements once (the driver's pragma() would prepare one a round and drop
+// it) and keeps them, with the connection, on its global object until the worker's environment ends.
 const WORKER_SOURCE = `
 const { statSync } = require('node:fs');
 const { parentPort, workerData } = require('node:worker_threads');
 const Database = require(workerData.driver);
 const db = new Database(workerData.path, { timeout: 0 });
+const passive = db.prepare('PRAGMA wal_checkpoint(PASSIVE)');
+const truncate = db.prepare('PRAGMA wal_checkpoint(TRUNCATE)');
+globalThis.closeoutCheckpointer = { db, passive, truncate };
 const walBytes = () => {
   try {
     return statSync(workerData.path + '-wal').size;
@@ -48,7 +53,7 @@ const walBytes = () => {
 const checkpoint = () => {
   try {
     // the connection's busy timeout is 0: neither mode waits for a lock (see the module's comment)
-    db.pragma(walBytes() > workerData.restartBytes ? 'wal_checkpoint(TRUNCATE)' : 'wal_checkpoint(PASSIVE)');
+    (walBytes() > workerData.restartBytes ? truncate : passive).get();
   } catch {
     // busy or locked: the next round copies it
   }

@@ -5,8 +5,9 @@
  */
 import { chmodSync, closeSync, existsSync, openSync } from 'node:fs';
 
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
 
+import { openDatabase } from './sqliteDriver.js';
 import type { SqliteSynchronous } from './sqliteSynchronous.js';
 
 /**
@@ -39,7 +40,7 @@ export function openSqliteFile(path: string, options: SqliteFileOptions): Databa
     closeSync(openSync(path, 'a', 0o600));
     chmodSync(path, 0o600);
   }
-  const db = new Database(path, { timeout: options.busyTimeoutMs });
+  const db = openDatabase(path, { timeout: options.busyTimeoutMs });
   try {
     switchToWal(db, options.busyTimeoutMs);
     db.pragma(`journal_size_limit = ${WAL_SIZE_LIMIT_BYTES}`);

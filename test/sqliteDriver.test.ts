@@ -1,0 +1,84 @@
+// The connections of src/sqliteDriver.ts keep every driver object until the thread ends, and their pragma(), which
+// answers from statements prepared once per text, answers as the driver's own pragma() does, afresh on every call.
+// Every connection of the package is opened there (the checkpointer's worker keeps its own objects itself).
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import Database from 'better-sqlite3';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+
+import { openDatabase } from '../src/sqliteDriver.js';
+
+let dir: string;
+
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'closeout-sqlite-driver-'));
+});
+
+afterEach(() => {
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe('openDatabase', () => {
+  it('answers each pragma as the driver does, and afresh each time', () => {
+    const kept = openDatabase(join(dir, 'kept.db'));
+    const plain = new Database(join(dir, 'plain.db'));
+    try {
+      const both = (source: string, options?: Database.PragmaOptions) => {
+        const answer = kept.pragma(source, options);
+        expect(answer, source).toEqual(plain.pragma(source, options));
+        return answer;
+      };
+      expect(both('journal_mode = WAL')).toEqual([{ journal_mode: 'wal' }]);
+      expect(both('journal_mode', { simple: true })).toBe('wal');
+      // pragmas that set without answering
+      expect(both('foreign_keys = ON')).toEqual([]);
+      expect(both('foreign_keys = ON', { simple: true })).toBeUndefined();
+      expect(both('foreign_keys', { simple: true })).toBe(1);
+      for (const db of [kept, plain]) db.exec('CREATE TABLE t (x INTEGER PRIMARY KEY, y TEXT NOT NULL)');
+      both('table_info(t)');
+      both('foreign_key_check');
+      both('page_size', { simple: true });
+      // the same text asked again reads the file again, and a pragma asked both ways keeps each way's shape
+      expect(both('user_version', { simple: true })).toBe(0);
+      both('user_version = 7');
+      expect(both('user_version', { simple: true })).toBe(7);
+      expect(both('user_version')).toEqual([{ user_version: 7 }]);
+      expect(both('user_version', { simple: true })).toBe(7);
+      // an unknown pragma answers nothing; a malformed one throws, as the driver's does
+      expect(both('no_such_pragma')).toEqual([]);
+      expect(() => kept.pragma('user_version(')).toThrow(/incomplete input/);
+      expect(() => plain.pragma('user_version(')).toThrow(/incomplete input/);
+    } finally {
+      kept.close();
+      plain.close();
+    }
+  });
+
+  it('prepares statements and runs transactions as the driver does', () => {
+    const db = openDatabase(join(dir, 'kept.db'));
+    try {
+      db.exec('CREATE TABLE t (x INTEGER)');
+      const insert = db.prepare('INSERT INTO t (x) VALUES (?)');
+      db.transaction(() => {
+        for (let x = 0; x < 10; x += 1) insert.run(x);
+      })();
+      expect(db.prepare('SELECT COUNT(*) AS n, SUM(x) AS s FROM t').get()).toEqual({ n: 10, s: 45 });
+      expect(() => db.prepare('SELECT nope FROM t')).toThrow(/no such column/);
+    } finally {
+      db.close();
+    }
+  });
+});
+
+describe('connections of this package', () => {
+  it('are all opened by openDatabase, but for the checkpointer worker', () => {
+    const src = join(import.meta.dirname, '..', 'src');
+    const opening = (readdirSync(src, { recursive: true }) as string[])
+      .filter((file) => file.endsWith('.ts'))
+      .filter((file) => /new Database\(/.test(readFileSync(join(src, file), 'utf8')))
+      .sort();
+    expect(opening).toEqual(['sqliteCheckpointer.ts', 'sqliteDriver.ts']);
+  });
+});
