@@ -67,13 +67,25 @@ export interface InputRouterOptions {
   storagePatienceMs: number;
   /** Wait this long (the TaskClient's clock). */
   sleep: (ms: number) => Promise<void>;
+  /** Have the record polled in `delayMs` (when a failed handler may be asked again). */
+  pollAt: (recordId: string, delayMs: number) => void;
 }
+
+/**
+ * A handler that throws is asked again this many times in all, each after a longer pause (HANDLER_RETRY_MS, then
+ * doubling), at the polls that still find the key open; then the key waits for `TaskClient.answer()` (or a restart).
+ */
+export const HANDLER_ATTEMPTS = 3;
+const HANDLER_RETRY_MS = 2_000;
 
 export class InputRouter {
   /** `recordId\0key` of handlers running now in this process. */
   private readonly asking = new Map<string, AbortController>();
-  /** Keys whose handler failed in this process: not asked again until a restart or a manual answer. */
-  private readonly failed = new Set<string>();
+  /**
+   * Keys whose answer cannot come from a handler in this process now: the handler threw (`retryAt` is when it may be
+   * asked again; Infinity once its attempts are spent) or its answer can never be stored.
+   */
+  private readonly failed = new Map<string, { attempts: number; retryAt: number }>();
   /** Keys whose answer this process stored. */
   private readonly answered = new Set<string>();
   private readonly background = new Set<Promise<void>>();
@@ -99,8 +111,10 @@ export class InputRouter {
         continue;
       }
       // `record` may predate an answer stored a moment ago: the in-memory set closes that window
-      if (this.answered.has(id) || this.failed.has(id)) continue;
-      this.ask(record, taskId, key, request, stored?.askedAt !== undefined);
+      if (this.answered.has(id)) continue;
+      const failure = this.failed.get(id);
+      if (failure && now < failure.retryAt) continue;
+      this.ask(record, taskId, key, request, stored?.askedAt !== undefined || failure !== undefined);
     }
     if (Object.keys(resend).length > 0) await this.send(record.recordId, taskId, resend);
   }
@@ -166,9 +180,8 @@ export class InputRouter {
     for (const [id, controller] of this.asking) {
       if (id.startsWith(prefix)) controller.abort(new Error('the task no longer needs this input'));
     }
-    for (const set of [this.failed, this.answered]) {
-      for (const id of set) if (id.startsWith(prefix)) set.delete(id);
-    }
+    for (const id of this.answered) if (id.startsWith(prefix)) this.answered.delete(id);
+    for (const id of this.failed.keys()) if (id.startsWith(prefix)) this.failed.delete(id);
   }
 
   /** Abort every running handler and wait for their bookkeeping to finish. */
@@ -205,10 +218,17 @@ export class InputRouter {
         response = answer as InputResponse;
       } catch (error) {
         if (controller.signal.aborted) return;
-        this.failed.add(id);
+        const attempts = (this.failed.get(id)?.attempts ?? 0) + 1;
+        const spent = attempts >= HANDLER_ATTEMPTS;
+        const retryAt = spent ? Infinity : this.options.now() + HANDLER_RETRY_MS * 2 ** (attempts - 1);
+        this.failed.set(id, { attempts, retryAt });
+        if (!spent) this.options.pollAt(record.recordId, retryAt - this.options.now());
+        const then = spent
+          ? `it is not asked again in this process: answer it with TaskClient.answer(${JSON.stringify(taskId)}, ${JSON.stringify(key)}, response) or \`closeout answer\``
+          : `asked again in ${Math.round((retryAt - this.options.now()) / 1000)} s if the task still needs it`;
         await this.options.recordError(record.recordId, {
           kind: 'input',
-          message: `input ${key} (${request.method}): ${error instanceof Error ? error.message : String(error)}`,
+          message: `input ${key} (${request.method}): the handler failed (attempt ${attempts} of ${HANDLER_ATTEMPTS}): ${error instanceof Error ? error.message : String(error)}; ${then}`,
           at: this.options.now(),
         });
         return;
@@ -216,7 +236,7 @@ export class InputRouter {
       const problem = unstorable(response);
       if (problem !== undefined) {
         // it can never be stored, so it can never be sent: fail the key here instead of asking at every poll
-        this.failed.add(id);
+        this.failed.set(id, { attempts: HANDLER_ATTEMPTS, retryAt: Infinity });
         await this.options.recordError(record.recordId, {
           kind: 'input',
           message: `input ${key} (${request.method}): the handler's answer cannot be stored (${problem}); it is not asked again in this process: answer it with TaskClient.answer() or \`closeout answer\``,
@@ -230,7 +250,7 @@ export class InputRouter {
       try {
         stored = await this.store(record.recordId, key, request, response);
       } catch (error) {
-        this.failed.add(id);
+        this.failed.set(id, { attempts: HANDLER_ATTEMPTS, retryAt: Infinity });
         throw error;
       }
       if (stored?.response === undefined) return;

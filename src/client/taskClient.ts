@@ -184,6 +184,12 @@ export class TaskClient {
       resendAfterMs: options.inputResendAfterMs ?? 5_000,
       storagePatienceMs: options.storagePatienceMs ?? DEFAULT_STORAGE_PATIENCE_MS,
       sleep: (ms) => new Promise<void>((resolve) => core.clock.setTimeout(resolve, ms)),
+      // a failed handler is asked again at a poll: one is due then, even when push makes polls rare
+      pollAt: (recordId, delayMs) => {
+        if (this.following.scheduler.has(recordId)) {
+          this.following.scheduler.schedule(recordId, core.steady.now() + delayMs);
+        }
+      },
     });
     this.following = new Following(core, requests, this.inputs);
     this.submission = new Submission(core, requests, this.inputs, this.following);
