@@ -109,7 +109,7 @@ export function elicitationHandler(host: InputHost, endpoint: string): NonNullab
     const params = request.params as FormParams;
     if (host.preset) {
       showRequest(host.out, endpoint, params, context);
-      const answer = fromPreset(host.preset, params);
+      const answer = await fromPreset(host.preset, params);
       if (typeof answer === 'string') return leave(host, context, answer);
       host.answered?.(context, answer, 'flags');
       return answer;
@@ -147,13 +147,31 @@ export function formDefaults(params: FormParams): Record<string, unknown> {
   return defaults;
 }
 
-/** A preset answer for this request, or why it cannot be used. */
-export function fromPreset(preset: PresetAnswer, params: FormParams): ElicitResult | string {
+/**
+ * A preset answer for this request, or why it cannot be used: `--accept` is checked against the form's schema (the
+ * SDK's own JSON Schema validator), so a boolean given "yes", a field the form does not have or a value out of its
+ * range is refused here, naming the field, and never reaches the server.
+ */
+export async function fromPreset(preset: PresetAnswer, params: FormParams): Promise<ElicitResult | string> {
   if (preset.action !== 'accept') return { action: preset.action };
   if (params.mode === 'url') return { action: 'accept' };
   const content = { ...formDefaults(params), ...preset.content };
   const missing = (params.requestedSchema?.required ?? []).filter((name) => content[name] === undefined);
   if (missing.length > 0) return `--accept lacks the required field(s) ${missing.map((m) => serverLine(m)).join(', ')}`;
+  const properties = params.requestedSchema?.properties ?? {};
+  const unknown = Object.keys(content).filter((name) => !Object.hasOwn(properties, name));
+  if (unknown.length > 0) {
+    const fields = Object.keys(properties).map((name) => serverLine(name));
+    return `--accept has field(s) the form does not ask for: ${unknown.map((u) => serverLine(u)).join(', ')} (it asks for ${fields.join(', ') || 'nothing'})`;
+  }
+  // loaded only when an answer is checked: ajv is not part of every command's start
+  const { AjvJsonSchemaValidator } = await import('@modelcontextprotocol/client/validators/ajv');
+  const check = new AjvJsonSchemaValidator().getValidator({ ...params.requestedSchema, type: 'object' } as never)(
+    content,
+  );
+  if (!check.valid) {
+    return `--accept does not fit the form: ${serverLine((check.errorMessage ?? 'invalid').replace(/\bdata\//g, ''))}`;
+  }
   return { action: 'accept', content: content as ElicitResult['content'] & object };
 }
 

@@ -48,14 +48,16 @@ function host(out: Output, preset: PresetAnswer | undefined, needs: string[]): I
 }
 
 describe('elicitation without a prompt', () => {
-  it('fills the form’s defaults under the preset content, and names missing required fields', () => {
-    expect(fromPreset({ action: 'accept', content: { note: 'x' } }, FORM)).toEqual({
+  it('fills the form’s defaults under the preset content, and names missing required fields', async () => {
+    expect(await fromPreset({ action: 'accept', content: { note: 'x' } }, FORM)).toEqual({
       action: 'accept',
       content: { approve: true, note: 'x' },
     });
     const strict = { ...FORM, requestedSchema: { ...FORM.requestedSchema, required: ['approve', 'note'] } };
-    expect(fromPreset({ action: 'accept', content: {} }, strict)).toBe('--accept lacks the required field(s) note');
-    expect(fromPreset({ action: 'decline' }, FORM)).toEqual({ action: 'decline' });
+    expect(await fromPreset({ action: 'accept', content: {} }, strict)).toBe(
+      '--accept lacks the required field(s) note',
+    );
+    expect(await fromPreset({ action: 'decline' }, FORM)).toEqual({ action: 'decline' });
     expect(() => presetFrom({ accept: {}, dismiss: true })).toThrow('pass only one of');
     expect(presetFrom({ dismiss: true })).toEqual({ action: 'cancel' });
   });

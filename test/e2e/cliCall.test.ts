@@ -139,6 +139,16 @@ describe.concurrent('closeout call', { timeout: 60_000 }, () => {
     });
     expect(call.stderr).toContain(`task ${taskId} needs input this process cannot give`);
 
+    // an answer that does not fit the form is refused here, naming the field, and nothing reaches the server
+    const unfit = await runCli(['answer', taskId, '--accept', '{"approve":"yes"}'], { ledger });
+    expect(unfit.code).not.toBe(0);
+    expect(unfit.stderr).toMatch(/not answered: --accept does not fit the form: approve must be boolean/);
+    const stray = await runCli(['answer', taskId, '--accept', '{"approve":true,"colour":"red"}'], { ledger });
+    expect(stray.code).not.toBe(0);
+    expect(stray.stderr).toMatch(
+      /--accept has field\(s\) the form does not ask for: colour \(it asks for approve, note\)/,
+    );
+
     const answer = await runCli(['answer', taskId, '--accept', '{"approve":true,"note":"from answer"}', '--json'], {
       ledger,
     });
