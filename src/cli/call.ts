@@ -29,7 +29,7 @@ import { ClientSession } from './session.js';
 
 interface CallFlags extends JsonFlags, LedgerFlags, TokenFlags, AnswerFlags {
   args?: Record<string, unknown>;
-  arg: Record<string, unknown>;
+  arg?: Record<string, unknown>;
   correlationId?: string;
   idempotencyKey?: string;
   detach?: boolean;
@@ -42,7 +42,7 @@ export function registerCall(program: Command): void {
     .argument('<url>', 'the server’s MCP endpoint, e.g. http://127.0.0.1:3000/mcp', parseUrl)
     .argument('<tool>', 'the tool to call')
     .option('--args <json>', 'the arguments, as a JSON object', parseJsonObject)
-    .option('--arg <key=value>', 'one argument (repeatable; the value is read as JSON when it is JSON)', collectArg, {})
+    .option('--arg <key=value>', 'one argument (repeatable; the value is read as JSON when it is JSON)', collectArg)
     .option('--correlation-id <id>', 'your business id for this call, kept in the ledger')
     .option(
       '--idempotency-key <key>',
@@ -188,7 +188,7 @@ export function refused(out: Output, url: string, tool: string, error: ProtocolE
   process.exitCode = EXIT.failed;
 }
 
-function collectArg(value: string, previous: Record<string, unknown>): Record<string, unknown> {
+function collectArg(value: string, previous: Record<string, unknown> | undefined): Record<string, unknown> {
   const at = value.indexOf('=');
   if (at <= 0) throw new InvalidArgumentError('expected key=value, e.g. --arg items=3');
   const raw = value.slice(at + 1);
@@ -198,5 +198,5 @@ function collectArg(value: string, previous: Record<string, unknown>): Record<st
   } catch {
     // not JSON: the text itself
   }
-  return { ...previous, [value.slice(0, at)]: parsed };
+  return { ...(previous ?? {}), [value.slice(0, at)]: parsed };
 }

@@ -63,6 +63,7 @@ export function registerLs(program: Command): void {
     }
     for (const line of recordTable(records, out.c, now)) out.line(line);
     const hint = flags.all ? '' : closed > 0 ? `; ${closed} closed (--all)` : '';
-    out.line(out.c.dim(`${records.length} ${flags.all ? 'records' : 'open'} in ${ledgerPath}${hint}`));
+    const counted = flags.all ? (records.length === 1 ? 'record' : 'records') : 'open';
+    out.line(out.c.dim(`${records.length} ${counted} in ${ledgerPath}${hint}`));
   });
 }

@@ -135,11 +135,22 @@ export class ClientSession {
     );
   }
 
-  /** Like find, but an unknown reference is bad input. */
+  /** Like find, but an unknown reference is bad input, and so is a prefix too short or shared by several tasks. */
   async require(ref: string): Promise<TaskRecord> {
     const record = await this.find(ref);
-    if (!record) throw unknownTask(ref, this.ledgerPath);
-    return record;
+    if (record) return record;
+    const starting = (await this.ledger.list()).filter((r) => r.taskId?.startsWith(ref)).length;
+    if (starting > 0 && ref.length < 6) {
+      throw new CliError(
+        `${ref} is too short a prefix of a taskId: give at least 6 of its characters (\`closeout ls --all\` lists them)`,
+      );
+    }
+    if (starting > 1) {
+      throw new CliError(
+        `${starting} tasks start with ${ref}: give more of the taskId (\`closeout ls --all\` lists them)`,
+      );
+    }
+    throw unknownTask(ref, this.ledgerPath);
   }
 
   /** Close every client: leases are handed back, and answers being sent are sent (or their failure recorded). */

@@ -131,6 +131,23 @@ describe.concurrent('closeout ls, show and cancel', { timeout: 60_000 }, () => {
     expect(record.lastPollAt).toBeGreaterThan(before.lastPollAt ?? 0);
     await runCli(['cancel', taskId], { ledger });
   });
+
+  it('says a taskId prefix is too short, counts one record as one, and shows no {} default in help', async () => {
+    const ledger = newLedger();
+    const detached = await runCli(['call', url, 'batch_job', '--args', '{"items":400,"stepMs":250}', '--detach'], {
+      ledger,
+    });
+    const taskId = detached.stdout.trim();
+    const short = await runCli(['show', taskId.slice(0, 4)], { ledger });
+    expect(short.code).not.toBe(0);
+    expect(short.stderr).toMatch(
+      new RegExp(`${taskId.slice(0, 4)} is too short a prefix of a taskId: give at least 6`),
+    );
+    expect((await runCli(['show', taskId.slice(0, 8)], { ledger })).stdout).toContain(taskId);
+    expect((await runCli(['ls', '--all'], { ledger })).stdout).toMatch(/^1 record in /m);
+    expect((await runCli(['call', '--help'], { ledger })).stdout).not.toContain('(default: {})');
+    await runCli(['cancel', taskId], { ledger });
+  });
 });
 
 describe.concurrent('bad input', { timeout: 60_000 }, () => {
