@@ -42,9 +42,13 @@ export function registerShow(program: Command): void {
       let record = await session.require(ref);
       let refresh: Refreshed | undefined;
       if (flags.refresh) {
-        refresh = await refreshRecord(session, record).catch((error: unknown) => {
-          throw explain(error, { ledgerPath, endpoint: record.endpoint });
-        });
+        const local = record;
+        // a server that cannot be asked still leaves the ledger's record to show, saying why it is not fresh
+        refresh = await refreshRecord(session, record).catch((error: unknown) => ({
+          record: local,
+          refreshed: false,
+          note: `the server could not be asked: ${(explain(error, { ledgerPath, endpoint: local.endpoint }) as Error).message}`,
+        }));
         record = refresh.record;
       }
       const history = await session.ledger.history(record.recordId);

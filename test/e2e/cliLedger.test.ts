@@ -132,6 +132,22 @@ describe.concurrent('closeout ls, show and cancel', { timeout: 60_000 }, () => {
     await runCli(['cancel', taskId], { ledger });
   });
 
+  it('show --refresh with the server down shows the ledger record, saying the server could not be asked', async () => {
+    const ledger = newLedger();
+    const own = await startServe([]);
+    const detached = await runCli(['call', own.url, 'batch_job', '--args', '{"items":400,"stepMs":250}', '--detach'], {
+      ledger,
+    });
+    const taskId = detached.stdout.trim();
+    await own.kill();
+    const shown = await runCli(['show', taskId, '--refresh'], { ledger });
+    expect(shown.code).toBe(0);
+    expect(shown.stdout).toContain(taskId);
+    expect(shown.stdout).toMatch(/the server could not be asked: nothing is listening at .*connection refused/);
+    const doc = jsonDocument((await runCli(['show', taskId, '--refresh', '--json'], { ledger })).stdout);
+    expect(doc).toMatchObject({ refreshed: false, record: { taskId, status: 'working' } });
+  });
+
   it('says a taskId prefix is too short, counts one record as one, and shows no {} default in help', async () => {
     const ledger = newLedger();
     const detached = await runCli(['call', url, 'batch_job', '--args', '{"items":400,"stepMs":250}', '--detach'], {
