@@ -137,17 +137,19 @@ export class Submission {
     call: CallTrace,
   ): Promise<CallToolResult | TaskHandle> {
     const { core } = this;
+    const named = nameOf(previous);
     if (previous.localState === 'submitting' || isFollowable(previous.localState)) {
       throw new TaskClientError(
         'invalid-state',
-        `record ${previous.recordId} is ${previous.localState}: cancel or wait for it before resubmitting`,
+        `${named} is ${previous.localState}: cancel or wait for it before resubmitting`,
         { record: previous },
       );
     }
     if (previous.supersededBy) {
+      const successor = await core.ledger.get(previous.supersededBy);
       throw new TaskClientError(
         'invalid-state',
-        `record ${previous.recordId} was already resubmitted as ${previous.supersededBy}`,
+        `${named} was already resubmitted as ${successor ? nameOf(successor) : `record ${previous.supersededBy}`}`,
         { record: previous },
       );
     }
@@ -180,16 +182,14 @@ export class Submission {
     if (!intent.created) {
       // checked again inside the ledger's transaction: of two concurrent resubmissions, one goes through
       if (intent.refused === 'already-resubmitted') {
-        throw new TaskClientError(
-          'invalid-state',
-          `record ${previous.recordId} was already resubmitted as ${intent.record.recordId}`,
-          { record: intent.record },
-        );
+        throw new TaskClientError('invalid-state', `${named} was already resubmitted as ${nameOf(intent.record)}`, {
+          record: intent.record,
+        });
       }
       if (intent.refused === 'still-open') {
         throw new TaskClientError(
           'invalid-state',
-          `record ${previous.recordId} is ${intent.record.localState}: cancel or wait for it before resubmitting`,
+          `${named} is ${intent.record.localState}: cancel or wait for it before resubmitting`,
           { record: intent.record },
         );
       }
@@ -611,4 +611,9 @@ function assertSameCall(record: TaskRecord, name: string, digest: string): void 
       { record },
     );
   }
+}
+
+/** A record as people know it: its taskId, else (a call that never got one) the record id. */
+function nameOf(record: TaskRecord): string {
+  return record.taskId ? `task ${record.taskId}` : `record ${record.recordId}`;
 }

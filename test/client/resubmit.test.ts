@@ -69,6 +69,17 @@ describe('resubmission', () => {
     expect(all.filter((record) => record.resubmittedFrom === 'lost')).toHaveLength(1);
   });
 
+  it('is refused for a task still open, naming it by its taskId', async () => {
+    const client = await harness.connect();
+    const handle = await client.callTool('cancellable', { n: 1 });
+    if (!isTaskHandle(handle)) throw new Error('cancellable answered without a task');
+    await expect(client.resubmit(handle.taskId)).rejects.toMatchObject({
+      code: 'invalid-state',
+      message: `task ${handle.taskId} is tracking: cancel or wait for it before resubmitting`,
+    });
+    await client.cancel(handle.taskId);
+  });
+
   it('is refused for a record that is still open, inside the ledger too', async () => {
     const ledger = new SqliteLedger(harness.ledgerPath);
     try {
