@@ -21,8 +21,13 @@ export interface Check {
 }
 
 export interface DoctorOptions {
-  /** A task tool to call; default: the first listed tool that answers with a task, its arguments from its schema. */
+  /** The task tool to call, with `args`. Without it (nor `tryListedTools`) no tool is called. */
   tool?: string;
+  /**
+   * Call the listed tools in order, arguments filled from their schemas, until one answers with a task: only on a
+   * server where calling its tools is harmless (a test server, a staging copy).
+   */
+  tryListedTools?: boolean;
   args?: Record<string, unknown>;
   token?: string;
   /** A ledger round trip: does a fresh client process resume the same task? Given by the CLI when available. */
@@ -61,15 +66,26 @@ export async function runDoctor(url: string, options: DoctorOptions = {}): Promi
     add('discover', 'fail', `server/discover answered ${describeError(discover)}`);
   else if (undeclared === undefined) add('discover', 'pass', `server/discover declares ${TASKS_EXTENSION_ID}`);
 
+  // a tool is called only when the user named it, or asked for the listed ones to be tried: calling a tool may
+  // do real work on the user's server
   const picked = options.tool
     ? {
         toolName: options.tool,
         args: options.args ?? {},
         created: await rpc(url, 'tools/call', { name: options.tool, arguments: options.args ?? {} }, auth),
       }
-    : await pickTool(url, auth, add);
+    : options.tryListedTools
+      ? await pickTool(url, auth, add)
+      : undefined;
   if (!picked && undeclared !== undefined) return notATasksServer(checks, undeclared);
   if (!picked) {
+    if (!options.tool && !options.tryListedTools) {
+      add(
+        'task handle',
+        'skip',
+        'no tool was called: pass --tool NAME (and --args JSON) to check with a real task of that tool, or --try-listed-tools where calling any listed tool is harmless',
+      );
+    }
     for (const name of ['poll interval', 'Mcp-Name', 'capability']) add(name, 'skip', 'no task to check against');
     return checkUnknownId(url, auth, add, checks);
   }
@@ -302,22 +318,38 @@ function marks(): Record<CheckStatus, string> {
 export function registerDoctor(program: Command, resumeCheck?: DoctorOptions['resumeCheck']): void {
   program
     .command('doctor')
-    .description('Check a live Tasks server: discovery, stable task handles, poll interval, errors, routing, resume')
+    .description(
+      'Check a live Tasks server: discovery, errors, and with a task (--tool) stable handles, poll interval, routing, resume. It calls no tool you do not name: a tool call may do real work',
+    )
     .argument('<url>', 'the server’s MCP endpoint, e.g. http://127.0.0.1:3000/mcp', parseUrl)
     .option(
       '--tool <name>',
-      'the task tool to call (default: the first listed tool that answers with a task, its arguments filled from its schema)',
+      'the task tool to call for the task checks (it runs for real; the doctor cancels it after)',
     )
     .option('--args <json>', 'arguments for --tool, as a JSON object', parseJsonObject)
+    .option(
+      '--try-listed-tools',
+      'call the listed tools in order, arguments guessed from their schemas, until one answers with a task: only where that is harmless',
+    )
     .option('--token <token>', 'bearer token for the server')
     .option('--json', 'print one JSON document')
     .action(
       async (
         url: string,
-        flags: { tool?: string; args?: Record<string, unknown>; token?: string; json?: boolean },
+        flags: {
+          tool?: string;
+          args?: Record<string, unknown>;
+          tryListedTools?: boolean;
+          token?: string;
+          json?: boolean;
+        },
       ): Promise<void> => {
+        if (flags.tool !== undefined && flags.tryListedTools) {
+          throw new CliError('pass either --tool NAME or --try-listed-tools, not both');
+        }
         const checks = await runDoctor(url, {
           ...(flags.tool !== undefined && { tool: flags.tool }),
+          ...(flags.tryListedTools && { tryListedTools: true }),
           ...(flags.args !== undefined && { args: flags.args }),
           ...(flags.token !== undefined && { token: flags.token }),
           ...(resumeCheck && { resumeCheck }),

@@ -1,6 +1,6 @@
 // `closeout doctor` passing on our server (including the ledger round trip through a fresh process) and failing,
 // with the right lines, on a deliberately broken one; `closeout demo` finishing unattended; `--help` everywhere.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,6 +12,9 @@ import { type ServeProcess, startServe } from '../support/processes.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'closeout-cli-doctor-'));
 let server: ServeProcess;
+/** Every handler start on a server of `runLog` (the demo tools write it): a tool the doctor called. */
+const toolRuns = (runLog: string) =>
+  existsSync(runLog) ? readFileSync(runLog, 'utf8').trim().split('\n').filter(Boolean) : [];
 let broken: Server;
 let brokenUrl: string;
 
@@ -76,7 +79,10 @@ afterAll(async () => {
 
 describe.concurrent('closeout doctor and demo', { timeout: 60_000 }, () => {
   it('passes on a closeout server, including a ledger round trip through a fresh process', async () => {
-    const [text, json] = await Promise.all([runCli(['doctor', server.url]), runCli(['doctor', server.url, '--json'])]);
+    const [text, json] = await Promise.all([
+      runCli(['doctor', server.url, '--try-listed-tools']),
+      runCli(['doctor', server.url, '--json', '--try-listed-tools']),
+    ]);
     expect(text.code, text.stderr).toBe(0);
     for (const check of [
       'discover',
@@ -99,8 +105,27 @@ describe.concurrent('closeout doctor and demo', { timeout: 60_000 }, () => {
     });
   });
 
+  it('calls no tool unless one is named: the task checks are skipped, saying how to run them', async () => {
+    // a server of its own: the other tests here call tools at the same time
+    const runLog = join(dir, 'runs-named.jsonl');
+    const own = await startServe(['--store', join(dir, 'named.db')], 15_000, { CLOSEOUT_RUN_LOG: runLog });
+    const run = await runCli(['doctor', own.url]);
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/^PASS {2}discover /m);
+    expect(run.stdout).toMatch(/^PASS {2}unknown id /m);
+    expect(run.stdout).toMatch(/^SKIP {2}task handle +no tool was called: pass --tool NAME/m);
+    expect(toolRuns(runLog)).toHaveLength(0);
+    const named = await runCli(['doctor', own.url, '--tool', 'batch_job', '--args', '{"items":1,"stepMs":10}']);
+    expect(named.code, named.stderr).toBe(0);
+    expect(named.stdout).toMatch(/^PASS {2}task handle +batch_job returned taskId/m);
+    expect(toolRuns(runLog).map((line) => (JSON.parse(line) as { tool: string }).tool)).toEqual(['batch_job']);
+    await own.stop();
+    const help = await runCli(['doctor', '--help']);
+    expect(help.stdout).toMatch(/calls no tool you do not name/);
+  });
+
   it('fails on a broken server with one FAIL line per broken promise', async () => {
-    const run = await runCli(['doctor', brokenUrl]);
+    const run = await runCli(['doctor', brokenUrl, '--try-listed-tools']);
     expect(run.code).toBe(1);
     expect(run.stdout).toMatch(
       /^FAIL {2}discover +server\/discover does not declare io\.modelcontextprotocol\/tasks in capabilities\.extensions, yet tools\/call slow answered with a task$/m,

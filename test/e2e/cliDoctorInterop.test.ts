@@ -158,7 +158,7 @@ afterAll(async () => {
 describe.concurrent('closeout doctor against foreign servers', { timeout: 90_000 }, () => {
   // a correct server must never get a FAIL (issue 12): one without Tasks is told so, and nothing is checked
   it('tells a 2025-era server it is not a Tasks server, with no FAIL line and no tool called', async () => {
-    const run = await runCli(['doctor', `${base}/legacy/mcp`], { timeoutMs: 55_000 });
+    const run = await runCli(['doctor', `${base}/legacy/mcp`, '--try-listed-tools'], { timeoutMs: 55_000 });
     expect(run.stdout).toMatch(
       /^SKIP {2}discover +server\/discover answered -32000 "Bad Request: Server not initialized" \(HTTP 400\): not a server of the io\.modelcontextprotocol\/tasks extension \(MCP 2026-07-28\), so no check applies$/m,
     );
@@ -169,7 +169,7 @@ describe.concurrent('closeout doctor against foreign servers', { timeout: 90_000
   });
 
   it('tells a 2026-07-28 server without the extension, whose tools answer inline, that nothing applies', async () => {
-    const run = await runCli(['doctor', `${base}/plain/mcp`, '--json'], { timeoutMs: 55_000 });
+    const run = await runCli(['doctor', `${base}/plain/mcp`, '--json', '--try-listed-tools'], { timeoutMs: 55_000 });
     const doc = JSON.parse(run.stdout) as { ok: boolean; checks: { name: string; status: string; detail: string }[] };
     expect(doc.checks).toEqual([
       {
@@ -184,7 +184,7 @@ describe.concurrent('closeout doctor against foreign servers', { timeout: 90_000
   });
 
   it('says "pass --token" when the server wants credentials', async () => {
-    const run = await runCli(['doctor', `${base}/auth/mcp`], { timeoutMs: 55_000 });
+    const run = await runCli(['doctor', `${base}/auth/mcp`, '--try-listed-tools'], { timeoutMs: 55_000 });
     expect(run.stdout).toMatch(
       /^FAIL {2}discover +server\/discover answered HTTP 401 Unauthorized: .*\(pass --token\)$/m,
     );
@@ -192,7 +192,7 @@ describe.concurrent('closeout doctor against foreign servers', { timeout: 90_000
   });
 
   it('fills required arguments from the schema, SKIPs what it cannot call with the reason, and tries the next tool', async () => {
-    const run = await runCli(['doctor', `${base}/tasks/mcp`, '--json'], { timeoutMs: 55_000 });
+    const run = await runCli(['doctor', `${base}/tasks/mcp`, '--json', '--try-listed-tools'], { timeoutMs: 55_000 });
     const doc = JSON.parse(run.stdout) as { checks: { name: string; status: string; detail: string }[] };
     const lines = doc.checks.map((c) => `${c.status} ${c.name}: ${c.detail}`);
     expect(lines).toContainEqual(
@@ -216,7 +216,7 @@ describe.concurrent('closeout doctor against foreign servers', { timeout: 90_000
   });
 
   it('identifies itself as closeout with its version', async () => {
-    await runCli(['doctor', `${base}/legacy/mcp`], { timeoutMs: 55_000 });
+    await runCli(['doctor', `${base}/legacy/mcp`, '--try-listed-tools'], { timeoutMs: 55_000 });
     const probe = seen.find((s) => s.path === '/legacy/mcp');
     const meta = probe?.params['_meta'] as Record<string, unknown>;
     expect(meta['io.modelcontextprotocol/clientInfo']).toEqual({ name: 'closeout', version: '0.1.0' });

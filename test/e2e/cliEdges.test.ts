@@ -183,7 +183,7 @@ describe('closeout at its edges', { timeout: 120_000 }, () => {
 
   it("the server's log names doctor's deliberate probes as such", async () => {
     const before = server.stderr().length;
-    const doctor = await runCli(['doctor', server.url], { timeoutMs: 60_000 });
+    const doctor = await runCli(['doctor', server.url, '--try-listed-tools'], { timeoutMs: 60_000 });
     expect(doctor.code, doctor.stdout + doctor.stderr).toBe(0);
     await waitFor('the Mcp-Name probe in the log', () =>
       server.stderr().slice(before).includes('Mcp-Name') ? true : undefined,

@@ -92,8 +92,8 @@ describe.concurrent('a hostile server cannot write to the terminal', { timeout: 
     expectSafe(http, 'call against an HTTP error');
     expect(http.code).not.toBe(0);
     for (const args of [
-      ['doctor', server.url.href],
-      ['doctor', server.url.href, '--json'],
+      ['doctor', server.url.href, '--try-listed-tools'],
+      ['doctor', server.url.href, '--json', '--try-listed-tools'],
     ]) {
       const run = await runCli(args, { ledger: newLedger() });
       expectSafe(run, args.join(' '));
