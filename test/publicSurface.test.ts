@@ -86,6 +86,8 @@ const PUBLIC: Record<'client' | 'server' | 'protocol', { values: string[]; types
     types: [
       'AbortCause',
       'AttachOptions',
+      'ElicitForm',
+      'Elicited',
       'InputCapabilities',
       'InputKind',
       'JsonValue',

@@ -44,3 +44,4 @@ export type {
   ToolArgs,
 } from './taskTool.js';
 export { InputNotDeclaredError, TaskAbortedError } from './taskTool.js';
+export type { Elicited, ElicitForm } from './typedInput.js';

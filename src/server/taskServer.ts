@@ -20,6 +20,7 @@ import type {
 import { canonicalJson, ErrorCode, InputKeySchema, InputRequestSchema, isTerminalStatus } from '../protocol/index.js';
 import type { TraceCarrier } from '../protocol/traceContext.js';
 import { TakeoverGate } from '../takeoverGate.js';
+import { typedInput } from './typedInput.js';
 import { DurableSteps } from './durableSteps.js';
 import { undeclaredInput } from './inputCapabilities.js';
 import { describeRefusal, measureJson, resolveLimits, type TaskLimits } from './limits.js';
@@ -360,6 +361,12 @@ export class TaskServer {
         throw new Error('an inline run holds no lease');
       },
     });
+    const input = async (): Promise<never> => {
+      throw new ProtocolError(
+        ErrorCode.MissingRequiredClientCapability,
+        `Tool ${tool.name} needs input from the client while it runs; call it with the io.modelcontextprotocol/tasks extension declared`,
+      );
+    };
     const ctx: TaskContext = {
       taskId: undefined,
       signal,
@@ -368,12 +375,8 @@ export class TaskServer {
       step: (name, fn) => steps.step(name, fn),
       checkpoint: steps.checkpoint,
       status: async () => {},
-      input: async () => {
-        throw new ProtocolError(
-          ErrorCode.MissingRequiredClientCapability,
-          `Tool ${tool.name} needs input from the client while it runs; call it with the io.modelcontextprotocol/tasks extension declared`,
-        );
-      },
+      input,
+      ...typedInput(input),
     };
     return tool.handler(args, ctx);
   }
@@ -586,6 +589,7 @@ export class TaskServer {
       },
     });
     const traced = this.telemetry.run(task);
+    const ask = (key: string, request: InputRequest) => traced.input(key, () => this.input(run, key, request));
     const ctx: TaskContext = {
       taskId: task.taskId,
       signal: controller.signal,
@@ -602,7 +606,8 @@ export class TaskServer {
           .catch((error: unknown) => this.reportRepeated(error));
         if (stored) this.changed(lease.taskId);
       },
-      input: (key, request) => traced.input(key, () => this.input(run, key, request)),
+      input: ask,
+      ...typedInput(ask),
     };
     run.start = () => {
       run.settled = (async () => {

@@ -5,6 +5,7 @@ import type { CallToolResult, InputRequiredResult, ServerContext, ToolAnnotation
 import type * as z from 'zod/v4';
 
 import type { InputRequest, InputResponse, JsonObject } from '../protocol/index.js';
+import type { Elicited, ElicitForm } from './typedInput.js';
 
 /**
  * Whether a tool answers with a task (docs/DESIGN.md point 1):
@@ -64,6 +65,14 @@ export interface TaskContext {
    * Keys are unique over the task's life; a key answered before (in an earlier attempt) resolves at once.
    */
   input(key: string, request: InputRequest): Promise<InputResponse>;
+  /**
+   * Asks with a form made from a zod object of strings, numbers, booleans and enums (`.describe()` and `.default()`
+   * reach the client), and resolves with the accepted content parsed and typed, or `decline` / `cancel`. An accepted
+   * content that does not fit the schema throws. As `input`, keyed and answered once over the task's life.
+   */
+  elicit<Schema extends z.ZodObject>(key: string, form: ElicitForm<Schema>): Promise<Elicited<z.infer<Schema>>>;
+  /** A yes/no question: true only when the person accepted and said yes (decline and cancel are false). */
+  confirm(key: string, message: string): Promise<boolean>;
   /**
    * A durable step (README, "Durable steps"): runs `fn` once for the task and commits its result (JSON, at most
    * `maxStepResultBytes`) to the store before resolving; a later attempt of the task (a resumable tool re-run after a

@@ -113,7 +113,8 @@ describe('README.md examples', () => {
     // the client asked once, the task completed with the answer, and the process ended by itself after close()
     expect(run, run.stderr).toMatchObject({ code: 0, signal: null, stderr: '' });
     expect(run.stdout.match(/the server asks: Publish\?/g)).toHaveLength(1);
-    expect(run.stdout).toContain("completed [ { type: 'text', text: 'done: accept' } ]");
+    // the client's handler accepted with no content: the form's default comes back, parsed
+    expect(run.stdout).toContain("completed [ { type: 'text', text: 'published to web' } ]");
     expect(run.stdout).toMatch(/working -> .*input_required -> .*completed/);
     // the server example itself raised no complaint while serving it
     expect(server.stderr()).toBe('');
