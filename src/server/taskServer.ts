@@ -20,7 +20,6 @@ import type {
 import { canonicalJson, ErrorCode, InputKeySchema, InputRequestSchema, isTerminalStatus } from '../protocol/index.js';
 import type { TraceCarrier } from '../protocol/traceContext.js';
 import { TakeoverGate } from '../takeoverGate.js';
-import { typedInput } from './typedInput.js';
 import { DurableSteps } from './durableSteps.js';
 import { undeclaredInput } from './inputCapabilities.js';
 import { describeRefusal, measureJson, resolveLimits, type TaskLimits } from './limits.js';
@@ -48,6 +47,7 @@ import type {
 } from './taskTool.js';
 import { InputNotDeclaredError, TaskAbortedError } from './taskTool.js';
 import { type RunView, ServerTelemetry, type TelemetryOptions } from './telemetry.js';
+import { typedInput } from './typedInput.js';
 
 const HOUR_MS = 3_600_000;
 
