@@ -574,6 +574,8 @@ export interface PostgresPool {
 
 export class PostgresTaskStore implements TaskStore {
   private readonly pool: pg.Pool;
+  /** The migrations of this store's first call (`migrated`). */
+  private migration: Promise<void> | undefined;
   /**
    * One connection of the store's own for the lease loop (renew, claim): a renewal never queues behind request traffic
    * for a pooled connection (docs/DESIGN.md, "Rules learned in the field", 8).
@@ -667,7 +669,7 @@ export class PostgresTaskStore implements TaskStore {
   ): Promise<PostgresTaskStore> {
     const store = new PostgresTaskStore(poolOrConnectionString, options);
     try {
-      await store.migrate();
+      await store.migrated();
       await store.syncClock();
       if (options.listen ?? true) await store.listening();
       return store;
@@ -675,6 +677,19 @@ export class PostgresTaskStore implements TaskStore {
       await store.close();
       throw error;
     }
+  }
+
+  /**
+   * Resolves once this store has applied the migrations its database lacks: on the first call of any kind, so a store
+   * made with `new` works as one made with `open()` (which also reads the database's clock and starts LISTEN first).
+   * A failed attempt (the database unreachable) is tried again by the next call.
+   */
+  private migrated(): Promise<void> {
+    this.migration ??= this.migrate().catch((error: unknown) => {
+      this.migration = undefined;
+      throw error;
+    });
+    return this.migration;
   }
 
   /** Applies the migrations this database lacks. Safe to run from several instances at once. */
@@ -1222,6 +1237,7 @@ export class PostgresTaskStore implements TaskStore {
   /** Database trouble surfaces as an Error that says which store call failed (the runtime maps it to -32603). */
   private async guard<T>(op: string, fn: () => Promise<T>): Promise<T> {
     try {
+      if (op !== 'migrate') await this.migrated();
       return await fn();
     } catch (error) {
       // the store's own refusals keep their class: the runtime answers them with their own error

@@ -1109,3 +1109,20 @@ describe('PostgresTaskStore batches and signals', () => {
     );
   });
 });
+
+describe('a store made with new', () => {
+  it('migrates on its first call, as open() does, and serves a task server', async () => {
+    const database = await postgres.createDatabase();
+    const store = new PostgresTaskStore(database.connectionString);
+    try {
+      // several first calls at once share one migration
+      const [created, none] = await Promise.all([store.create(newTask({ taskId: 'made-with-new' })), store.get('x')]);
+      expect(created.created).toBe(true);
+      expect(none).toBeUndefined();
+      expect(await store.get('made-with-new')).toMatchObject({ taskId: 'made-with-new', status: 'working' });
+    } finally {
+      await store.close();
+      await database.drop();
+    }
+  });
+});
