@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 
 import type { MeterProvider } from '@opentelemetry/api';
 import type * as PrometheusExporterModule from '@opentelemetry/exporter-prometheus';
+import type * as ResourcesModule from '@opentelemetry/resources';
 import type * as SdkMetricsModule from '@opentelemetry/sdk-metrics';
 
 import { CliError } from './cliError.js';
@@ -18,12 +19,15 @@ export interface MetricsEndpoint {
   close(): Promise<void>;
 }
 
-export async function serveMetrics(port: number, host: string): Promise<MetricsEndpoint> {
+export async function serveMetrics(port: number, host: string, serviceName: string): Promise<MetricsEndpoint> {
   let sdk: typeof SdkMetricsModule;
   let prometheus: typeof PrometheusExporterModule;
+  let resources: typeof ResourcesModule;
   try {
     sdk = await import('@opentelemetry/sdk-metrics');
     prometheus = await import('@opentelemetry/exporter-prometheus');
+    // a dependency of both: there whenever they are
+    resources = await import('@opentelemetry/resources');
   } catch (error) {
     throw new CliError(
       `--metrics-port needs the optional dependencies @opentelemetry/sdk-metrics and @opentelemetry/exporter-prometheus, which are not installed (${(error as Error).message}): install them beside closeout, or leave out --metrics-port`,
@@ -31,7 +35,10 @@ export async function serveMetrics(port: number, host: string): Promise<MetricsE
   }
   // the exporter renders; this process listens, so the port may be 0 and the address is the one asked for
   const exporter = new prometheus.PrometheusExporter({ preventServerStart: true });
-  const meterProvider = new sdk.MeterProvider({ readers: [exporter] });
+  const meterProvider = new sdk.MeterProvider({
+    readers: [exporter],
+    resource: resources.resourceFromAttributes({ 'service.name': serviceName }),
+  });
   const http = createServer((req, res) => {
     const path = new URL(req.url ?? '/', 'http://localhost').pathname;
     if (req.method !== 'GET' || path !== '/metrics') {

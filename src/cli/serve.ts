@@ -32,6 +32,7 @@ interface ServeFlags {
   sqliteSynchronous?: 'full' | 'normal';
   metricsPort?: number;
   metricsHost: string;
+  serviceName: string;
 }
 
 export function registerServe(program: Command): void {
@@ -82,13 +83,16 @@ export function registerServe(program: Command): void {
       parsePort,
     )
     .option('--metrics-host <host>', 'interface the metrics listen on', '127.0.0.1')
+    .option('--service-name <name>', 'service.name of the metrics (target_info), to tell instances apart', 'closeout')
     .action(async (flags: ServeFlags) => {
       if (flags.sqliteSynchronous !== undefined && /^postgres(ql)?:\/\//i.test(flags.store)) {
         throw new CliError('--sqlite-synchronous applies to a SQLite store only, not to a postgres:// URL');
       }
       assertStoreFolder(flags.store);
       const metricsEndpoint: MetricsEndpoint | undefined =
-        flags.metricsPort === undefined ? undefined : await serveMetrics(flags.metricsPort, flags.metricsHost);
+        flags.metricsPort === undefined
+          ? undefined
+          : await serveMetrics(flags.metricsPort, flags.metricsHost, flags.serviceName);
       const store = await openWhenReachable(flags.store, flags.sqliteSynchronous, flags.storeWaitMs);
       const tasks = new TaskServer({
         store,

@@ -107,7 +107,7 @@ describe('closeout serve observability', () => {
   }, 90_000);
 
   it('serves the metrics in the Prometheus text format on --metrics-port, on loopback by default', async () => {
-    const p = await startServe(['--store', join(dir, 'metrics.db'), '--metrics-port', '0']);
+    const p = await startServe(['--store', join(dir, 'metrics.db'), '--metrics-port', '0', '--service-name', 'orders']);
     live.push(p);
     const metricsUrl = await waitFor('the metrics URL', async () => /metrics at (http:\/\/\S+)/.exec(p.stderr())?.[1]);
     expect(new URL(metricsUrl).hostname).toBe('127.0.0.1');
@@ -136,6 +136,8 @@ describe('closeout serve observability', () => {
       sample(/^closeout_server_tasks_open\{(?=.*closeout_task_status="working")(?=.*gen_ai_tool_name="export_report")/),
     ).toBe(1);
     expect(sample(/^mcp_server_operation_duration_count\{.*mcp_method_name="tools\/call"/)).toBe(1);
+    // the service as the operator named it (OpenTelemetry's target_info carries the resource)
+    expect(text).toMatch(/^target_info\{[^}]*service_name="orders"/m);
     expect((await fetch(new URL('/other', metricsUrl))).status).toBe(404);
   }, 60_000);
 });
