@@ -109,17 +109,20 @@ describe.concurrent('closeout doctor and demo', { timeout: 60_000 }, () => {
     // a server of its own: the other tests here call tools at the same time
     const runLog = join(dir, 'runs-named.jsonl');
     const own = await startServe(['--store', join(dir, 'named.db')], 15_000, { CLOSEOUT_RUN_LOG: runLog });
-    const run = await runCli(['doctor', own.url]);
-    expect(run.code, run.stderr).toBe(0);
-    expect(run.stdout).toMatch(/^PASS {2}discover /m);
-    expect(run.stdout).toMatch(/^PASS {2}unknown id /m);
-    expect(run.stdout).toMatch(/^SKIP {2}task handle +no tool was called: pass --tool NAME/m);
-    expect(toolRuns(runLog)).toHaveLength(0);
-    const named = await runCli(['doctor', own.url, '--tool', 'batch_job', '--args', '{"items":1,"stepMs":10}']);
-    expect(named.code, named.stderr).toBe(0);
-    expect(named.stdout).toMatch(/^PASS {2}task handle +batch_job returned taskId/m);
-    expect(toolRuns(runLog).map((line) => (JSON.parse(line) as { tool: string }).tool)).toEqual(['batch_job']);
-    await own.stop();
+    try {
+      const run = await runCli(['doctor', own.url]);
+      expect(run.code, run.stderr).toBe(0);
+      expect(run.stdout).toMatch(/^PASS {2}discover /m);
+      expect(run.stdout).toMatch(/^PASS {2}unknown id /m);
+      expect(run.stdout).toMatch(/^SKIP {2}task handle +no tool was called: pass --tool NAME/m);
+      expect(toolRuns(runLog)).toHaveLength(0);
+      const named = await runCli(['doctor', own.url, '--tool', 'batch_job', '--args', '{"items":1,"stepMs":10}']);
+      expect(named.code, named.stderr).toBe(0);
+      expect(named.stdout).toMatch(/^PASS {2}task handle +batch_job returned taskId/m);
+      expect(toolRuns(runLog).map((line) => (JSON.parse(line) as { tool: string }).tool)).toEqual(['batch_job']);
+    } finally {
+      await own.stop();
+    }
     const help = await runCli(['doctor', '--help']);
     expect(help.stdout).toMatch(/calls no tool you do not name/);
   });
