@@ -82,6 +82,7 @@ const PUBLIC: Record<'client' | 'server' | 'protocol', { values: string[]; types
       'defaultPrincipal',
       'openTaskStore',
       'serveTaskServer',
+      'serveTaskServerStdio',
     ],
     types: [
       'AbortCause',
@@ -101,6 +102,8 @@ const PUBLIC: Record<'client' | 'server' | 'protocol', { values: string[]; types
       'ServeOptions',
       'ServingTaskServer',
       'SqliteTaskStoreOptions',
+      'StdioServeOptions',
+      'StdioTaskServer',
       'StepWriteLimits',
       'StoredInput',
       'StoredStep',

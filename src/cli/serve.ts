@@ -1,8 +1,9 @@
 /**
  * `closeout serve`: the demo (or conformance) task tools over Streamable HTTP on a durable store.
  */
-import { existsSync } from 'node:fs';
-import { dirname, resolve } from 'node:path';
+import { existsSync, mkdirSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
 
 import { InMemoryServerEventBus } from '@modelcontextprotocol/server';
 import type { Command } from 'commander';
@@ -12,7 +13,7 @@ import { parse as parseConnectionString } from 'pg-connection-string';
 import { conformanceDiagnostics, registerConformanceTools } from '../demo/conformanceTools.js';
 import { registerDemoTools } from '../demo/demoTools.js';
 import { isTransientPgError } from '../postgresTransaction.js';
-import { openTaskStore, serveTaskServer, TaskServer, type TaskStore } from '../server/index.js';
+import { openTaskStore, serveTaskServer, serveTaskServerStdio, TaskServer, type TaskStore } from '../server/index.js';
 import { parseNonNegativeInt, parsePort, parsePositiveInt } from './arguments.js';
 import { CliError } from './cliError.js';
 import { describeServerError } from './doctorProbe.js';
@@ -33,12 +34,19 @@ interface ServeFlags {
   metricsPort?: number;
   metricsHost: string;
   serviceName: string;
+  stdio?: boolean;
 }
 
 export function registerServe(program: Command): void {
   program
     .command('serve')
-    .description('Serve task tools over Streamable HTTP at http://HOST:PORT/mcp, every task in a durable store')
+    .description(
+      'Serve task tools over Streamable HTTP at http://HOST:PORT/mcp (or over stdio, for a host), every task in a durable store',
+    )
+    .option(
+      '--stdio',
+      'serve on stdin and stdout, for a host that starts the server (the store defaults to ~/.closeout/server.db)',
+    )
     .option('--port <port>', 'TCP port (0 picks a free one)', parsePort, 3000)
     .option('--host <host>', 'interface to listen on', '127.0.0.1')
     .option('--store <path|url>', 'SQLite file, or a postgres:// URL', './closeout-server.db')
@@ -84,7 +92,12 @@ export function registerServe(program: Command): void {
     )
     .option('--metrics-host <host>', 'interface the metrics listen on', '127.0.0.1')
     .option('--service-name <name>', 'service.name of the metrics (target_info), to tell instances apart', 'closeout')
-    .action(async (flags: ServeFlags) => {
+    .action(async (flags: ServeFlags, command: Command) => {
+      // a host starts a stdio server in whatever working directory it likes: its store lives in the user's own
+      if (flags.stdio && command.getOptionValueSource('store') === 'default') {
+        flags.store = join(homedir(), '.closeout', 'server.db');
+        mkdirSync(dirname(flags.store), { recursive: true, mode: 0o700 });
+      }
       if (flags.sqliteSynchronous !== undefined && /^postgres(ql)?:\/\//i.test(flags.store)) {
         throw new CliError('--sqlite-synchronous applies to a SQLite store only, not to a postgres:// URL');
       }
@@ -107,6 +120,28 @@ export function registerServe(program: Command): void {
       const bus = new InMemoryServerEventBus(onerror);
       if (flags.tools === 'conformance') registerConformanceTools(tasks);
       else registerDemoTools(tasks);
+      if (flags.stdio) {
+        // stdout carries JSON-RPC only: everything said goes to stderr
+        const stdio = await serveTaskServerStdio(tasks, {
+          serverInfo: { name: 'closeout', version: '0.1.0' },
+          ...(flags.tools === 'conformance' && { setup: conformanceDiagnostics(bus) }),
+          onerror,
+        });
+        console.error(
+          `closeout serve: ${flags.tools} tools on stdio, store ${describeStoreLocation(flags.store)}, instance ${tasks.instanceId}`,
+        );
+        const stop = async () => {
+          // running tasks are handed back: the host's next start of this server takes them up
+          await stdio.close();
+          await store.close();
+          await metricsEndpoint?.close();
+          process.exit(0);
+        };
+        void stdio.closed.then(stop);
+        process.once('SIGINT', () => void stop());
+        process.once('SIGTERM', () => void stop());
+        return;
+      }
       let serving;
       try {
         serving = await serveTaskServer(tasks, {

@@ -6,6 +6,8 @@
  */
 export type { ServeOptions, ServingTaskServer, TaskHandlerOptions } from './http.js';
 export { createTaskMcpHandler, serveTaskServer } from './http.js';
+export type { StdioServeOptions, StdioTaskServer } from './stdio.js';
+export { serveTaskServerStdio } from './stdio.js';
 export { MAX_REQUEST_JSON_DEPTH } from './jsonDepthGuard.js';
 export { DEFAULT_LIMITS, type TaskLimits } from './limits.js';
 export type { AttachOptions, PrincipalResolver } from './sdkGlue.js';

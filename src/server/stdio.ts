@@ -1,0 +1,65 @@
+/**
+ * A TaskServer over stdio (spec: basic/transports/stdio), for the hosts that start MCP servers as local processes:
+ * the SDK's `serveStdio` owns the connection (a 2026-07-28 opening, or a 2025-era `initialize`), and every instance
+ * it makes gets the Tasks extension through `attachTasks`. A host starts and kills such a server many times a day: the
+ * tasks live in the store, so the next process on the same store knows every task the last one created.
+ *
+ * Nothing but JSON-RPC goes to stdout; report with `onerror` (stderr by default). A host that closes stdin ends the
+ * connection; `closed` then resolves, and the caller closes the TaskServer (its running tasks are handed back for
+ * the next start to take up).
+ */
+import { McpServer } from '@modelcontextprotocol/server';
+import { serveStdio, StdioServerTransport } from '@modelcontextprotocol/server/stdio';
+
+import type { TaskHandlerOptions } from './http.js';
+import { attachTasks } from './sdkGlue.js';
+import type { TaskServer } from './taskServer.js';
+
+export interface StdioServeOptions extends Pick<TaskHandlerOptions, 'serverInfo' | 'principal' | 'onerror'> {
+  /** Registers the server's ordinary tools, resources and prompts on the connection's instance. */
+  setup?: (mcp: McpServer) => void;
+  /** Streams other than the process's own stdin and stdout (tests). */
+  stdin?: NodeJS.ReadableStream;
+  stdout?: NodeJS.WritableStream;
+}
+
+export interface StdioTaskServer {
+  /** Resolves when the host closed the connection (stdin ended). */
+  closed: Promise<void>;
+  /** Ends the connection, then the TaskServer. */
+  close(): Promise<void>;
+}
+
+/** Starts `tasks` and serves it on stdio. */
+export async function serveTaskServerStdio(
+  tasks: TaskServer,
+  options: StdioServeOptions = {},
+): Promise<StdioTaskServer> {
+  const info = options.serverInfo ?? { name: 'closeout', version: '0.1.0' };
+  await tasks.start();
+  const stdin = options.stdin ?? process.stdin;
+  const closed = new Promise<void>((resolve) => {
+    stdin.once('end', resolve);
+    stdin.once('close', resolve);
+  });
+  const transport = new StdioServerTransport(
+    stdin as ConstructorParameters<typeof StdioServerTransport>[0],
+    (options.stdout ?? process.stdout) as ConstructorParameters<typeof StdioServerTransport>[1],
+  );
+  const handle = serveStdio(
+    () => {
+      const mcp = new McpServer(info);
+      options.setup?.(mcp);
+      attachTasks(mcp, tasks, options.principal ? { principal: options.principal } : {});
+      return mcp;
+    },
+    { transport, ...(options.onerror && { onerror: options.onerror }) },
+  );
+  return {
+    closed,
+    close: async () => {
+      await handle.close();
+      await tasks.close();
+    },
+  };
+}
