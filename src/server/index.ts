@@ -6,12 +6,12 @@
  */
 export type { ServeOptions, ServingTaskServer, TaskHandlerOptions } from './http.js';
 export { createTaskMcpHandler, serveTaskServer } from './http.js';
-export type { StdioServeOptions, StdioTaskServer } from './stdio.js';
-export { serveTaskServerStdio } from './stdio.js';
 export { MAX_REQUEST_JSON_DEPTH } from './jsonDepthGuard.js';
 export { DEFAULT_LIMITS, type TaskLimits } from './limits.js';
 export type { AttachOptions, PrincipalResolver } from './sdkGlue.js';
 export { attachTasks, defaultPrincipal } from './sdkGlue.js';
+export type { StdioServeOptions, StdioTaskServer } from './stdio.js';
+export { serveTaskServerStdio } from './stdio.js';
 export { openTaskStore } from './store/openTaskStore.js';
 export { type PostgresPool, PostgresTaskStore, type PostgresTaskStoreOptions } from './store/postgresTaskStore.js';
 export { SqliteTaskStore, type SqliteTaskStoreOptions } from './store/sqliteTaskStore.js';
