@@ -120,6 +120,15 @@ export class TaskPush {
     const requested = taskIdsOf(request.params.notifications?.taskIds);
     if (typeof requested === 'string') return rpcError(request.id, ErrorCode.InvalidParams, requested);
     if (this.closed) return rpcError(request.id, ErrorCode.InternalError, 'Server shutting down');
+    // a request that could never be served is the caller's mistake (-32602); one over what is left is the server's
+    if (requested.length > this.limits.maxSubscribedTasksPerPrincipal) {
+      return rpcError(
+        request.id,
+        ErrorCode.InvalidParams,
+        `notifications.taskIds holds ${requested.length} ids, more than this server's limit of ${this.limits.maxSubscribedTasksPerPrincipal} subscribed tasks per caller (maxSubscribedTasksPerPrincipal): subscribe to at most that many and poll the others with tasks/get`,
+        { limit: 'maxSubscribedTasksPerPrincipal', max: this.limits.maxSubscribedTasksPerPrincipal },
+      );
+    }
     const usage = this.usage.get(principal) ?? { streams: 0, taskIds: 0 };
     if (usage.streams >= this.limits.maxListenStreamsPerPrincipal) {
       return rpcError(

@@ -180,11 +180,12 @@ describe('subscriptions/listen with notifications.taskIds', () => {
       await create(server.url, 'asks'),
       await create(server.url, 'asks'),
     ];
+    // more ids in one request than the limit allows at all: the caller's mistake
     const tooMany = await listen(server.url, [a, b, c], { token: ALICE });
     await tooMany.closed();
     expect(tooMany.messages[0]?.error).toMatchObject({
-      code: -32603,
-      message: expect.stringContaining('maxSubscribedTasksPerPrincipal'),
+      code: -32602,
+      message: expect.stringContaining('notifications.taskIds holds 3 ids'),
       data: { limit: 'maxSubscribedTasksPerPrincipal', max: 2 },
     });
     const first = await listen(server.url, [a, b], { token: ALICE });
