@@ -63,54 +63,54 @@ async function worker(ledger: string, takeOverEveryMs: number): Promise<TaskClie
   return client;
 }
 
+/** TASKS open tasks of worker `a`, waiting on the gate, and how each will end. */
+async function gatedTasks(a: TaskClient): Promise<{ handles: TaskHandle[]; outcomes: Promise<unknown>[] }> {
+  const handles: TaskHandle[] = [];
+  for (let n = 0; n < TASKS; n++) {
+    const handle = await a.callTool('gated', { n });
+    if (!isTaskHandle(handle)) throw new Error('gated answered without a task');
+    handles.push(handle);
+  }
+  const outcomes = handles.map((handle) =>
+    handle.outcome().then(
+      (o) => o,
+      (error: unknown) => error,
+    ),
+  );
+  return { handles, outcomes };
+}
+
+/** Every record still `a`'s, and, the gate opened, every task completed there. */
+async function expectKeptAndCompleted(a: TaskClient, handles: TaskHandle[], outcomes: Promise<unknown>[]) {
+  const records = await Promise.all(handles.map((handle) => a.ledger.get(handle.recordId)));
+  expect(records.map((record) => record?.leaseHolder)).toEqual(handles.map(() => a.leaseHolder));
+  openGates();
+  const settled = await Promise.all(outcomes);
+  expect(settled.map((o) => (o instanceof Error ? o.message : (o as { kind: string }).kind))).toEqual(
+    handles.map(() => 'completed'),
+  );
+}
+
 describe('an outage of the fleet ledger longer than the lease, with two live workers', () => {
   it('leaves every record with the worker following it: none taken over, every handle closes out there', async () => {
     const database = await postgres.createDatabase();
     const a = await worker(database.connectionString, 60_000);
     // the second worker: nothing of its own, a take-over every 50 ms
     await worker(database.connectionString, 50);
-    const handles: TaskHandle[] = [];
-    for (let n = 0; n < TASKS; n++) {
-      const handle = await a.callTool('gated', { n });
-      if (!isTaskHandle(handle)) throw new Error('gated answered without a task');
-      handles.push(handle);
-    }
-    const outcomes = handles.map((handle) =>
-      handle.outcome().then(
-        (o) => o,
-        (error: unknown) => error,
-      ),
-    );
+    const { handles, outcomes } = await gatedTasks(a);
 
     await postgres.outage(OUTAGE_MS);
     // three client leases after the return: every live holder has renewed, every claim that would be made was made
     await new Promise((resolve) => setTimeout(resolve, 3 * LEASE_MS + 2000));
 
-    const records = await Promise.all(handles.map((handle) => a.ledger.get(handle.recordId)));
-    expect(records.map((record) => record?.leaseHolder)).toEqual(handles.map(() => a.leaseHolder));
-    openGates();
-    const settled = await Promise.all(outcomes);
-    expect(settled.map((o) => (o instanceof Error ? o.message : (o as { kind: string }).kind))).toEqual(
-      handles.map(() => 'completed'),
-    );
+    await expectKeptAndCompleted(a, handles, outcomes);
   }, 120_000);
 
   it('a worker calling resumeAll() as the ledger comes back takes none of them', async () => {
     const database = await postgres.createDatabase();
     const a = await worker(database.connectionString, 60_000);
     const b = await worker(database.connectionString, 60_000);
-    const handles: TaskHandle[] = [];
-    for (let n = 0; n < TASKS; n++) {
-      const handle = await a.callTool('gated', { n });
-      if (!isTaskHandle(handle)) throw new Error('gated answered without a task');
-      handles.push(handle);
-    }
-    const outcomes = handles.map((handle) =>
-      handle.outcome().then(
-        (o) => o,
-        (error: unknown) => error,
-      ),
-    );
+    const { handles, outcomes } = await gatedTasks(a);
 
     await postgres.outage(OUTAGE_MS);
     // the records' leases ran out while nobody could renew them: that says nothing about their holder
@@ -121,12 +121,6 @@ describe('an outage of the fleet ledger longer than the lease, with two live wor
     );
     // and the take-over it arms for when it can tell a dead holder from a stalled ledger finds them renewed
     await new Promise((resolve) => setTimeout(resolve, 3 * LEASE_MS + 2000));
-    const records = await Promise.all(handles.map((handle) => a.ledger.get(handle.recordId)));
-    expect(records.map((record) => record?.leaseHolder)).toEqual(handles.map(() => a.leaseHolder));
-    openGates();
-    const settled = await Promise.all(outcomes);
-    expect(settled.map((o) => (o instanceof Error ? o.message : (o as { kind: string }).kind))).toEqual(
-      handles.map(() => 'completed'),
-    );
+    await expectKeptAndCompleted(a, handles, outcomes);
   }, 120_000);
 });

@@ -2,7 +2,7 @@
 // lease (another process held the SQLite file's write lock for longer than the lease), the lease runs out with its
 // holder alive. Neither an idle instance that lived through the stall nor one started right after it may take the
 // live holder's tasks: each runs once, in the instance that created it, and completes.
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -13,6 +13,7 @@ import { holdWriteLock } from '../support/ledgerLock.js';
 import { type StartedPostgres, startPostgres } from '../support/postgres.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
 import { rpc } from '../support/rpc.js';
+import { runsOf, settled } from '../support/runLog.js';
 import { waitFor } from '../support/waitFor.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'closeout-lease-stalls-'));
@@ -35,28 +36,6 @@ async function create(url: string, name: string, args: Record<string, unknown>):
   const r = await rpc(url, 'tools/call', { name, arguments: args });
   expect(r.result?.['resultType']).toBe('task');
   return r.result!['taskId'] as string;
-}
-
-function runsOf(runLog: string, taskId: string): Array<{ attempt: number; pid: number }> {
-  if (!existsSync(runLog)) return [];
-  return readFileSync(runLog, 'utf8')
-    .trim()
-    .split('\n')
-    .map((line) => JSON.parse(line) as { taskId: string; attempt: number; pid: number })
-    .filter((run) => run.taskId === taskId);
-}
-
-async function settled(url: string, taskId: string, timeoutMs: number): Promise<Record<string, unknown>> {
-  return waitFor(
-    `task ${taskId} to close out`,
-    async () => {
-      const r = await rpc(url, 'tasks/get', { taskId });
-      const status = String(r.result?.['status']);
-      return ['completed', 'failed', 'cancelled'].includes(status) ? r.result! : undefined;
-    },
-    timeoutMs,
-    100,
-  );
 }
 
 /** Two tasks of `holder`: a resumable batch (re-run on takeover) and a non-resumable report (failed on takeover). */

@@ -4,7 +4,7 @@
 // and left a zombie by a parent that does not reap it, or whose pid the kernel handed to another process, is taken over
 // at once, long before its lease would run out.
 import { type ChildProcess, spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -14,6 +14,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { type ServeProcess, startServe } from '../support/processes.js';
 import { inNewPidNamespace, requirePidNamespaces, underNonReapingParent } from '../support/processWrappers.js';
 import { rpc } from '../support/rpc.js';
+import { runsOf, settled } from '../support/runLog.js';
 import { waitFor } from '../support/waitFor.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'closeout-server-takeover-'));
@@ -49,29 +50,6 @@ async function create(url: string, name: string, args: Record<string, unknown>):
   return r.result!['taskId'] as string;
 }
 
-/** Every handler start, from the run log the demo tools write (CLOSEOUT_RUN_LOG). */
-function runsOf(taskId: string): Array<{ attempt: number; pid: number }> {
-  if (!existsSync(runLog)) return [];
-  return readFileSync(runLog, 'utf8')
-    .trim()
-    .split('\n')
-    .map((line) => JSON.parse(line) as { taskId: string; attempt: number; pid: number })
-    .filter((run) => run.taskId === taskId);
-}
-
-async function settled(url: string, taskId: string, timeoutMs: number): Promise<Record<string, unknown>> {
-  return waitFor(
-    `task ${taskId} to close out`,
-    async () => {
-      const r = await rpc(url, 'tasks/get', { taskId });
-      const status = String(r.result?.['status']);
-      return ['completed', 'failed', 'cancelled'].includes(status) ? r.result! : undefined;
-    },
-    timeoutMs,
-    50,
-  );
-}
-
 const processState = (pid: number) => {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
@@ -83,7 +61,9 @@ describe('start-up takeover on a shared SQLite store', { timeout: 90_000 }, () =
     const host = await serve(store, 2000);
     const batch = await create(host.url, 'batch_job', { items: 16, stepMs: 250 });
     const report = await create(host.url, 'export_report', { pages: 16, pageMs: 250 });
-    await waitFor('both handlers to start', () => (runsOf(batch).length && runsOf(report).length ? true : undefined));
+    await waitFor('both handlers to start', () =>
+      runsOf(runLog, batch).length && runsOf(runLog, report).length ? true : undefined,
+    );
 
     // a second instance in a container-like PID namespace: the host instance's pid does not exist over there
     const contained = await serve(store, 2000, inNewPidNamespace);
@@ -96,8 +76,8 @@ describe('start-up takeover on a shared SQLite store', { timeout: 90_000 }, () =
       result: { structuredContent: { processed: 16, attempt: 1 } },
     });
     // each handler ran once, in the instance that created it
-    expect(runsOf(batch)).toEqual([expect.objectContaining({ attempt: 1, pid: host.child.pid })]);
-    expect(runsOf(report)).toEqual([expect.objectContaining({ attempt: 1, pid: host.child.pid })]);
+    expect(runsOf(runLog, batch)).toEqual([expect.objectContaining({ attempt: 1, pid: host.child.pid })]);
+    expect(runsOf(runLog, report)).toEqual([expect.objectContaining({ attempt: 1, pid: host.child.pid })]);
   });
 
   it('takes over at once the tasks of an instance SIGKILLed and not yet reaped (a zombie)', async () => {
@@ -107,7 +87,9 @@ describe('start-up takeover on a shared SQLite store', { timeout: 90_000 }, () =
     const first = await serve(store, 60_000, (argv) => underNonReapingParent(argv, pidFile));
     const batch = await create(first.url, 'batch_job', { items: 8, stepMs: 250 });
     const report = await create(first.url, 'export_report', { pages: 200, pageMs: 250 });
-    await waitFor('both handlers to start', () => (runsOf(batch).length && runsOf(report).length ? true : undefined));
+    await waitFor('both handlers to start', () =>
+      runsOf(runLog, batch).length && runsOf(runLog, report).length ? true : undefined,
+    );
 
     const pid = Number(readFileSync(pidFile, 'utf8'));
     process.kill(pid, 'SIGKILL');
@@ -153,7 +135,7 @@ describe('start-up takeover on a shared SQLite store', { timeout: 90_000 }, () =
 
     const { first } = await line<{ first: string }>('first');
     const report = await create(first, 'export_report', { pages: 200, pageMs: 250 });
-    await waitFor('the handler to start', () => (runsOf(report).length ? true : undefined));
+    await waitFor('the handler to start', () => (runsOf(runLog, report).length ? true : undefined));
     lab.stdin!.write('kill\n');
     const reused = await line<{ second: string; firstPid: number; reuserPid: number }>('second');
     // precondition: the pid of the dead instance is in use by another process
