@@ -264,9 +264,10 @@ export class Following {
     }
     // records on leases that lapsed before this worker could tell a dead holder from a stalled ledger: taken over
     // here once it can, unless their holder renews meanwhile
-    if (claimableAt !== now && leasedElsewhere.some((record) => (record.leaseExpiresAt ?? 0) < now)) {
-      this.takeOverWhenOpen();
-    }
+    const lapsed = (record: TaskRecord) =>
+      record.leaseHolder !== core.leaseHolder && (record.leaseExpiresAt ?? 0) < now;
+    const submissionsLeft = held.some((record) => record.localState === 'submitting' && lapsed(record));
+    if (claimableAt !== now && (submissionsLeft || leasedElsewhere.some(lapsed))) this.takeOverWhenOpen();
     return { resumed, unknownOutcome, leasedElsewhere };
   }
 

@@ -572,6 +572,39 @@ describe('TaskClient recovery', () => {
     expect(harness.fixture.count('tasks/get')).toBe(before + 1);
   });
 
+  it('settles a lapsed submission of a holder it cannot prove dead only once it has seen the ledger healthy for a lease', async () => {
+    const ledger = new SqliteLedger(harness.ledgerPath);
+    await ledger.recordIntent({
+      recordId: 'elsewhere',
+      endpoint: harness.fixture.url.href,
+      toolName: 'unlimited',
+      arguments: {},
+      argumentsDigest: argumentsDigest({}),
+      submittedAt: Date.now() - 60_000,
+      // a holder in another container or host: only its lease says whether it lives
+      leaseHolder: 'worker-on-another-host',
+      leaseExpiresAt: Date.now() - 30_000,
+    });
+    await ledger.markSent('elsewhere', 'worker-on-another-host', Date.now() - 59_000);
+    await ledger.dispose();
+
+    const closed: string[] = [];
+    const client = await harness.connect({
+      leaseMs: 600,
+      onEvent: (event) => event.type === 'closed' && closed.push(event.record.recordId),
+    });
+    const startedAt = Date.now();
+    const report = await client.resumeAll();
+    expect(report.unknownOutcome).toEqual([]);
+    expect(await client.get('elsewhere')).toMatchObject({ localState: 'submitting' });
+    await waitFor('the submission to be settled', async () =>
+      (await client.get('elsewhere'))?.localState === 'unknown-outcome' ? true : undefined,
+    );
+    expect(Date.now() - startedAt).toBeGreaterThanOrEqual(600);
+    expect(closed).toContain('elsewhere');
+    expect(harness.fixture.count('tools/call')).toBe(0);
+  });
+
   it('surfaces a submission left unanswered as unknown-outcome and re-sends it only on resubmit', async () => {
     const deadProcess = deadHolderId();
     const ledger = new SqliteLedger(harness.ledgerPath);

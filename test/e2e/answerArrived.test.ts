@@ -28,6 +28,12 @@ import { type ClientWorker, processState, startClientWorker } from '../support/c
 import { type ServeProcess, startServe } from '../support/processes.js';
 import { waitFor } from '../support/waitFor.js';
 
+/**
+ * The other process is one that has been up for a while: a stopped holder is alive, so only a process that saw the
+ * ledger healthy for a whole lease of its own may take its lease (docs/DESIGN.md rule 11; a fresh one would wait).
+ */
+const RUNNING_RESUMER = { leaseMs: 1_000, warmUpMs: 2_000 };
+
 let dir: string;
 const cleanups: Array<() => Promise<void> | void> = [];
 
@@ -130,7 +136,7 @@ describe('an answer that arrives is recorded', { timeout: 120_000 }, () => {
     });
     expect(submitted).toMatchObject({ localState: 'submitting', taskId: undefined });
 
-    const resumer = worker({ ...config, mode: 'resume' });
+    const resumer = worker({ ...config, mode: 'resume', ...RUNNING_RESUMER });
     expect(await resumer.next('resumed')).toMatchObject({ taskIds: [], unknownOutcome: [{ key: 'lid-closed' }] });
     await resumer.next('done');
     expect((await ledgerRecords(config.ledger))[0]?.record.localState).toBe('unknown-outcome');
@@ -160,7 +166,7 @@ describe('an answer that arrives is recorded', { timeout: 120_000 }, () => {
       { ...echo, pauseAt: { method: 'tools/call' } },
       { CLOSEOUT_RUN_LOG: runLog },
     );
-    const resumer = worker({ ...config, mode: 'resume' });
+    const resumer = worker({ ...config, mode: 'resume', ...RUNNING_RESUMER });
     expect(await resumer.next('resumed')).toMatchObject({ unknownOutcome: [{ key: 'order-42' }] });
     await resumer.next('done');
 
@@ -244,7 +250,7 @@ describe('a submission whose intent another process settled while this one was s
     expect(intent).toMatchObject({ localState: 'submitting', taskId: undefined, sentAt: undefined });
 
     // another process finds the intent never sent, and the person behind it sends the call again
-    const resumer = worker({ ...config, mode: 'resume', resubmit: true });
+    const resumer = worker({ ...config, mode: 'resume', resubmit: true, ...RUNNING_RESUMER });
     const resumed = await resumer.next('resumed');
     expect(resumed['unknownOutcome']).toEqual([
       expect.objectContaining({
