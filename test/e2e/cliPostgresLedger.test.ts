@@ -51,7 +51,7 @@ describe('closeout on a PostgreSQL ledger', { timeout: 90_000 }, () => {
     expect(String(listed['ledger'])).toContain('***');
     const text = await runCli(['ls', '--all', '--ledger', database.connectionString]);
     expect(text.code).toBe(0);
-    expect(text.stdout).toMatch(/1 records in postgres:\/\/postgres:\*\*\*@127\.0\.0\.1/);
+    expect(text.stdout).toMatch(/1 record in postgres:\/\/postgres:\*\*\*@127\.0\.0\.1/);
     const unknown = await runCli(['show', 'no-such-task', '--ledger', database.connectionString]);
     expect(unknown.code).not.toBe(0);
     expect(unknown.stderr).toMatch(/no task no-such-task in the ledger postgres:\/\/postgres:\*\*\*@/);
