@@ -5,6 +5,7 @@
 import * as z from 'zod/v4';
 
 import { MAX_INPUT_KEY_LENGTH, MAX_TASK_ID_LENGTH } from './constants.js';
+import { storable } from './storableText.js';
 
 export const JsonObjectSchema = z.record(z.string(), z.unknown());
 export type JsonObject = z.infer<typeof JsonObjectSchema>;
@@ -12,11 +13,14 @@ export type JsonObject = z.infer<typeof JsonObjectSchema>;
 export const TaskStatusSchema = z.enum(['working', 'input_required', 'completed', 'failed', 'cancelled']);
 export type TaskStatus = z.infer<typeof TaskStatusSchema>;
 
-/** A taskId on the wire: a non-empty string of bounded length. */
-export const TaskIdSchema = z
-  .string({ error: 'taskId must be a string' })
-  .min(1, { error: 'taskId must not be empty' })
-  .max(MAX_TASK_ID_LENGTH, { error: `taskId must be at most ${MAX_TASK_ID_LENGTH} characters` });
+/** A taskId on the wire: a non-empty string of bounded length, text every store keeps as it is. */
+export const TaskIdSchema = storable(
+  z
+    .string({ error: 'taskId must be a string' })
+    .min(1, { error: 'taskId must not be empty' })
+    .max(MAX_TASK_ID_LENGTH, { error: `taskId must be at most ${MAX_TASK_ID_LENGTH} characters` }),
+  'taskId',
+);
 
 const nonNegativeInt = z.number().int().nonnegative();
 
@@ -52,7 +56,7 @@ export const InputRequestSchema = z.discriminatedUnion('method', [
 ]);
 export type InputRequest = z.infer<typeof InputRequestSchema>;
 
-export const InputKeySchema = z.string().min(1).max(MAX_INPUT_KEY_LENGTH);
+export const InputKeySchema = storable(z.string().min(1).max(MAX_INPUT_KEY_LENGTH), 'an input key');
 
 /** MRTR `InputRequests`: keys are server-assigned, unique over the task's life (SEP-2663 "Task Update Requests"). */
 export const InputRequestsSchema = z.record(InputKeySchema, InputRequestSchema);

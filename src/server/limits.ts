@@ -37,7 +37,8 @@ export interface TaskLimits {
   maxListenStreamsPerPrincipal: number;
   /**
    * Most task ids one principal may follow by push on this instance, over all its streams (a task stops counting
-   * once it is terminal); a listen asking for more answers -32603 naming the limit.
+   * once it is terminal); a listen asking for more answers -32603 naming the limit, or -32602 when its own list is
+   * longer than the limit (a request no caller could ever have served).
    */
   maxSubscribedTasksPerPrincipal: number;
 }

@@ -24,6 +24,7 @@ import {
   TASKS_EXTENSION_ID,
   UpdateTaskParamsSchema,
 } from '../protocol/index.js';
+import { storable } from '../protocol/storableText.js';
 import { inputCapabilitiesOf } from './inputCapabilities.js';
 import type { RegisteredTaskTool, TaskServer } from './taskServer.js';
 import { ATTR, carrierOfSpan } from './telemetry.js';
@@ -204,10 +205,14 @@ export function declaresTasksIn(clientCapabilities: unknown): boolean {
   return typeof declared === 'object' && declared !== null;
 }
 
-const IdempotencyKeySchema = z
-  .string({ error: `_meta["${IDEMPOTENCY_KEY_META_KEY}"] must be a string` })
-  .min(1, { error: `_meta["${IDEMPOTENCY_KEY_META_KEY}"] must not be empty` })
-  .max(256, { error: `_meta["${IDEMPOTENCY_KEY_META_KEY}"] must be at most 256 characters` });
+// the same key is the same task on every store: a key one store could not keep as it was sent is refused here
+const IdempotencyKeySchema = storable(
+  z
+    .string({ error: `_meta["${IDEMPOTENCY_KEY_META_KEY}"] must be a string` })
+    .min(1, { error: `_meta["${IDEMPOTENCY_KEY_META_KEY}"] must not be empty` })
+    .max(256, { error: `_meta["${IDEMPOTENCY_KEY_META_KEY}"] must be at most 256 characters` }),
+  `_meta["${IDEMPOTENCY_KEY_META_KEY}"]`,
+);
 
 async function callAsTask(
   tasks: TaskServer,
@@ -279,9 +284,12 @@ function inputResponsesOf(fromParams: unknown, ctx: ServerContext): Record<strin
   }
   const parsed = InputResponsesSchema.safeParse(mcpReq.inputResponses ?? fromParams ?? {});
   if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    // a key refused by the key's own schema (too long, NUL, a lone surrogate) says which rule it broke
+    const detail = issue?.code === 'invalid_key' ? (issue.issues[0]?.message ?? issue.message) : issue?.message;
     throw new ProtocolError(
       ProtocolErrorCode.InvalidParams,
-      `Invalid params for tasks/update: inputResponses must map input keys to response objects (${parsed.error.issues[0]?.message})`,
+      `Invalid params for tasks/update: inputResponses must map input keys to response objects (${detail})`,
     );
   }
   return parsed.data;

@@ -15,6 +15,7 @@ import {
 } from '../protocol/constants.js';
 import type { DetailedTask } from '../protocol/index.js';
 import { ErrorCode, isTerminalStatus, MAX_TASK_ID_LENGTH } from '../protocol/index.js';
+import { unstorableField } from '../protocol/storableText.js';
 import type { TaskLimits } from './limits.js';
 import type { StoredTask } from './store/taskStore.js';
 import type { TaskServer } from './taskServer.js';
@@ -120,12 +121,13 @@ export class TaskPush {
     const requested = taskIdsOf(request.params.notifications?.taskIds);
     if (typeof requested === 'string') return rpcError(request.id, ErrorCode.InvalidParams, requested);
     if (this.closed) return rpcError(request.id, ErrorCode.InternalError, 'Server shutting down');
-    // a request that could never be served is the caller's mistake (-32602); one over what is left is the server's
+    // a list no caller may ever follow on this server is the request's mistake (-32602); one refused for what the
+    // caller follows already is a limit to wait out (-32603, below)
     if (requested.length > this.limits.maxSubscribedTasksPerPrincipal) {
       return rpcError(
         request.id,
         ErrorCode.InvalidParams,
-        `notifications.taskIds holds ${requested.length} ids, more than this server's limit of ${this.limits.maxSubscribedTasksPerPrincipal} subscribed tasks per caller (maxSubscribedTasksPerPrincipal): subscribe to at most that many and poll the others with tasks/get`,
+        `Invalid params: notifications.taskIds lists ${requested.length} distinct task ids, over this server's limit of ${this.limits.maxSubscribedTasksPerPrincipal} per caller (maxSubscribedTasksPerPrincipal); subscribe to at most that many and poll the others with tasks/get`,
         { limit: 'maxSubscribedTasksPerPrincipal', max: this.limits.maxSubscribedTasksPerPrincipal },
       );
     }
@@ -545,6 +547,8 @@ function taskIdsOf(value: unknown): string[] | string {
     if (typeof taskId !== 'string' || taskId.length === 0 || taskId.length > MAX_TASK_ID_LENGTH) {
       return `Invalid params: notifications.taskIds[${i}] must be a task id (a string of 1 to ${MAX_TASK_ID_LENGTH} characters)`;
     }
+    const unstorable = unstorableField(`notifications.taskIds[${i}]`, taskId);
+    if (unstorable !== undefined) return `Invalid params: ${unstorable}`;
   }
   return [...new Set(value as string[])];
 }

@@ -18,6 +18,7 @@ import type {
   JsonRpcError,
 } from '../protocol/index.js';
 import { canonicalJson, ErrorCode, InputKeySchema, InputRequestSchema, isTerminalStatus } from '../protocol/index.js';
+import { storableText, unstorableField } from '../protocol/storableText.js';
 import type { TraceCarrier } from '../protocol/traceContext.js';
 import { TakeoverGate } from '../takeoverGate.js';
 import { DurableSteps } from './durableSteps.js';
@@ -198,6 +199,9 @@ export class TaskServer {
     handler: TaskHandler<ToolArgs<Schema>>,
   ): this {
     if (this.tools.has(name)) throw new Error(`task tool ${name} is already registered`);
+    // the name is stored with each task: text every store keeps as it is (docs/DESIGN.md rule 15)
+    const unstorable = unstorableField(`task tool name ${JSON.stringify(name)}`, name);
+    if (unstorable !== undefined) throw new Error(unstorable);
     const ttlMs = config.task?.ttlMs === undefined ? HOUR_MS : config.task.ttlMs;
     if (ttlMs !== null && (!Number.isInteger(ttlMs) || ttlMs <= 0)) {
       throw new Error(`task tool ${name}: ttlMs must be a positive integer or null`);
@@ -600,9 +604,11 @@ export class TaskServer {
       // a status message is advice: a store that cannot take it now must not fail the task (the next one will land)
       status: async (message) => {
         if (run.ending || controller.signal.aborted) return;
-        traced.statusMessage(String(message));
+        // free text from the handler, kept alike on every store: NUL and lone surrogates become U+FFFD (rule 15)
+        const text = storableText(String(message));
+        traced.statusMessage(text);
         const stored = await this.store
-          .setStatusMessage(lease, String(message), this.now())
+          .setStatusMessage(lease, text, this.now())
           .catch((error: unknown) => this.reportRepeated(error));
         if (stored) this.changed(lease.taskId);
       },
@@ -663,6 +669,10 @@ export class TaskServer {
    */
   private async end(run: RunningTask, outcome: TerminalOutcome | undefined): Promise<void> {
     run.ending = true;
+    // a message made of what the handler threw is free text: kept alike on every store (docs/DESIGN.md rule 15)
+    if (outcome?.statusMessage !== undefined) {
+      outcome = { ...outcome, statusMessage: storableText(outcome.statusMessage) };
+    }
     if (run.cancelTimer) clearTimeout(run.cancelTimer);
     try {
       for (let delay = RETRY_MIN_MS; outcome; delay = Math.min(delay * 2, RETRY_MAX_MS)) {
@@ -706,7 +716,10 @@ export class TaskServer {
 
   private async input(run: RunningTask, key: string, request: InputRequest): Promise<InputResponse> {
     const validKey = InputKeySchema.safeParse(key);
-    if (!validKey.success) throw new Error(`input key must be a string of 1 to 256 characters, got ${String(key)}`);
+    if (!validKey.success) {
+      const unstorable = typeof key === 'string' ? unstorableField('input key', key) : undefined;
+      throw new Error(unstorable ?? `input key must be a string of 1 to 256 characters, got ${String(key)}`);
+    }
     const validRequest = InputRequestSchema.safeParse(request);
     if (!validRequest.success) throw new Error(`input request ${key} is not an elicitation, sampling or roots request`);
     run.controller.signal.throwIfAborted();

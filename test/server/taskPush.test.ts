@@ -180,12 +180,12 @@ describe('subscriptions/listen with notifications.taskIds', () => {
       await create(server.url, 'asks'),
       await create(server.url, 'asks'),
     ];
-    // more ids in one request than the limit allows at all: the caller's mistake
+    // more ids than any caller may follow: the request's own mistake
     const tooMany = await listen(server.url, [a, b, c], { token: ALICE });
     await tooMany.closed();
     expect(tooMany.messages[0]?.error).toMatchObject({
       code: -32602,
-      message: expect.stringContaining('notifications.taskIds holds 3 ids'),
+      message: expect.stringContaining('maxSubscribedTasksPerPrincipal'),
       data: { limit: 'maxSubscribedTasksPerPrincipal', max: 2 },
     });
     const first = await listen(server.url, [a, b], { token: ALICE });
@@ -210,6 +210,25 @@ describe('subscriptions/listen with notifications.taskIds', () => {
     expect((await again.next(isAck)).params?.['notifications']).toEqual({ taskIds: [c] });
     bob.abort();
     again.abort();
+  });
+
+  it('refuses ids over the limit with what the caller follows already as a limit to wait out (-32603)', async () => {
+    server = await start({ maxListenStreamsPerPrincipal: 4, maxSubscribedTasksPerPrincipal: 2 });
+    const [a, b, c] = [
+      await create(server.url, 'asks'),
+      await create(server.url, 'asks'),
+      await create(server.url, 'asks'),
+    ];
+    const first = await listen(server.url, [a, b], { token: ALICE });
+    await first.next(isAck);
+    const second = await listen(server.url, [c], { token: ALICE });
+    await second.closed();
+    expect(second.messages[0]?.error).toMatchObject({
+      code: -32603,
+      message: expect.stringContaining('this caller follows 2 tasks and asked for 1 more'),
+      data: { limit: 'maxSubscribedTasksPerPrincipal', max: 2 },
+    });
+    first.abort();
   });
 });
 
