@@ -55,6 +55,9 @@ describe('parsing task answers', () => {
       expect(() => parseCreateTaskResult({ resultType: 'task', ...base, taskId: bad })).toThrow(unstorable);
       expect(() => parseGetTaskResult({ ...base, taskId: bad }, bad)).toThrow(unstorable);
     }
+    expect(() => parseGetTaskResult({ ...base, lastUpdatedAt: `${base.lastUpdatedAt}\u0000` }, base.taskId)).toThrow(
+      /lastUpdatedAt must be well-formed Unicode text/,
+    );
     for (const good of ['786512e2-9e0d-44bd-8f29-789f320fe840', 'tâche-é', 'a b', 'a/b:c']) {
       expect(parseCreateTaskResult({ resultType: 'task', ...base, taskId: good }).taskId).toBe(good);
     }
