@@ -45,7 +45,12 @@ export type TaskClientErrorCode =
   /** The server answered, but no MCP session could be made with it (not an MCP endpoint, no common revision). */
   | 'protocol'
   /** The ledger could not record something that arrived (a taskId, an answer); the message names it. */
-  | 'storage';
+  | 'storage'
+  /**
+   * A call's tool name, idempotency key or correlation id holds NUL or a lone surrogate, which no ledger or server
+   * store keeps as it is (docs/DESIGN.md rule 15); the message names the field. Nothing was recorded or sent.
+   */
+  | 'invalid-argument';
 
 export class TaskClientError extends Error {
   readonly code: TaskClientErrorCode;

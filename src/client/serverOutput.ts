@@ -13,6 +13,7 @@ import {
   TASK_RESULT_TYPE,
   TaskSchema,
 } from '../protocol/index.js';
+import { storableText } from '../protocol/storableText.js';
 import type { ObservedTask } from './ledger/ledger.js';
 
 /**
@@ -78,7 +79,7 @@ export function parseCreateTaskResult(raw: Record<string, unknown>): ObservedTas
   return {
     taskId: parsed.data.taskId,
     status: parsed.data.status,
-    statusMessage: parsed.data.statusMessage,
+    statusMessage: storableMessage(parsed.data.statusMessage),
     createdAt: parsed.data.createdAt,
     lastUpdatedAt: parsed.data.lastUpdatedAt,
     ttlMs: parsed.data.ttlMs,
@@ -133,7 +134,7 @@ function toObservedTask(raw: Record<string, unknown>, what: string): ObservedTas
   return {
     taskId: data.taskId,
     status: data.status,
-    statusMessage: data.statusMessage,
+    statusMessage: storableMessage(data.statusMessage),
     createdAt: data.createdAt,
     lastUpdatedAt: data.lastUpdatedAt,
     ttlMs: data.ttlMs,
@@ -172,4 +173,10 @@ function describeIssues(error: z.ZodError): string {
     .slice(0, 5)
     .map((issue) => `${issue.path.length > 0 ? issue.path.join('.') : '(root)'}: ${issue.message}`)
     .join('; ');
+}
+
+/** A server's status message is free text: kept with each NUL and lone surrogate as U+FFFD, alike on every ledger
+ * (docs/DESIGN.md rule 15). */
+function storableMessage(message: string | undefined): string | undefined {
+  return message === undefined ? undefined : storableText(message);
 }

@@ -11,6 +11,7 @@ import { ProtocolError } from '@modelcontextprotocol/client';
 
 import type { JsonObject, JsonRpcError } from '../protocol/index.js';
 import { IDEMPOTENCY_KEY_META_KEY, isTerminalStatus } from '../protocol/index.js';
+import { storableText, unstorableField } from '../protocol/storableText.js';
 import { argumentsDigest } from './argumentsDigest.js';
 import type { ClientCore } from './clientCore.js';
 import { describe } from './clientCore.js';
@@ -55,6 +56,11 @@ export class Submission {
   ) {}
 
   startCall(name: string, args: JsonObject, options: CallToolOptions): Promise<CallToolResult | TaskHandle> {
+    assertStorable({
+      'the tool name': name,
+      idempotencyKey: options.idempotencyKey,
+      correlationId: options.correlationId,
+    });
     const digest = argumentsDigest(args);
     const key = options.idempotencyKey;
     if (key === undefined) return this.submitNew(name, args, digest, options);
@@ -154,6 +160,7 @@ export class Submission {
       );
     }
     const policy = options.idempotencyKey ?? (previous.localState === 'unknown-outcome' ? 'reuse' : 'new');
+    if (policy !== 'reuse' && policy !== 'new') assertStorable({ idempotencyKey: policy });
     const key =
       policy === 'reuse' ? (previous.idempotencyKey ?? randomUUID()) : policy === 'new' ? randomUUID() : policy;
     const keys = await core.keys();
@@ -463,7 +470,8 @@ export class Submission {
         record,
         {
           localState: 'terminal',
-          reason: `tools/call failed: ${error.code} ${error.message}`,
+          // the server's message is free text: kept alike on every ledger (docs/DESIGN.md rule 15)
+          reason: storableText(`tools/call failed: ${error.code} ${error.message}`),
           error: rpcError,
           arrived: true,
         },
@@ -616,4 +624,15 @@ function assertSameCall(record: TaskRecord, name: string, digest: string): void 
 /** A record as people know it: its taskId, else (a call that never got one) the record id. */
 function nameOf(record: TaskRecord): string {
   return record.taskId ? `task ${record.taskId}` : `record ${record.recordId}`;
+}
+
+/**
+ * A call's strings that the ledger keeps and the wire carries must be text every store holds as it is (docs/DESIGN.md
+ * rule 15): refused, naming the field, before anything is written or sent.
+ */
+function assertStorable(fields: Record<string, string | undefined>): void {
+  for (const [field, value] of Object.entries(fields)) {
+    const refused = typeof value === 'string' ? unstorableField(field, value) : undefined;
+    if (refused !== undefined) throw new TaskClientError('invalid-argument', refused);
+  }
 }

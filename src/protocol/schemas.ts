@@ -29,8 +29,8 @@ export const TaskSchema = z.looseObject({
   taskId: TaskIdSchema,
   status: TaskStatusSchema,
   statusMessage: z.string().optional(),
-  createdAt: z.string(),
-  lastUpdatedAt: z.string(),
+  createdAt: storable(z.string(), 'createdAt'),
+  lastUpdatedAt: storable(z.string(), 'lastUpdatedAt'),
   ttlMs: nonNegativeInt.nullable(),
   pollIntervalMs: nonNegativeInt.optional(),
 });

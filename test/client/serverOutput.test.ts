@@ -45,10 +45,19 @@ describe('parsing task answers', () => {
 
   it('refuses a taskId carrying a control character, and keeps every other string', () => {
     // a taskId is printed and pasted back by a person: escape sequences, bidi controls and line breaks have no place
-    for (const bad of ['a\u001b[2J', 'a\nb', 'a\u009bb', 'a\u202eb', 'a\u2028b', 'a\u0000']) {
+    for (const bad of ['a\u001b[2J', 'a\nb', 'a\u009bb', 'a\u202eb', 'a\u2028b']) {
       expect(() => parseCreateTaskResult({ resultType: 'task', ...base, taskId: bad })).toThrow(/control characters/);
       expect(() => parseGetTaskResult({ ...base, taskId: bad }, bad)).toThrow(/control characters/);
     }
+    // and what no ledger keeps as sent (docs/DESIGN.md rule 15) is refused by the taskId's own schema
+    for (const bad of ['a\u0000', 'a\ud800', 'a\udc00b']) {
+      const unstorable = /taskId must be well-formed Unicode text without NUL characters/;
+      expect(() => parseCreateTaskResult({ resultType: 'task', ...base, taskId: bad })).toThrow(unstorable);
+      expect(() => parseGetTaskResult({ ...base, taskId: bad }, bad)).toThrow(unstorable);
+    }
+    expect(() => parseGetTaskResult({ ...base, lastUpdatedAt: `${base.lastUpdatedAt}\u0000` }, base.taskId)).toThrow(
+      /lastUpdatedAt must be well-formed Unicode text/,
+    );
     for (const good of ['786512e2-9e0d-44bd-8f29-789f320fe840', 'tâche-é', 'a b', 'a/b:c']) {
       expect(parseCreateTaskResult({ resultType: 'task', ...base, taskId: good }).taskId).toBe(good);
     }

@@ -4,6 +4,7 @@
  * the client's rules, not a storage's: every Ledger applies them from here, so two ledgers cannot drift.
  */
 import { isTerminalStatus } from '../../protocol/index.js';
+import { storableText } from '../../protocol/storableText.js';
 import type { LocalState, ObservedTask, TaskRecord } from './ledger.js';
 
 /**
@@ -56,7 +57,8 @@ export function applyObservedTask(task: ObservedTask): AppliedTask {
 /** The terminal reason of a record closed by a terminal task: its status, and the error or status message. */
 export function terminalReasonOf(task: ObservedTask): string {
   const base = `task ${task.status}`;
-  if (task.status === 'failed' && task.error) return `${base}: ${task.error.code} ${task.error.message}`;
+  // the server's error message is free text: kept alike on every ledger (docs/DESIGN.md rule 15)
+  if (task.status === 'failed' && task.error) return storableText(`${base}: ${task.error.code} ${task.error.message}`);
   return task.statusMessage ? `${base}: ${task.statusMessage}` : base;
 }
 

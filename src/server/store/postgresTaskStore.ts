@@ -206,6 +206,26 @@ export const MIGRATIONS: readonly string[] = [
      FOR EACH ROW WHEN ((OLD.status IN ('working','input_required')) IS DISTINCT FROM
                         (NEW.status IN ('working','input_required')) AND NOT NEW.closed_counted)
      EXECUTE FUNCTION closeout_count_task_status();`,
+  // the counts follow what an operator does to the tables too (docs/DESIGN.md, "Per-principal limits on
+  // PostgreSQL"): TRUNCATE fires no row or DELETE trigger, so a TRUNCATE of the tasks (CASCADE or not) drops their
+  // counts with them, and a TRUNCATE of the counts recounts the tasks (the recount, should counts ever be doubted).
+  // Rows dropped or recounted have no quotas dealt: the principal's next create deals them, as after version 8
+  `CREATE FUNCTION closeout_uncount_truncated_tasks() RETURNS trigger LANGUAGE plpgsql AS $$
+   BEGIN
+     DELETE FROM closeout_principal_tasks;
+     RETURN NULL;
+   END $$;
+   CREATE TRIGGER closeout_tasks_count_truncated AFTER TRUNCATE ON closeout_tasks
+     FOR EACH STATEMENT EXECUTE FUNCTION closeout_uncount_truncated_tasks();
+   CREATE FUNCTION closeout_recount_tasks() RETURNS trigger LANGUAGE plpgsql AS $$
+   BEGIN
+     INSERT INTO closeout_principal_tasks (owner, shard, open_tasks, stored_tasks)
+     SELECT owner, count_shard, COUNT(*) FILTER (WHERE status IN ('working','input_required')), COUNT(*)
+     FROM closeout_tasks GROUP BY owner, count_shard;
+     RETURN NULL;
+   END $$;
+   CREATE TRIGGER closeout_principal_tasks_recount AFTER TRUNCATE ON closeout_principal_tasks
+     FOR EACH STATEMENT EXECUTE FUNCTION closeout_recount_tasks();`,
 ];
 
 /**

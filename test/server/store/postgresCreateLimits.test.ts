@@ -1,7 +1,7 @@
 // The per-principal limits on PostgreSQL stay exact under load (issue 19): many creates of one principal racing on
 // several instances at its limit never let it exceed maxOpenTasksForPrincipal or maxStoredTasksForPrincipal, and never
 // refuse one that fits, while tasks finish, expire and are purged beside them; a database migrated with tasks in it
-// keeps counting them. A create of an idempotency key whose twin is in flight is that task's replay, not refused,
+// keeps counting them, and so does one an operator TRUNCATEs (the tasks, or the counts). A create of an idempotency key whose twin is in flight is that task's replay, not refused,
 // with the principal one task under its limit.
 import { randomUUID } from 'node:crypto';
 
@@ -172,7 +172,13 @@ describe('PostgreSQL per-principal limits under racing creates', () => {
     await finish(before.created[0]!);
     for (const store of stores.splice(0)) await store.close();
     await admin.query('DROP TABLE closeout_principal_tasks');
-    for (const fn of ['closeout_count_inserted_tasks', 'closeout_count_task_status', 'closeout_count_deleted_tasks']) {
+    for (const fn of [
+      'closeout_count_inserted_tasks',
+      'closeout_count_task_status',
+      'closeout_count_deleted_tasks',
+      'closeout_uncount_truncated_tasks',
+      'closeout_recount_tasks',
+    ]) {
       await admin.query(`DROP FUNCTION ${fn} CASCADE`);
     }
     await admin.query('ALTER TABLE closeout_tasks DROP COLUMN count_shard');
@@ -189,5 +195,32 @@ describe('PostgreSQL per-principal limits under racing creates', () => {
     expect(await held()).toEqual({ open: 3, stored: 3 });
     expect((await race(20)).created).toHaveLength(2);
     expect(await held()).toEqual({ open: 5, stored: 5 });
+  });
+
+  it('counts nothing for tasks an operator TRUNCATEd: the principal creates up to its limit again', async () => {
+    expect((await race(8)).created).toHaveLength(5);
+    await admin.query('TRUNCATE closeout_tasks CASCADE');
+    expect(await held()).toEqual({ open: 0, stored: 0 });
+    const after = await race(8);
+    expect(after.created).toHaveLength(5);
+    expect(after.refused).toEqual({ open: 3, stored: 0 });
+    // and the counts go on matching the tasks: finished, purged, refilled
+    await Promise.all(after.created.map((task) => finish(task)));
+    expect(await stores[0]!.purge(T0 + 10_000_000, 0)).toBe(5);
+    expect((await race(8)).created).toHaveLength(5);
+    expect(await held()).toEqual({ open: 5, stored: 5 });
+  });
+
+  it('recounts the tasks when an operator TRUNCATEs the count table itself', async () => {
+    const before = await race(4);
+    await finish(before.created[0]!);
+    await admin.query('TRUNCATE closeout_principal_tasks');
+    expect(await held()).toEqual({ open: 3, stored: 4 });
+    const after = await race(20, { maxStoredTasksForPrincipal: 5 });
+    expect(after.created).toHaveLength(1);
+    expect(after.refused).toEqual({ open: 0, stored: 19 });
+    await finish(after.created[0]!);
+    expect((await race(8, { maxStoredTasksForPrincipal: 100 })).created).toHaveLength(2);
+    expect(await held()).toEqual({ open: 5, stored: 7 });
   });
 });

@@ -81,9 +81,9 @@ describe('PostgresTaskStore across instances', () => {
     const versions = await admin.query<{ version: number }>(
       'SELECT version FROM closeout_schema_version ORDER BY version',
     );
-    expect(versions.rows).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10].map((version) => ({ version })));
+    expect(versions.rows).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11].map((version) => ({ version })));
     await openStore({ listen: false });
-    expect((await admin.query('SELECT version FROM closeout_schema_version')).rowCount).toBe(10);
+    expect((await admin.query('SELECT version FROM closeout_schema_version')).rowCount).toBe(11);
   });
 
   it('migrates a version 5 database with its tasks to the current version, where steps are stored and fenced', async () => {
@@ -94,7 +94,13 @@ describe('PostgresTaskStore across instances', () => {
     await old.close();
     stores.splice(stores.indexOf(old), 1);
     await admin.query('DROP TABLE closeout_principal_tasks');
-    for (const fn of ['closeout_count_inserted_tasks', 'closeout_count_task_status', 'closeout_count_deleted_tasks']) {
+    for (const fn of [
+      'closeout_count_inserted_tasks',
+      'closeout_count_task_status',
+      'closeout_count_deleted_tasks',
+      'closeout_uncount_truncated_tasks',
+      'closeout_recount_tasks',
+    ]) {
       await admin.query(`DROP FUNCTION ${fn} CASCADE`);
     }
     await admin.query('ALTER TABLE closeout_tasks DROP COLUMN count_shard');
@@ -107,7 +113,7 @@ describe('PostgresTaskStore across instances', () => {
     const versions = await admin.query<{ version: number }>(
       'SELECT MAX(version) AS version FROM closeout_schema_version',
     );
-    expect(versions.rows[0]?.version).toBe(10);
+    expect(versions.rows[0]?.version).toBe(11);
     expect(await store.get(task.taskId)).toEqual(task);
     const lease = { taskId: task.taskId, fence: task.fence };
     expect((await store.recordStep(lease, 'start-job', { jobId: 'j-1' }, T0 + 1)).held).toBe(true);
