@@ -53,11 +53,11 @@ CLIENT_SCENARIOS=(
   "json-schema-2020-12-preservation 2025-11-25 library"
   "sse-retry 2025-11-25 library cli"
   "sep-2322-client-request-state 2026-07-28 library cli"
+  "elicitation-sep1034-client-defaults 2025-11-25 library cli"
 )
 # The client scenarios of the suite that do not apply, and why (printed as SKIP lines on a full run).
 CLIENT_SKIPPED=(
   "json-schema-2020-12-preservation (cli)|the CLI prints no tool schemas to echo back; the library adapter runs it"
-  "elicitation-sep1034-client-defaults|a 2025-era elicitation/create sent on the session: closeout's client answers input as MRTR inputRequests and task inputRequests only (2026-07-28)"
   "auth/* (30 scenarios)|OAuth client flows: closeout sends a bearer token it is given (--token, requestInit) and runs no OAuth client"
   "sep-2640-client-* (4 scenarios)|the Skills extension, not a tools client feature"
 )

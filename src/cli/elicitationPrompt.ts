@@ -189,7 +189,7 @@ function showRequest(out: Output, endpoint: string, params: FormParams, context:
   });
   const c = out.c;
   out.line(
-    `${c.yellow('?')} ${c.bold('input requested')} by ${endpoint} for ${context.taskId === undefined ? 'the call' : `task ${context.taskId}`} (${context.toolName}), key ${JSON.stringify(serverLine(context.key))}${context.previouslyAsked ? c.dim(' (asked before, unanswered)') : ''}`,
+    `${c.yellow('?')} ${c.bold('input requested')} by ${endpoint} for ${context.taskId === undefined ? 'the call' : `task ${context.taskId}`} (${context.toolName || 'tool unknown'})${context.key === '' ? '' : `, key ${JSON.stringify(serverLine(context.key))}`}${context.previouslyAsked ? c.dim(' (asked before, unanswered)') : ''}`,
   );
   out.line(c.dim('  the server says:'));
   out.line(quoteServer(params.message ?? '(no message)'));

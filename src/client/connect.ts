@@ -1,6 +1,7 @@
 /**
  * Connecting a TaskClient in one call: an SDK Client negotiating the protocol version (`'auto'`: 2026-07-28 when the
- * server offers it), its transport instrumented for task handles before the first request, and a ledger.
+ * server offers it) and declaring what its input handlers answer (sessionInput.ts: a 2025-era server asks on the
+ * session), its transport instrumented for task handles before the first request, and a ledger.
  */
 import type { Implementation, StreamableHTTPClientTransportOptions } from '@modelcontextprotocol/client';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
@@ -14,6 +15,7 @@ import type { Ledger } from './ledger/ledger.js';
 import { isPostgresLocation } from './ledger/ledgerLocation.js';
 import { SqliteLedger } from './ledger/sqliteLedger.js';
 import { attachTaskResultCarrier, exitedOnVersionProbe, SessionStdioClientTransport } from './sdkGlue.js';
+import { sessionCapabilities } from './sessionInput.js';
 import type { TaskClientOptions } from './taskClient.js';
 import { TaskClient } from './taskClient.js';
 import { TaskGetFastPath } from './taskGetFastPath.js';
@@ -78,7 +80,10 @@ export async function connectHttpTaskClient(url: string | URL, options: ConnectH
   // the credential a record is created under, as a keyed fingerprint (TaskClientOptions.credential)
   const credential = options.credential ?? new Headers(options.requestInit?.headers).get('authorization') ?? undefined;
   const { ledger: ledgerOption, clientInfo, endpoint: _endpoint, connectLater, ...rest } = options;
-  const client = new Client(clientInfo ?? DEFAULT_CLIENT_INFO, { versionNegotiation: { mode: 'auto' } });
+  const client = new Client(clientInfo ?? DEFAULT_CLIENT_INFO, {
+    versionNegotiation: { mode: 'auto' },
+    capabilities: sessionCapabilities(options.inputHandlers),
+  });
   const connect = async () => {
     const transport = new StreamableHTTPClientTransport(target, httpTransportOptions(options, pool, fastPath));
     attachTaskResultCarrier(transport);
@@ -223,7 +228,10 @@ async function connectWith(
   versionNegotiation: 'auto' | 'legacy' = 'auto',
 ): Promise<TaskClient> {
   const { ledger: ledgerOption, clientInfo, endpoint: _endpoint, ...rest } = options;
-  const client = new Client(clientInfo ?? DEFAULT_CLIENT_INFO, { versionNegotiation: { mode: versionNegotiation } });
+  const client = new Client(clientInfo ?? DEFAULT_CLIENT_INFO, {
+    versionNegotiation: { mode: versionNegotiation },
+    capabilities: sessionCapabilities(options.inputHandlers),
+  });
   attachTaskResultCarrier(transport);
   await client.connect(transport);
   const ownsLedger = typeof ledgerOption === 'string';

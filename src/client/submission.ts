@@ -35,8 +35,8 @@ export class Submission {
     string,
     { toolName: string; argumentsDigest: string; submission: Promise<CallToolResult | TaskHandle> }
   >();
-  /** Records whose tools/call is being sent, or its answer recorded, by this process now. */
-  private readonly sending = new Set<string>();
+  /** Records whose tools/call is being sent, or its answer recorded, by this process now, by record id. */
+  private readonly sending = new Map<string, TaskRecord>();
   /**
    * Tasks the server created whose taskId the ledger could not record within `storagePatienceMs`, by record: the next
    * call with the record's key records and follows this task instead of sending again.
@@ -54,6 +54,12 @@ export class Submission {
     private readonly inputs: InputRouter,
     private readonly following: Following,
   ) {}
+
+  /** The record whose tools/call is on the wire now, when exactly one is (sessionInput.ts: which call asks). */
+  soleCallSending(): TaskRecord | undefined {
+    if (this.sending.size !== 1) return undefined;
+    return this.sending.values().next().value;
+  }
 
   startCall(name: string, args: JsonObject, options: CallToolOptions): Promise<CallToolResult | TaskHandle> {
     assertStorable({
@@ -234,7 +240,7 @@ export class Submission {
   }
 
   private async whileSending<T>(record: TaskRecord, fn: () => Promise<T>): Promise<T> {
-    this.sending.add(record.recordId);
+    this.sending.set(record.recordId, record);
     try {
       return await fn();
     } finally {

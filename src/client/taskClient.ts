@@ -26,6 +26,7 @@ import { InputRouter } from './inputRouter.js';
 import type { HistoryEntry, Ledger, LedgerFilter, RecordedError, TaskRecord } from './ledger/ledger.js';
 import type { PushOptions, PushState } from './pushFollower.js';
 import type { PollPolicy, SchedulerClock } from './scheduler.js';
+import { answerSessionInput } from './sessionInput.js';
 import { Submission } from './submission.js';
 import type { TaskGetFastPath } from './taskGetFastPath.js';
 import { TaskHandle } from './taskHandle.js';
@@ -38,6 +39,11 @@ export interface TaskClientOptions {
   ledger: Ledger;
   /** Which server this is (its URL, or `stdio:` and the command line): ledger records are scoped by it. */
   endpoint: string;
+  /**
+   * Who answers input: a task's `inputRequests` and MRTR rounds (stored in the ledger first, never asked twice), and a
+   * 2025-era server's `elicitation/create`, `sampling/createMessage` and `roots/list` sent on the session during a call
+   * (sessionInput.ts; the SDK client must declare those capabilities, as the connect functions do).
+   */
   inputHandlers?: TaskInputHandlers | undefined;
   /** Extra per-request client capabilities sent with task requests (the handlers' ones are derived). */
   capabilities?: ClientCapabilities | undefined;
@@ -193,6 +199,9 @@ export class TaskClient {
     });
     this.following = new Following(core, requests, this.inputs);
     this.submission = new Submission(core, requests, this.inputs, this.following);
+    answerSessionInput(core.client, core.telemetry.traceHandlers(options.inputHandlers ?? {}), () =>
+      this.submission.soleCallSending(),
+    );
     this.following.start();
   }
 

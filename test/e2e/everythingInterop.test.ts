@@ -1,7 +1,9 @@
 // The client half against a server nobody here wrote: @modelcontextprotocol/server-everything (pinned), a 2025-era
 // server on the official SDK v1, over stdio and over Streamable HTTP. closeout/client negotiates down to its
 // revision, declares the Tasks extension only in `_meta` (which such a server ignores), and gets plain results back,
-// closed out in the ledger as immediate results: the fallback path every Tasks client meets.
+// closed out in the ledger as immediate results: the fallback path every Tasks client meets. Such a server asks for
+// input with an `elicitation/create` request on the session during `tools/call`: the client's own input handler
+// answers it, with the requested schema's defaults filled in for fields the answer leaves out (SEP-1034).
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
@@ -9,11 +11,11 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import type { CallToolResult } from '@modelcontextprotocol/client';
+import type { CallToolResult, ElicitRequest } from '@modelcontextprotocol/client';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import type { TaskClient } from '../../src/client/index.js';
+import type { TaskClient, TaskInputContext, TaskInputHandlers } from '../../src/client/index.js';
 import { connectHttpTaskClient, connectStdioTaskClient, isTaskHandle } from '../../src/client/index.js';
 
 const require = createRequire(import.meta.url);
@@ -86,6 +88,46 @@ async function exercise(client: TaskClient): Promise<void> {
   }
 }
 
+/** What the input handler saw: the session-era request and its context. */
+interface Asked {
+  request: ElicitRequest;
+  context: TaskInputContext;
+}
+
+function answeringHandlers(asked: Asked[]): TaskInputHandlers {
+  return {
+    elicitation: (request, context) => {
+      asked.push({ request, context });
+      // a person who types a name and takes every default
+      return { action: 'accept', content: { name: 'Ada Lovelace' } };
+    },
+  };
+}
+
+async function answerOnSession(client: TaskClient, asked: Asked[]): Promise<void> {
+  try {
+    const answer = await client.callTool('trigger-elicitation-request', {});
+    expect(isTaskHandle(answer)).toBe(false);
+    const text = (answer as CallToolResult).content.map((c) => (c.type === 'text' ? c.text : '')).join('\n');
+    expect(text).toContain('- Name: Ada Lovelace');
+    // defaults of the requested schema, filled in by the client for the fields the handler left out
+    expect(text).toContain('- Favorite Integer: 42');
+    expect(text).toContain('- Favorite Number: 3.14');
+    expect(text).toContain('It was a dark and stormy night.');
+    expect(asked).toHaveLength(1);
+    expect(asked[0]!.request.params.message).toBe('Please provide inputs for the following fields:');
+    expect(asked[0]!.context).toMatchObject({ taskId: undefined, toolName: 'trigger-elicitation-request' });
+    const [record] = await client.list();
+    expect([record?.toolName, record?.localState, record?.terminalReason]).toEqual([
+      'trigger-elicitation-request',
+      'terminal',
+      'immediate result',
+    ]);
+  } finally {
+    await client.close();
+  }
+}
+
 describe('closeout/client against @modelcontextprotocol/server-everything', { timeout: 60_000 }, () => {
   it('over stdio', async () => {
     const client = await connectStdioTaskClient(
@@ -97,5 +139,23 @@ describe('closeout/client against @modelcontextprotocol/server-everything', { ti
 
   it('over Streamable HTTP', async () => {
     await exercise(await connectHttpTaskClient(url, { ledger: join(dir, 'http.db') }));
+  });
+
+  it('answers input asked on the session over stdio, with schema defaults', async () => {
+    const asked: Asked[] = [];
+    const client = await connectStdioTaskClient(
+      { command: process.execPath, args: [EVERYTHING, 'stdio'], stderr: 'ignore' },
+      { ledger: join(dir, 'stdio-input.db'), inputHandlers: answeringHandlers(asked) },
+    );
+    await answerOnSession(client, asked);
+  });
+
+  it('answers input asked on the session over Streamable HTTP, with schema defaults', async () => {
+    const asked: Asked[] = [];
+    const client = await connectHttpTaskClient(url, {
+      ledger: join(dir, 'http-input.db'),
+      inputHandlers: answeringHandlers(asked),
+    });
+    await answerOnSession(client, asked);
   });
 });
