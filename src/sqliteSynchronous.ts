@@ -1,6 +1,6 @@
 /**
  * The SQLite durability setting, in a module of its own: public option types name it, and must not pull in the
- * SQLite driver's typings for a consumer (README.md, "Install").
+ * SQLite driver's typings for a consumer (docs/operations.md, "Install").
  */
 
 /**

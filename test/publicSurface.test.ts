@@ -1,5 +1,5 @@
 /**
- * The package's public surface, pinned (README.md, "Install"): each entry point exports the names chosen for it, by
+ * The package's public surface, pinned (docs/operations.md, "Install"): each entry point exports the names chosen for it, by
  * name (no `export *`), and nothing else. Adding to the public API is a decision: make it here, on purpose. The
  * internals (the scheduler, the input router, the SDK carrier, helper functions) stay out.
  */

@@ -1,7 +1,7 @@
 /**
  * Output whose reader went away (`closeout ls | head -1`, a closed terminal): the write fails with EPIPE, which Node
  * would report as an unhandled error with a stack trace. Here it ends the command quietly instead: what is left to
- * print goes nowhere, and commands that follow tasks let them go, detached, as on Ctrl-C (README.md, "Exit codes").
+ * print goes nowhere, and commands that follow tasks let them go, detached, as on Ctrl-C (docs/cli.md, "Exit.mdcodes").
  */
 
 const listeners = new Set<() => void>();

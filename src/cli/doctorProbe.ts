@@ -1,6 +1,6 @@
 /**
  * How `closeout doctor` marks the requests it sends wrong on purpose, so that a server's log can say what they were
- * instead of reporting them as suspicious traffic (README.md, "The CLI").
+ * instead of reporting them as suspicious traffic (docs/cli.md).
  */
 
 /** The Mcp-Name that doctor's mismatch probe sends: never a taskId (those are base64url of 192 random bits). */

@@ -1,5 +1,5 @@
 /**
- * The exit codes of every `closeout` command, in one place so they mean the same thing everywhere (README, "Exit
+ * The exit codes of every `closeout` command, in one place so they mean the same thing everywhere (docs/cli.md, "Exit
  * codes"). For `call` and `resume` the code is the task's close-out; other commands use 0 and 1 only, except where
  * their help says otherwise.
  */

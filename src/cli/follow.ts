@@ -259,7 +259,7 @@ export class Follower implements InputHost {
     );
   }
 
-  /** One short line when the way tasks are followed changes: push (README.md, "Push") or polling, and why. */
+  /** One short line when the way tasks are followed changes: push (docs/client.md, "Push") or polling, and why. */
   private showPush(state: PushState): void {
     // the passing states (a stream being opened, nothing open) are not news
     if (state.mode === 'polling' && (state.reason === 'opening a stream' || state.reason === 'no open task')) return;

@@ -1,5 +1,5 @@
 /**
- * `closeout serve --metrics-port`: the server's metrics (README.md, "Observability") in the Prometheus text format on a
+ * `closeout serve --metrics-port`: the server's metrics (docs/operations.md, "Observability") in the Prometheus text format on a
  * port of their own. The OpenTelemetry SDK and its Prometheus exporter are optional dependencies of the package,
  * loaded only here: the library itself depends on the OpenTelemetry API alone.
  */

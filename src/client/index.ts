@@ -1,5 +1,5 @@
 /**
- * closeout/client: the client half of durable MCP Tasks (README.md, "The client half").
+ * closeout/client: the client half of durable MCP Tasks (docs/client.md).
  *
  * This file is the package's complete public client surface: named exports only, no wildcards; the scheduler, the
  * input router, the SDK carrier and the helpers behind them stay internal. `test/publicSurface.test.ts` pins the list.

@@ -90,7 +90,7 @@ export class Submission {
     );
   }
 
-  /** A new submission, under its call span (README.md, "Observability"). */
+  /** A new submission, under its call span (docs/operations.md, "Observability"). */
   private submitNew(
     name: string,
     args: JsonObject,
@@ -138,7 +138,7 @@ export class Submission {
     return this.submit(intent.record, options.signal, call);
   }
 
-  /** An explicit resubmission, under a call span of its own (README.md, "Observability"). */
+  /** An explicit resubmission, under a call span of its own (docs/operations.md, "Observability"). */
   resubmitRecord(previous: TaskRecord, options: ResubmitOptions): Promise<CallToolResult | TaskHandle> {
     return this.core.telemetry.call(previous.toolName, (call) => this.resubmitUnder(previous, options, call));
   }

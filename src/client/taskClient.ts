@@ -103,7 +103,7 @@ export interface TaskClientOptions {
   onClosed?: (() => Promise<void>) | undefined;
   /**
    * Push (SEP-2663, "Task Status Notifications"): open tasks are followed on one `subscriptions/listen` stream when
-   * the server agrees, polled as a safety net (README.md, "Push"). On by default.
+   * the server agrees, polled as a safety net (docs/client.md, "Push"). On by default.
    */
   push?: PushOptions | undefined;
   /**
@@ -113,7 +113,7 @@ export interface TaskClientOptions {
   taskGetFastPath?: TaskGetFastPath | undefined;
   /** Told about every change the client records; never awaited, errors ignored. */
   onEvent?: ((event: TaskClientEvent) => void) | undefined;
-  /** Where traces and metrics go (README.md, "Observability"). Default: the OpenTelemetry API's global providers. */
+  /** Where traces and metrics go (docs/operations.md, "Observability"). Default: the OpenTelemetry API's global providers. */
   telemetry?: ClientTelemetryOptions | undefined;
 }
 

@@ -1,5 +1,5 @@
 /**
- * OpenTelemetry for the client half (README.md, "Observability"): a CLIENT span per tools/call, tasks/get (a poll),
+ * OpenTelemetry for the client half (docs/operations.md, "Observability"): a CLIENT span per tools/call, tasks/get (a poll),
  * tasks/update and tasks/cancel, whose trace context goes out in `_meta` (spec 2026-07-28, basic/index, "OpenTelemetry
  * trace context"); a span per input handler call and one per close-out; and the client's metrics. Only the
  * OpenTelemetry API is used: without an SDK registered by the application every call here is the API's no-op.

@@ -67,7 +67,7 @@ export function registerDemoTools(tasks: TaskServer): TaskServer {
     },
     async ({ items, stepMs }, ctx) => {
       recordRun('batch_job', ctx);
-      // the last item done, committed after each item: a re-run goes on from there (README, "Durable steps")
+      // the last item done, committed after each item: a re-run goes on from there (docs/server.md, "Durable steps")
       const done = (await ctx.checkpoint.get<number>()) ?? 0;
       for (let i = done + 1; i <= items; i++) {
         await abortableSleep(stepMs, ctx.signal);

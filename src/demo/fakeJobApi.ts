@@ -1,5 +1,5 @@
 /**
- * A fake external job API for the demo tools (README, "Durable steps"): a render service that `start`s a job and
+ * A fake external job API for the demo tools (docs/server.md, "Durable steps"): a render service that `start`s a job and
  * answers its `status` until it is done. Its jobs live in files under a directory of their own, outside the server
  * process, as a real service's would: a `closeout serve` restarted or replaced finds the jobs it started still there.
  * A job is done `durationMs` after it started, wall-clock, whether anyone follows it or not.

@@ -1,5 +1,5 @@
 /**
- * Durable steps and the checkpoint of a running task (`ctx.step`, `ctx.checkpoint`; README, "Durable steps"): what a
+ * Durable steps and the checkpoint of a running task (`ctx.step`, `ctx.checkpoint`; docs/server.md, "Durable steps"): what a
  * task's earlier attempts committed is read once, lazily, and handed back instead of running a step again; a new
  * result is committed under the run's lease before the step resolves.
  */

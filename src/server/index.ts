@@ -1,5 +1,5 @@
 /**
- * closeout/server: the server half of durable MCP Tasks (README.md, "The server half").
+ * closeout/server: the server half of durable MCP Tasks (docs/server.md).
  *
  * This file is the package's complete public server surface: named exports only, no wildcards; the SDK glue's
  * internals, the poll-interval and task-id helpers stay internal. `test/publicSurface.test.ts` pins the list.

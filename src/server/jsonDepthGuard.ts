@@ -2,7 +2,7 @@
  * A guard in front of the SDK's HTTP handler: a request whose JSON nests deeper than MAX_REQUEST_JSON_DEPTH is
  * answered 400 with a JSON-RPC error before the SDK parses it. The SDK (2.4) validates the request envelope with
  * recursive zod schemas that overflow the stack at a few thousand levels and then answer HTTP 500
- * (test/server/hostile.test.ts found it); the guard makes that a precise refusal (README, "Limits").
+ * (test/server/hostile.test.ts found it); the guard makes that a precise refusal (docs/operations.md, "Limits").
  */
 import type { McpHttpHandler } from '@modelcontextprotocol/server';
 

@@ -1,5 +1,5 @@
 /**
- * The task runtime's resource limits (README, "Limits"): how much one task or one principal may make the server hold,
+ * The task runtime's resource limits (docs/operations.md, "Limits"): how much one task or one principal may make the server hold,
  * so a hostile or broken peer (or handler) cannot grow the store or the heap without bound. Every refusal names the
  * limit it hit and what to do instead.
  */

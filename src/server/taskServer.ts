@@ -52,7 +52,7 @@ import { typedInput } from './typedInput.js';
 
 const HOUR_MS = 3_600_000;
 
-/** The store, timings, and the resource limits of limits.ts (README, "Limits"); every limit has a default. */
+/** The store, timings, and the resource limits of limits.ts (docs/operations.md, "Limits"); every limit has a default. */
 export interface TaskServerOptions extends Partial<TaskLimits> {
   store: TaskStore;
   /** How long a lease holds without renewal. A dead instance's tasks are taken over after this. Default 10 s. */
@@ -76,7 +76,7 @@ export interface TaskServerOptions extends Partial<TaskLimits> {
   push?: TaskPushOptions;
   /** The clock, for tests. Default: the store's (TaskStore.now) where it has one, else the host's. */
   now?: () => number;
-  /** Where traces and metrics go (README.md, "Observability"). Default: the OpenTelemetry API's global providers. */
+  /** Where traces and metrics go (docs/operations.md, "Observability"). Default: the OpenTelemetry API's global providers. */
   telemetry?: TelemetryOptions;
 }
 

@@ -74,7 +74,7 @@ export interface TaskContext {
   /** A yes/no question: true only when the person accepted and said yes (decline and cancel are false). */
   confirm(key: string, message: string): Promise<boolean>;
   /**
-   * A durable step (README, "Durable steps"): runs `fn` once for the task and commits its result (JSON, at most
+   * A durable step (docs/server.md, "Durable steps"): runs `fn` once for the task and commits its result (JSON, at most
    * `maxStepResultBytes`) to the store before resolving; a later attempt of the task (a resumable tool re-run after a
    * restart or a takeover) gets the stored result back without running `fn`. Resolves with the result as JSON
    * round-trips it, the same in every attempt. Names are unique over the task's life: one attempt using a name twice

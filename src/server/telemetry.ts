@@ -1,5 +1,5 @@
 /**
- * OpenTelemetry for the server half (README.md, "Observability"): spans for the MCP requests and for every run of a
+ * OpenTelemetry for the server half (docs/operations.md, "Observability"): spans for the MCP requests and for every run of a
  * task's handler, all in the trace of the call that created the task, and the server's metrics. Only the
  * OpenTelemetry API is used: without an SDK registered by the application every call here is the API's no-op.
  *

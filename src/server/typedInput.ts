@@ -1,5 +1,5 @@
 /**
- * Typed input for handlers (README, "Asking for input"): `ctx.elicit(key, { message, schema })` asks with a form whose
+ * Typed input for handlers (docs/server.md, "What the runtime guarantees"): `ctx.elicit(key, { message, schema })` asks with a form whose
  * requested schema is made from a zod object, and gives the accepted content back parsed and typed, decline and
  * cancel apart; `ctx.confirm(key, message)` is a yes/no question. Both go through `ctx.input`, so a key answered
  * before (in an earlier attempt) is answered at once, and the request is kept with the task across restarts.

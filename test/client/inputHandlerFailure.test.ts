@@ -1,4 +1,4 @@
-// An input handler that throws (README, "Input"): the failure is recorded on the record and told as an `error` event,
+// An input handler that throws (docs/client.md, "Input"): the failure is recorded on the record and told as an `error` event,
 // the handler is asked again a bounded number of times with growing pauses while the task still needs the input,
 // and once those are spent the question stays answerable by `client.answer()`; never asked twice once answered.
 import { join } from 'node:path';

@@ -1,5 +1,5 @@
 // Progress reaches the application: every status message a task reports while it works ("Migrated 2 of 3") reaches
-// `onEvent` as a `status` event and `handle.onChange()` listeners, not only changes of status (README, "Progress").
+// `onEvent` as a `status` event and `handle.onChange()` listeners, not only changes of status (docs/client.md, "Progress").
 import { join } from 'node:path';
 
 import { afterEach, describe, expect, it } from 'vitest';

@@ -1,4 +1,4 @@
-// A client starts while its server is down (README, "The client half"): connecting opens the ledger and returns;
+// A client starts while its server is down (docs/client.md, "Starting while the server is down"): connecting opens the ledger and returns;
 // `resumeAll()` takes up what the ledger holds and follows it, its polls recorded as transport failures and backed off
 // until the server answers; a call made while the server is still down is refused with TaskClientError
 // `unreachable`, nothing recorded or sent. What waiting cannot mend fails at connect with a code of its own.

@@ -1,4 +1,4 @@
-// The client's OpenTelemetry (README.md, "Observability"): its tools/call, polls and tasks/update carry their trace
+// The client's OpenTelemetry (docs/operations.md, "Observability"): its tools/call, polls and tasks/update carry their trace
 // context in `_meta`, so one trace holds the client's call (a span per callTool, parent of every request about the task), the server's tools/call, the handler's run, the input
 // handler, every poll and the close-out; the client's metrics count polls, close-outs and open records; and no
 // argument, answer or result reaches a span or a metric.

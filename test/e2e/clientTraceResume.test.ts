@@ -1,4 +1,4 @@
-// A client's trace outlives the client (README.md, "Observability"): a process calls a tool and is SIGKILLed while
+// A client's trace outlives the client (docs/operations.md, "Observability"): a process calls a tool and is SIGKILLed while
 // the task is working; another process resumes the record from the ledger, and its polls and close-out join the
 // trace of the first process's call (the ledger keeps the call's trace context), instead of starting a new trace.
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';

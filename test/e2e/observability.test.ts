@@ -1,4 +1,4 @@
-// Observability of a real `closeout serve` (README.md, "Observability"): a resumable task's trace survives a SIGKILL of
+// Observability of a real `closeout serve` (docs/operations.md, "Observability"): a resumable task's trace survives a SIGKILL of
 // its server (attempt 2, on the restarted process, is a span in the trace of the call that created the task), and
 // `--metrics-port` serves the server's metrics in the Prometheus text format on loopback.
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';

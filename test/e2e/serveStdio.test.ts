@@ -1,4 +1,4 @@
-// `closeout serve --stdio` (README, "Serving over stdio"): a task server a host starts as a process, over real pipes.
+// `closeout serve --stdio` (docs/server.md, "Serving over stdio"): a task server a host starts as a process, over real pipes.
 // Tasks, input and results flow as over HTTP; stdout carries JSON-RPC only; a host that closes stdin ends the server
 // cleanly, and the next process on the same store takes its unfinished tasks up; without --store the store is a file
 // in the user's own ~/.closeout, whatever the working directory.

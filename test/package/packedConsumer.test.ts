@@ -1,5 +1,5 @@
 /**
- * The package as a user gets it (README.md, "Install"): `npm pack` ships a LICENSE, no benchmark build and no source
+ * The package as a user gets it (docs/operations.md, "Install"): `npm pack` ships a LICENSE, no benchmark build and no source
  * map that points at a source left out; the tarball unpacked into a fresh TypeScript project, with the dependencies it
  * declares beside it, typechecks a consumer of all three entry points with strict settings and without
  * `skipLibCheck`, with no `@types/pg` installed.

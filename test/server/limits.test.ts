@@ -1,4 +1,4 @@
-// Resource limits (README, "Limits"), each provoked over real HTTP on a real SQLite file: a refusal names the limit
+// Resource limits (docs/operations.md, "Limits"), each provoked over real HTTP on a real SQLite file: a refusal names the limit
 // and what to do, and nothing over a limit reaches the store.
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

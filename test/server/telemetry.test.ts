@@ -1,4 +1,4 @@
-// The server's OpenTelemetry (README.md, "Observability"): a tools/call continues the caller's trace from
+// The server's OpenTelemetry (docs/operations.md, "Observability"): a tools/call continues the caller's trace from
 // `_meta.traceparent`, the handler's run is a span in that trace (status messages as events, input waits as spans),
 // the trace context is stored with the task, the metrics count requests, runs, waits and store calls, and no
 // argument, answer or result ever reaches a span or a metric.

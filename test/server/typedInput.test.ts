@@ -1,4 +1,4 @@
-// Typed input (README, "Asking for input"): ctx.elicit asks with a form made from a zod object, its accepted content
+// Typed input (docs/server.md, "What the runtime guarantees"): ctx.elicit asks with a form made from a zod object, its accepted content
 // parsed and typed, decline and cancel apart; ctx.confirm is a yes/no question. Over real HTTP with the client half.
 import { join } from 'node:path';
 

@@ -125,7 +125,7 @@ export interface TaskRecord {
   observedAgeMs: number | undefined;
   /**
    * The call's W3C trace context (and baggage) when telemetry was on: the polls and the close-out of whichever process
-   * follows the task join the call's trace (README.md, "Observability"). Undefined on records older than ledger
+   * follows the task join the call's trace (docs/operations.md, "Observability"). Undefined on records older than ledger
    * schema 4 (PostgreSQL ledger: 2).
    */
   traceContext: TraceCarrier | undefined;

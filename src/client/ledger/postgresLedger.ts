@@ -146,7 +146,7 @@ const MIGRATIONS: readonly string[] = [
      secret BYTEA NOT NULL
    );`,
   // 1 -> 2: the call's W3C trace context (and baggage), JSON text: a worker that resumes the record joins its trace
-  // (README.md, "Observability")
+  // (docs/operations.md, "Observability")
   `ALTER TABLE closeout_ledger_submissions ADD COLUMN trace_context TEXT;`,
 ];
 

@@ -143,7 +143,7 @@ const MIGRATIONS: readonly Migration[] = [
   // build kept an immediate reference and could not resubmit ("FOREIGN KEY constraint failed", issue 13 item 11)
   deferSupersededBy,
   // 3 -> 4: the call's W3C trace context (and baggage), JSON: a process that resumes the record joins its trace
-  // (README.md, "Observability")
+  // (docs/operations.md, "Observability")
   `ALTER TABLE submissions ADD COLUMN trace_context TEXT;`,
   // 4 -> 5: a holder renews its leases by writing its own row, not every record it holds (LEASE_UNTIL)
   `CREATE TABLE lease_holders (

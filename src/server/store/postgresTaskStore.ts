@@ -583,7 +583,7 @@ export interface PostgresTaskStoreOptions {
 
 /**
  * A node-postgres `pg.Pool` handed to the store, as far as its public type goes: declared here so that a consumer's
- * typecheck needs no `@types/pg` (README.md, "Install"). Any `pg.Pool` fits; the store uses it as one.
+ * typecheck needs no `@types/pg` (docs/operations.md, "Install"). Any `pg.Pool` fits; the store uses it as one.
  */
 export interface PostgresPool {
   readonly options: object;

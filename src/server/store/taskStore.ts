@@ -49,7 +49,7 @@ export interface StoredTask {
    */
   inputCapabilities: InputCapabilities | undefined;
   /**
-   * The W3C trace context of the `tools/call` that created the task (README.md, "Observability"): every run of its
+   * The W3C trace context of the `tools/call` that created the task (docs/operations.md, "Observability"): every run of its
    * handler joins that trace, on any instance, after any restart. Undefined when there was none.
    */
   traceContext: TraceCarrier | undefined;

@@ -90,7 +90,7 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
     });
 
     it('keeps the call’s trace context with the record, for whichever process follows it', async () => {
-      // invariant: README.md, "Observability": a resumed record joins the trace of its call
+      // invariant: docs/operations.md, "Observability": a resumed record joins the trace of its call
       const traceContext = {
         traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01',
         tracestate: 'vendor=x',

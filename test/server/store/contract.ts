@@ -139,7 +139,7 @@ export function describeTaskStoreContract(
       });
 
       it('keeps the trace context of the creating call, through get and takeover', async () => {
-        // invariant (README.md, "Observability"): a run after a takeover joins the trace of the call that created it
+        // invariant (docs/operations.md, "Observability"): a run after a takeover joins the trace of the call that created it
         const traceContext = {
           traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01',
           tracestate: 'vendor=opaque',
