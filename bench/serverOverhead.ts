@@ -12,7 +12,7 @@
  *          not in the store's background worker: what the worker buys;
  *   f.b    (b) on a SQLite store with `synchronous: 'normal'` (commits not synced to disk one by one): what the
  *          default's power-loss durability (every commit fsynced, docs/DESIGN.md rule 4) costs.
- *   g.b    (b) with the OpenTelemetry SDK recording every span and metric (README.md, "Observability"); (b) itself
+ *   g.b    (b) with the OpenTelemetry SDK recording every span and metric (docs/operations.md, "Observability"); (b) itself
  *          runs with no SDK registered, telemetry off; g.c  likewise for (c).
  * Every scenario runs once per round, in an order rotated each round; the table shows medians over rounds, and each
  * ratio is the median of the ratios measured within one round (the machine is noisy; both sides of a ratio saw the
