@@ -3,11 +3,13 @@
  * `exactOptionalPropertyTypes`, `"module": "nodenext"`, against the built package as `closeout/...`. An example that
  * no longer fits the API fails here. A block may assume names an earlier part of its page made (a `client`, say):
  * they are declared in an HTML comment right before it, `<!-- typecheck-context ... -->`, which a rendered page does
- * not show and which is checked with the block.
+ * not show and which is checked with the block. The packages the examples import are this project's own dependencies
+ * (the frameworks of docs/server.md's mounts are pinned devDependencies), linked into the checking project.
  */
+import { existsSync } from 'node:fs';
 import { mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import ts from 'typescript';
@@ -44,8 +46,27 @@ beforeAll(async () => {
   await writeFile(join(dir, 'package.json'), JSON.stringify({ type: 'module' }));
   await mkdir(join(dir, 'node_modules'));
   await symlink(ROOT, join(dir, 'node_modules', 'closeout'), 'dir');
-  await symlink(join(ROOT, 'node_modules', 'zod'), join(dir, 'node_modules', 'zod'), 'dir');
 });
+
+/** Link each package `sources` import (and its `@types` package, when there is one) from this project's node_modules. */
+async function linkImports(sources: string[]): Promise<void> {
+  const names = new Set<string>();
+  for (const source of sources) {
+    for (const [, specifier] of source.matchAll(/^import [^'"]*['"]([^'"]+)['"]/gm)) {
+      if (specifier!.startsWith('.') || specifier!.startsWith('node:') || specifier!.startsWith('closeout')) continue;
+      const parts = specifier!.split('/');
+      names.add(specifier!.startsWith('@') ? parts.slice(0, 2).join('/') : parts[0]!);
+    }
+  }
+  for (const name of names) {
+    for (const pkg of [name, `@types/${name.replace(/^@(.*)\/(.*)$/, '$1__$2')}`]) {
+      const target = join(ROOT, 'node_modules', pkg);
+      if (!existsSync(target)) continue;
+      await mkdir(dirname(join(dir, 'node_modules', pkg)), { recursive: true });
+      if (!existsSync(join(dir, 'node_modules', pkg))) await symlink(target, join(dir, 'node_modules', pkg), 'dir');
+    }
+  }
+}
 
 afterAll(async () => {
   if (dir) await rm(dir, { recursive: true, force: true });
@@ -56,6 +77,7 @@ describe('the TypeScript examples of README.md and docs/', () => {
     const found = await blocks();
     // the README's server and client, and the examples of the server, client and PostgreSQL pages at least
     expect(found.length).toBeGreaterThanOrEqual(6);
+    await linkImports(found.map((block) => block.source));
     const files = new Map<string, string>();
     for (const [i, block] of found.entries()) {
       const file = join(dir, `example-${i}.ts`);

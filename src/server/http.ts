@@ -110,11 +110,34 @@ export interface ServingTaskServer {
   close(): Promise<void>;
 }
 
+/**
+ * A Node request handler serving task tools: Node's own request and response (from `node:http`, Express, any framework
+ * that hands them over), and `parsedBody` when a framework parsed the body already (Express's `req.body`). `close()`
+ * ends what the handler holds (not `tasks`).
+ */
+export type TaskNodeHandler = ((req: IncomingMessage, res: ServerResponse, parsedBody?: unknown) => Promise<void>) & {
+  close(): Promise<void>;
+};
+
+/**
+ * `createTaskMcpHandler` for Node's request and response, on the SDK's Node adapter. The adapter's structural request
+ * type does not take Node's `IncomingMessage` under `exactOptionalPropertyTypes` (its optional fields are not
+ * `| undefined`), so this takes Node's own types, and every caller is spared the cast. A push stream that ends ends
+ * its response's socket, as under serveTaskServer.
+ */
+export function createTaskNodeHandler(tasks: TaskServer, options: TaskHandlerOptions = {}): TaskNodeHandler {
+  const handler = createTaskMcpHandler(tasks, options);
+  const node = toNodeHandler(handler, { ...(options.onerror && { onerror: options.onerror }) });
+  type AdapterRequest = Parameters<typeof node>[0];
+  const serve = (req: IncomingMessage, res: ServerResponse, parsedBody?: unknown) =>
+    servingResponse.run(res, () => node(req as AdapterRequest, res, parsedBody));
+  return Object.assign(serve, { close: () => handler.close() });
+}
+
 /** Starts `tasks` and serves it at `http://HOST:PORT/mcp`. */
 export async function serveTaskServer(tasks: TaskServer, options: ServeOptions = {}): Promise<ServingTaskServer> {
   const path = options.path ?? '/mcp';
-  const handler = createTaskMcpHandler(tasks, options);
-  const node = toNodeHandler(handler, { ...(options.onerror && { onerror: options.onerror }) });
+  const node = createTaskNodeHandler(tasks, options);
   const fastGet =
     options.taskGetFastPath === false
       ? undefined
@@ -137,7 +160,7 @@ export async function serveTaskServer(tasks: TaskServer, options: ServeOptions =
       return;
     }
     const nodeReq = authInfo ? Object.assign(req, { auth: authInfo }) : req;
-    const serve = (request: IncomingMessage) => servingResponse.run(res, () => node(request, res));
+    const serve = (request: IncomingMessage) => node(request, res);
     (fastGet && mayBeTaskGet(nodeReq) ? fastGet(nodeReq, res, authInfo, serve) : serve(nodeReq)).catch(
       (error: unknown) => {
         options.onerror?.(error instanceof Error ? error : new Error(String(error)));
@@ -161,7 +184,7 @@ export async function serveTaskServer(tasks: TaskServer, options: ServeOptions =
         http.close(() => resolve());
         http.closeAllConnections();
       });
-      await handler.close();
+      await node.close();
       await tasks.close();
     },
   };

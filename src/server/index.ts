@@ -4,8 +4,8 @@
  * This file is the package's complete public server surface: named exports only, no wildcards; the SDK glue's
  * internals, the poll-interval and task-id helpers stay internal. `test/publicSurface.test.ts` pins the list.
  */
-export type { ServeOptions, ServingTaskServer, TaskHandlerOptions } from './http.js';
-export { createTaskMcpHandler, serveTaskServer } from './http.js';
+export type { ServeOptions, ServingTaskServer, TaskHandlerOptions, TaskNodeHandler } from './http.js';
+export { createTaskMcpHandler, createTaskNodeHandler, serveTaskServer } from './http.js';
 export { MAX_REQUEST_JSON_DEPTH } from './jsonDepthGuard.js';
 export { DEFAULT_LIMITS, type TaskLimits } from './limits.js';
 export type { AttachOptions, PrincipalResolver } from './sdkGlue.js';
