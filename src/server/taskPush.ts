@@ -46,6 +46,11 @@ export interface ListenRequest {
 export type CutConnection = () => void;
 
 const CHECK_PAGE = 500;
+/**
+ * Tasks read in full at once (a stream's opening states, the periodic check's changed tasks): with results of up to
+ * `maxResultBytes` each, what a read holds stays a few of them, whatever a listen asked for.
+ */
+const FULL_READ_PAGE = 16;
 const encoder = new TextEncoder();
 const SSE_HEADERS = {
   'content-type': 'text/event-stream',
@@ -78,6 +83,8 @@ export class TaskPush {
   private checkTimer: NodeJS.Timeout | undefined;
   private checking = false;
   private closed = false;
+  /** Full reads for streams' backlogs go one page at a time across all streams: what they hold at once is bounded. */
+  private filling: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly tasks: TaskServer,
@@ -158,10 +165,13 @@ export class TaskPush {
     this.streams.add(stream);
     for (const taskId of requested) this.follow(stream, taskId);
 
-    const rows: StoredTask[] = [];
+    // whose each task is, without what it holds: a listen may name thousands of tasks of megabytes each
+    const owned = new Set<string>();
     try {
       for (let i = 0; i < requested.length; i += CHECK_PAGE) {
-        rows.push(...(await this.tasks.readTasks(requested.slice(i, i + CHECK_PAGE))));
+        for (const owner of await this.tasks.readOwners(requested.slice(i, i + CHECK_PAGE))) {
+          if (owner.principal === principal) owned.add(owner.taskId);
+        }
       }
     } catch (error) {
       this.drop(stream);
@@ -169,7 +179,6 @@ export class TaskPush {
       return rpcError(request.id, ErrorCode.InternalError, message);
     }
     // another principal's task and an unknown id alike: silently not agreed (spec, Security: auth binding)
-    const owned = new Map(rows.filter((row) => row.principal === principal).map((row) => [row.taskId, row]));
     const agreed = requested.filter((taskId) => owned.has(taskId));
     for (const taskId of requested) if (!owned.has(taskId)) this.unfollow(stream, taskId);
 
@@ -184,27 +193,82 @@ export class TaskPush {
       this.drop(stream);
       return stream.response();
     }
-    // the state as it is now, so a change made before the stream opened is not lost either
-    for (const taskId of agreed) {
-      const row = owned.get(taskId)!;
-      try {
-        const answer = await this.tasks.answerOf(row, principal);
-        // a task other streams follow keeps the version they were sent: if this read is newer, the check sends it to them
-        if (this.byTask.get(taskId)?.size === 1) this.versions.set(taskId, versionOf(answer));
-        this.deliverTo(stream, answer);
-      } catch (error) {
-        stream.dirty.add(taskId);
-        this.report(error);
-      }
-    }
+    // the state of each as it is when its turn comes, read as the consumer makes room for it (`fill`): so a change
+    // made before the stream opened is not lost, and a consumer that does not read costs its buffer, not its tasks
+    for (const taskId of agreed) stream.backlog.add(taskId);
     stream.opened();
     if (signal?.aborted) this.cancel(stream);
     else signal?.addEventListener('abort', () => this.cancel(stream), { once: true });
-    for (const taskId of stream.dirty) this.hint(taskId);
-    stream.dirty.clear();
     if (this.keepAliveMs > 0) stream.keepAlive(this.keepAliveMs);
+    this.fill(stream);
     this.startChecking();
     return stream.response();
+  }
+
+  /**
+   * Sends `stream` the states it is owed (its backlog), while its consumer has room for them, a page at a time and one
+   * page at a time across all streams. A state that does not fit waits, unread, until the consumer reads (PushStream
+   * calls this again); one that changes meanwhile is read then, fresh.
+   */
+  fill(stream: PushStream): void {
+    if (stream.filling || stream.backlog.size === 0 || !stream.hasRoom() || !this.streams.has(stream)) return;
+    stream.filling = true;
+    const run = this.filling.then(() => this.fillPages(stream));
+    this.filling = run.catch(() => undefined);
+    run.then(
+      () => {
+        stream.filling = false;
+        // the consumer may have read while the last page was being sent
+        this.fill(stream);
+      },
+      (error: unknown) => {
+        // a store failure: the periodic check tries again
+        stream.filling = false;
+        this.report(error);
+      },
+    );
+  }
+
+  private async fillPages(stream: PushStream): Promise<void> {
+    while (stream.backlog.size > 0 && stream.hasRoom() && this.streams.has(stream) && !this.closed) {
+      const page = [...stream.backlog].slice(0, stream.pageForRoom(FULL_READ_PAGE));
+      for (const taskId of page) stream.reading.add(taskId);
+      let rows: Map<string, StoredTask>;
+      try {
+        rows = new Map((await this.tasks.readTasks(page)).map((row) => [row.taskId, row]));
+      } finally {
+        for (const taskId of page) stream.reading.delete(taskId);
+      }
+      for (const taskId of page) {
+        if (!stream.taskIds.has(taskId)) {
+          stream.backlog.delete(taskId);
+          continue;
+        }
+        const row = rows.get(taskId);
+        if (!row) {
+          // purged since the listen: nothing more to say about it
+          stream.backlog.delete(taskId);
+          this.unfollow(stream, taskId);
+          continue;
+        }
+        let answer: DetailedTask;
+        try {
+          answer = await this.tasks.answerOf(row, stream.principal);
+        } catch (error) {
+          if ((error as { code?: unknown }).code !== ErrorCode.InvalidParams) throw error;
+          stream.backlog.delete(taskId);
+          this.unfollow(stream, taskId);
+          continue;
+        }
+        // no room for it now: it stays owed, and is read again once the consumer read what waits
+        if (!this.deliverTo(stream, answer, true)) return;
+        stream.backlog.delete(taskId);
+        // a task other streams follow keeps the version they were sent: if this read is newer, the check sends it to them
+        if (this.byTask.get(taskId)?.size === 1) this.versions.set(taskId, versionOf(answer));
+        // a change hinted while this read was under way may be newer than what it read
+        if (stream.dirty.delete(taskId)) this.hint(taskId);
+      }
+    }
   }
 
   /** Starts following the server's change hints. */
@@ -252,43 +316,67 @@ export class TaskPush {
     });
   }
 
+  /**
+   * Reads the task as it is stored, whoever follows it: the row says whose it is, and only that principal's streams
+   * hear of it. A stream of another principal (one whose listen named it and is still being checked) neither decides
+   * how it is read nor what becomes of it for the others.
+   */
   private async readAndDeliver(taskId: string): Promise<void> {
-    const streams = this.byTask.get(taskId);
-    const principal = streams?.values().next().value?.principal;
-    if (principal === undefined) return;
-    let answer: DetailedTask;
+    if (!this.byTask.has(taskId)) return;
+    let row: StoredTask | undefined;
     try {
-      answer = await this.tasks.getTask(taskId, principal);
+      [row] = await this.tasks.readTasks([taskId]);
     } catch (error) {
-      // purged (or never readable again): nothing more to say about it; a store failure is left to the next check
-      if ((error as { code?: unknown }).code === ErrorCode.InvalidParams) this.forget(taskId);
-      else this.report(error);
+      // a store failure is left to the next check
+      this.report(error);
       return;
     }
-    this.deliver(taskId, answer);
+    // purged: nothing more to say about it
+    if (!row) this.forget(taskId);
+    else await this.answerAndDeliver(row);
   }
 
-  private deliver(taskId: string, answer: DetailedTask): void {
+  private deliver(answer: DetailedTask, principal: string): void {
+    const { taskId } = answer;
     if (this.byTask.has(taskId)) this.versions.set(taskId, versionOf(answer));
     for (const stream of [...(this.byTask.get(taskId) ?? [])]) {
-      if (stream.opening) stream.dirty.add(taskId);
-      else this.deliverTo(stream, answer);
+      if (stream.principal !== principal) continue;
+      if (stream.opening || stream.backlog.has(taskId)) {
+        // owed already: read fresh when its turn comes, unless that read is under way now
+        if (stream.reading.has(taskId)) stream.dirty.add(taskId);
+        continue;
+      }
+      this.deliverTo(stream, answer);
     }
   }
 
-  /** Sends `answer` on `stream` unless it said the same already; a terminal task is not followed further. */
-  private deliverTo(stream: PushStream, answer: DetailedTask): void {
+  /**
+   * Sends `answer` on `stream` unless it said the same already; a terminal task is not followed further. With
+   * `whenRoom`, a state that would not fit is not sent (false), instead of costing the consumer its stream.
+   */
+  private deliverTo(stream: PushStream, answer: DetailedTask, whenRoom = false): boolean {
     const signature = signatureOf(answer);
     if (stream.sent.get(answer.taskId) !== signature) {
+      const sent = stream.send(
+        {
+          jsonrpc: '2.0',
+          method: TASK_STATUS_NOTIFICATION_METHOD,
+          params: { ...answer, _meta: { [SUBSCRIPTION_ID_META_KEY]: stream.subscriptionId } },
+        },
+        whenRoom,
+      );
+      if (!sent) return false;
       stream.sent.set(answer.taskId, signature);
-      stream.send({
-        jsonrpc: '2.0',
-        method: TASK_STATUS_NOTIFICATION_METHOD,
-        params: { ...answer, _meta: { [SUBSCRIPTION_ID_META_KEY]: stream.subscriptionId } },
-      });
     }
     // a terminal task never changes again (docs/DESIGN.md, "The task's life on the server", 4)
     if (isTerminalStatus(answer.status)) this.unfollow(stream, answer.taskId);
+    return true;
+  }
+
+  /** True when every stream following the task is owed its state already (the check need not read it for them). */
+  private owedToAll(taskId: string): boolean {
+    for (const stream of this.byTask.get(taskId) ?? []) if (!stream.backlog.has(taskId)) return false;
+    return true;
   }
 
   /**
@@ -319,13 +407,14 @@ export class TaskPush {
         for (const taskId of page) {
           const version = stored.get(taskId);
           if (!version) this.forget(taskId);
-          else if (!this.byTask.has(taskId) || this.reading.has(taskId)) continue;
+          else if (!this.byTask.has(taskId) || this.reading.has(taskId) || this.owedToAll(taskId)) continue;
           // overdue: a full read expires it (answerOf), as tasks/get would
           else if (version.overdue || this.versions.get(taskId) !== versionOf(version)) changed.push(taskId);
         }
-        if (changed.length > 0) {
-          const rows = new Map((await this.tasks.readTasks(changed)).map((row) => [row.taskId, row]));
-          for (const taskId of changed) {
+        for (let j = 0; j < changed.length; j += FULL_READ_PAGE) {
+          const slice = changed.slice(j, j + FULL_READ_PAGE);
+          const rows = new Map((await this.tasks.readTasks(slice)).map((row) => [row.taskId, row]));
+          for (const taskId of slice) {
             const row = rows.get(taskId);
             if (!row) this.forget(taskId);
             else if (this.byTask.has(taskId)) await this.answerAndDeliver(row);
@@ -333,6 +422,8 @@ export class TaskPush {
         }
         await new Promise((resolve) => setImmediate(resolve));
       }
+      // owed states a store failure held up
+      for (const stream of this.streams) this.fill(stream);
     } catch (error) {
       this.report(error);
     } finally {
@@ -342,7 +433,7 @@ export class TaskPush {
 
   private async answerAndDeliver(row: StoredTask): Promise<void> {
     try {
-      this.deliver(row.taskId, await this.tasks.answerOf(row, row.principal));
+      this.deliver(await this.tasks.answerOf(row, row.principal), row.principal);
     } catch (error) {
       // expired and purged between the read and the answer: nothing more to say; anything else waits for the next check
       if ((error as { code?: unknown }).code === ErrorCode.InvalidParams) this.forget(row.taskId);
@@ -360,6 +451,8 @@ export class TaskPush {
   private unfollow(stream: PushStream, taskId: string): void {
     if (!stream.taskIds.delete(taskId)) return;
     stream.sent.delete(taskId);
+    stream.backlog.delete(taskId);
+    stream.dirty.delete(taskId);
     const usage = this.usage.get(stream.principal);
     if (usage) usage.taskIds--;
     const streams = this.byTask.get(taskId);
@@ -391,18 +484,21 @@ class PushStream {
   readonly taskIds = new Set<string>();
   /** What each task's last notification said (signatureOf), so a repeated read sends nothing. */
   readonly sent = new Map<string, string>();
-  /** Tasks hinted while the stream was opening, read again once it is open. */
+  /** Tasks whose current state the stream owes its consumer (all it agreed to, at first), in order. */
+  readonly backlog = new Set<string>();
+  /** Backlog tasks being read for the stream now. */
+  readonly reading = new Set<string>();
+  /** Backlog tasks hinted while being read: read again once sent. */
   readonly dirty = new Set<string>();
+  /** Whether `TaskPush.fill` is sending the backlog. */
+  filling = false;
   opening = true;
   /** Resolves when the consumer has read the end of the stream, or the stream was cut. */
   readonly drained: Promise<void>;
   private readonly queue: Uint8Array[] = [];
   private queuedBytes = 0;
-  /**
-   * Bytes allowed over `bufferBytes` for the state sent while the stream opens (one notification per task, queued
-   * before the consumer can read any); it shrinks as the consumer reads, back to the plain bound.
-   */
-  private openingCredit = 0;
+  /** The size of the last message queued, to size the next backlog read. */
+  private lastFrameBytes = 0;
   private ending = false;
   private dead = false;
   private wake: (() => void) | undefined;
@@ -435,12 +531,25 @@ class PushStream {
 
   opened(): void {
     this.opening = false;
-    this.openingCredit = this.queuedBytes;
   }
 
-  /** Queues one JSON-RPC message; a consumer that let the queue pass `bufferBytes` loses its stream. */
-  send(message: object): void {
-    this.write(`event: message\ndata: ${JSON.stringify(message)}\n\n`);
+  /** Whether the consumer has read enough for more of the backlog to be queued. */
+  hasRoom(): boolean {
+    return !this.dead && !this.ending && this.queuedBytes < this.bufferBytes;
+  }
+
+  /** How many backlog states to read at once: as many as the room left holds, by the size of the last ones, at most `max`. */
+  pageForRoom(max: number): number {
+    if (this.lastFrameBytes === 0) return max;
+    return Math.max(1, Math.min(max, Math.floor((this.bufferBytes - this.queuedBytes) / this.lastFrameBytes)));
+  }
+
+  /**
+   * Queues one JSON-RPC message; a consumer that let the queue pass `bufferBytes` loses its stream. With `whenRoom`,
+   * a message that would pass it is not queued (false), and the stream stays.
+   */
+  send(message: object, whenRoom = false): boolean {
+    return this.write(`event: message\ndata: ${JSON.stringify(message)}\n\n`, whenRoom);
   }
 
   keepAlive(everyMs: number): void {
@@ -479,20 +588,22 @@ class PushStream {
     this.resolveDrained();
   }
 
-  private write(frame: string): void {
-    if (this.dead || this.ending) return;
+  private write(frame: string, whenRoom = false): boolean {
+    if (this.dead || this.ending) return false;
     const bytes = encoder.encode(frame);
     // a message alone always fits: only a consumer that has not read what came before loses the stream
-    const limit = this.bufferBytes + this.openingCredit;
-    if (!this.opening && this.queuedBytes > 0 && this.queuedBytes + bytes.byteLength > limit) {
+    if (this.queuedBytes > 0 && this.queuedBytes + bytes.byteLength > this.bufferBytes) {
+      if (whenRoom) return false;
       // spec (subscriptions, Cancellation): the server tears the stream down; a consumer this far behind would not
       // read a graceful result either, and its transport dropping tells it to reconnect
       this.push.cancel(this);
-      return;
+      return false;
     }
     this.queue.push(bytes);
     this.queuedBytes += bytes.byteLength;
+    this.lastFrameBytes = bytes.byteLength;
     this.wake?.();
+    return true;
   }
 
   private async pull(controller: ReadableStreamDefaultController<Uint8Array>): Promise<void> {
@@ -511,8 +622,9 @@ class PushStream {
     const chunk = this.queue.shift();
     if (chunk) {
       this.queuedBytes -= chunk.byteLength;
-      this.openingCredit = Math.max(0, this.openingCredit - chunk.byteLength);
       controller.enqueue(chunk);
+      // the consumer made room: what the stream still owes it may follow
+      if (this.backlog.size > 0) this.push.fill(this);
       return;
     }
     controller.close();

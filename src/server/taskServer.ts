@@ -29,6 +29,7 @@ import type {
   InputCapabilities,
   LeaseRef,
   StoredTask,
+  TaskOwner,
   TaskSignal,
   TaskStore,
   TaskVersion,
@@ -417,6 +418,14 @@ export class TaskServer {
       if (this.store.getMany) return this.store.getMany(taskIds);
       const tasks = await Promise.all(taskIds.map((taskId) => this.store.get(taskId)));
       return tasks.filter((task): task is StoredTask => task !== undefined);
+    });
+  }
+
+  /** Whose each stored task among `taskIds` is, without reading what the tasks hold where the store can (push's listen). */
+  async readOwners(taskIds: string[]): Promise<TaskOwner[]> {
+    return this.storeCall(async () => {
+      if (this.store.taskOwners) return this.store.taskOwners(taskIds);
+      return (await this.readTasks(taskIds)).map((task) => ({ taskId: task.taskId, principal: task.principal }));
     });
   }
 

@@ -3,11 +3,16 @@
 // `notifications/tasks` per change whose body is what tasks/get answers, misses no change made while the stream
 // opened, survives consumers that die or stop reading, ends its streams gracefully on close, and changes nothing for a
 // client that never subscribes.
+import { mkdtempSync, rmSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 import { afterEach, describe, expect, it } from 'vitest';
 
-import type { TaskServer, TaskServerOptions } from '../../src/server/taskServer.js';
+import { serveTaskServer } from '../../src/server/http.js';
+import { SqliteTaskStore } from '../../src/server/store/sqliteTaskStore.js';
+import { TaskServer, type TaskServerOptions } from '../../src/server/taskServer.js';
 import { type JsonRpcMessage, listen, taskNotification, withoutMeta } from '../support/listen.js';
 import { PROTOCOL_VERSION, rpc, TASKS } from '../support/rpc.js';
 import { startTestServer, type TestServer } from '../support/testServer.js';
@@ -102,6 +107,51 @@ describe('subscriptions/listen with notifications.taskIds', () => {
     await stream.next(taskNotification(mine, 'input_required'));
     expect(stream.messages.some(taskNotification(bobs))).toBe(false);
     stream.abort();
+  });
+
+  it("reads a change as the task's owner: another principal listening on its id takes it from no owner's streams", async () => {
+    // the store a few hundred milliseconds away for the reads a listen makes to learn whose its tasks are, so that
+    // bob's listen naming alice's task is still being checked while the task changes
+    const dir = mkdtempSync(join(tmpdir(), 'closeout-push-isolation-'));
+    const store = new SqliteTaskStore(join(dir, 'tasks.db'));
+    const slow = new Proxy(store, {
+      get(target, property) {
+        const value: unknown = Reflect.get(target, property, target);
+        if (typeof value !== 'function') return value;
+        const method = value as (...args: unknown[]) => unknown;
+        if (property !== 'getMany' && property !== 'taskOwners') return method.bind(target);
+        return async (...args: unknown[]) => {
+          await new Promise((resolve) => setTimeout(resolve, 300));
+          return method.apply(target, args);
+        };
+      },
+    });
+    const tasks = new TaskServer({ store: slow, push: { checkIntervalMs: 60_000 } });
+    tasks.registerTool('ticks', { task: { support: 'required' } }, async (_args, ctx) => {
+      for (let i = 0; i < 20; i++) {
+        await ctx.status(`tick ${i}`);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      return { content: [{ type: 'text', text: 'done' }] };
+    });
+    const serving = await serveTaskServer(tasks, { port: 0, tokens });
+    try {
+      const alices = await create(serving.url, 'ticks');
+      const bobListens = listen(serving.url, [alices, 'no-such-task'], { token: BOB });
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      const alice = await listen(serving.url, [alices], { token: ALICE });
+      const bob = await bobListens;
+      expect((await bob.next(isAck)).params?.['notifications']).toEqual({ taskIds: [] });
+      expect((await alice.next(isAck)).params?.['notifications']).toEqual({ taskIds: [alices] });
+      // alice follows her task to its end, whatever bob's listen did meanwhile
+      await alice.next(taskNotification(alices, 'completed'), 0, 15_000);
+      expect(bob.messages.some(taskNotification(alices))).toBe(false);
+      alice.abort();
+    } finally {
+      await serving.close();
+      await store.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('ends at once, gracefully, when no id is agreed to', async () => {

@@ -27,6 +27,7 @@ import type {
   StoredInput,
   StoredStep,
   StoredTask,
+  TaskOwner,
   TaskSignal,
   TaskSteps,
   TaskStore,
@@ -522,6 +523,7 @@ export const SQL = {
                    )`,
   // push's periodic check: by primary key, no arguments, result or inputs
   versions: `SELECT task_id, status, last_updated_at, expires_at FROM closeout_tasks WHERE task_id = ANY ($1::text[])`,
+  owners: `SELECT task_id, owner FROM closeout_tasks WHERE task_id = ANY ($1::text[])`,
 } as const;
 
 /**
@@ -1293,6 +1295,14 @@ export class PostgresTaskStore implements TaskStore {
         lastUpdatedAt: Number(r.last_updated_at),
         expiresAt: r.expires_at === null ? undefined : Number(r.expires_at),
       }));
+    });
+  }
+
+  async taskOwners(taskIds: string[]): Promise<TaskOwner[]> {
+    if (taskIds.length === 0) return [];
+    return this.guard('taskOwners', async () => {
+      const { rows } = await this.pool.query<{ task_id: string; owner: string }>(SQL.owners, [taskIds]);
+      return rows.map((r) => ({ taskId: r.task_id, principal: r.owner }));
     });
   }
 }

@@ -25,6 +25,7 @@ import type {
   StoredInput,
   StoredStep,
   StoredTask,
+  TaskOwner,
   TaskSignal,
   TaskSteps,
   TaskStore,
@@ -349,6 +350,8 @@ export class SqliteTaskStore implements TaskStore {
         `SELECT task_id, status, last_updated_at, expires_at FROM tasks INDEXED BY tasks_version
          WHERE task_id IN (SELECT value FROM json_each(?))`,
       ),
+      // owner is the row's second column: read without the payload of the columns after it
+      owners: db.prepare(`SELECT task_id, owner FROM tasks WHERE task_id IN (SELECT value FROM json_each(?))`),
     };
     this.group = new SqliteGroupCommit(db);
     if (path !== ':memory:' && options.backgroundCheckpoints !== false) {
@@ -690,6 +693,12 @@ export class SqliteTaskStore implements TaskStore {
       lastUpdatedAt: r.last_updated_at,
       expiresAt: r.expires_at ?? undefined,
     }));
+  }
+
+  async taskOwners(taskIds: string[]): Promise<TaskOwner[]> {
+    if (taskIds.length === 0) return [];
+    const rows = this.stmt.owners.all(JSON.stringify(taskIds)) as { task_id: string; owner: string }[];
+    return rows.map((r) => ({ taskId: r.task_id, principal: r.owner }));
   }
 }
 

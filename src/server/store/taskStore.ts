@@ -350,6 +350,18 @@ export interface TaskStore {
    * Unknown and purged ids are left out.
    */
   taskVersions?(taskIds: string[]): Promise<TaskVersion[]>;
+
+  /**
+   * Whose each of the tasks among `taskIds` is, in one statement, without what the tasks hold (a `subscriptions/listen`
+   * asking for thousands of large tasks must not read them all at once to learn which are the caller's). Unknown and
+   * purged ids are left out.
+   */
+  taskOwners?(taskIds: string[]): Promise<TaskOwner[]>;
+}
+
+export interface TaskOwner {
+  taskId: string;
+  principal: string;
 }
 
 /** The StoredTask a successful insert wrote, equal to what `get` reads back (the arguments through the same JSON). */

@@ -314,6 +314,21 @@ export function describeTaskStoreContract(
         expect(await store.taskVersions([])).toEqual([]);
       });
 
+      it("reads many tasks' owners in one taskOwners, unknown ids left out", async (ctx) => {
+        // invariant: push's listen learns whose each named task is without reading what the tasks hold
+        if (!store.taskOwners) return ctx.skip();
+        const alices = await created();
+        const bobs = await created({ principal: 'bob' });
+        const owners = await store.taskOwners([bobs.taskId, 'task-unknown', alices.taskId]);
+        expect(owners.sort((x, y) => x.taskId.localeCompare(y.taskId))).toEqual(
+          [
+            { taskId: alices.taskId, principal: alices.principal },
+            { taskId: bobs.taskId, principal: 'bob' },
+          ].sort((x, y) => x.taskId.localeCompare(y.taskId)),
+        );
+        expect(await store.taskOwners([])).toEqual([]);
+      });
+
       it('answers undefined for an unknown taskId and does not call it purged', async () => {
         // invariant: an unknown id is neither a task nor a purged task
         expect(await store.get('task-never-created')).toBeUndefined();
