@@ -58,6 +58,12 @@ export interface ConnectHttpOptions extends ConnectTaskClientOptions {
    * with TaskClientError `unreachable` while the server is still down. `false` throws that error at once.
    */
   connectLater?: boolean | undefined;
+  /**
+   * The most the client reads of one answer, or of one event of an SSE stream (push included), on its own pool: past
+   * it the answer is dropped and recorded as a transport failure, and the task is followed on (polled, backing off).
+   * Default 32 MiB (DEFAULT_MAX_ANSWER_BYTES). With a `fetch` of your own, that fetch decides.
+   */
+  maxAnswerBytes?: number | undefined;
 }
 
 /**
@@ -70,7 +76,7 @@ export async function connectHttpTaskClient(url: string | URL, options: ConnectH
   const endpoint = options.endpoint ?? target.href;
   // one pool and poll fast path for the client's life; each connection attempt gets a transport of its own (the SDK
   // does not start one twice), which leaves the pool open: it is closed with the client
-  const pool = options.fetch ? undefined : createHttpFetch();
+  const pool = options.fetch ? undefined : createHttpFetch({}, options.maxAnswerBytes);
   const fastPath =
     pool && options.pollFastPath !== false ? new TaskGetFastPath(pool, target, options.requestInit) : undefined;
   const closePool = async () => {
@@ -79,7 +85,14 @@ export async function connectHttpTaskClient(url: string | URL, options: ConnectH
   };
   // the credential a record is created under, as a keyed fingerprint (TaskClientOptions.credential)
   const credential = options.credential ?? new Headers(options.requestInit?.headers).get('authorization') ?? undefined;
-  const { ledger: ledgerOption, clientInfo, endpoint: _endpoint, connectLater, ...rest } = options;
+  const {
+    ledger: ledgerOption,
+    clientInfo,
+    endpoint: _endpoint,
+    connectLater,
+    maxAnswerBytes: _max,
+    ...rest
+  } = options;
   const client = new Client(clientInfo ?? DEFAULT_CLIENT_INFO, {
     versionNegotiation: { mode: 'auto' },
     capabilities: sessionCapabilities(options.inputHandlers),
@@ -141,9 +154,9 @@ export async function connectHttpTaskClient(url: string | URL, options: ConnectH
  */
 export function httpTaskTransport(
   target: URL,
-  options: Pick<ConnectHttpOptions, 'fetch' | 'requestInit' | 'pollFastPath'>,
+  options: Pick<ConnectHttpOptions, 'fetch' | 'requestInit' | 'pollFastPath' | 'maxAnswerBytes'>,
 ): { transport: StreamableHTTPClientTransport; pool?: HttpFetch; fastPath?: TaskGetFastPath } {
-  const pool = options.fetch ? undefined : createHttpFetch();
+  const pool = options.fetch ? undefined : createHttpFetch({}, options.maxAnswerBytes);
   const fastPath =
     pool && options.pollFastPath !== false ? new TaskGetFastPath(pool, target, options.requestInit) : undefined;
   const transportOptions = httpTransportOptions(options, pool, fastPath);

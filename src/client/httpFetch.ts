@@ -9,7 +9,7 @@
  * that is not http(s) or carries credentials, a body that is not a string or bytes, and a redirect to follow.
  */
 import { EventEmitter } from 'node:events';
-import { Readable } from 'node:stream';
+import { Readable, Transform } from 'node:stream';
 
 import type { Dispatcher } from 'undici';
 import { Agent } from 'undici';
@@ -59,6 +59,28 @@ export class RequestSignal extends EventEmitter {
 }
 
 // fetch follows these when they carry a Location (Fetch standard, "redirect status")
+/**
+ * The most the client reads of one answer, or of one event of an SSE stream, by default: 32 MiB, eight times a
+ * Closeout server's largest result (`maxResultBytes`, 4 MiB). A server that sends more (an answer or an event that
+ * never ends) costs the client this much, not all its memory (docs/operations.md, "Limits").
+ */
+export const DEFAULT_MAX_ANSWER_BYTES = 32 * 1024 * 1024;
+
+/** An answer, or one event of an SSE stream, that passed the client's `maxAnswerBytes`: the rest is not read. */
+export class AnswerTooLargeError extends Error {
+  constructor(
+    readonly limit: number,
+    what: 'answer' | 'event',
+  ) {
+    super(
+      what === 'answer'
+        ? `the server's answer passed ${limit} bytes, the client's maxAnswerBytes: the rest was not read`
+        : `an event of the server's stream passed ${limit} bytes, the client's maxAnswerBytes: the stream was dropped`,
+    );
+    this.name = 'AnswerTooLargeError';
+  }
+}
+
 const REDIRECT_STATUSES = new Set([301, 302, 303, 307, 308]);
 // `new Response` refuses a body with these (Fetch standard, "null body status"; 101 and 103 never reach a Response)
 const NULL_BODY_STATUSES = new Set([204, 205, 304]);
@@ -69,7 +91,10 @@ const NULL_BODY_STATUSES = new Set([204, 205, 304]);
  * Agent behind global fetch. The pool's idle sockets are unref'd by undici, so an unclosed pool never keeps the
  * process alive, but `close()` frees them at once.
  */
-export function createHttpFetch(agentOptions: Agent.Options = {}): HttpFetch {
+export function createHttpFetch(
+  agentOptions: Agent.Options = {},
+  maxAnswerBytes: number = DEFAULT_MAX_ANSWER_BYTES,
+): HttpFetch {
   const agent = new Agent(agentOptions);
   const httpFetch = async (input: string | URL | Request, init?: RequestInit): Promise<Response> => {
     const url = typeof input === 'string' ? new URL(input) : input instanceof URL ? input : undefined;
@@ -111,11 +136,13 @@ export function createHttpFetch(agentOptions: Agent.Options = {}): HttpFetch {
 
     const responseInit = { status: statusCode, statusText, headers: headerPairs(headers) };
     if (isEventStream(headers['content-type'])) {
-      return new Response(Readable.toWeb(answer.body) as ReadableStream<Uint8Array>, responseInit);
+      const events = answer.body.pipe(eventSizeLimit(maxAnswerBytes));
+      answer.body.once('error', (error) => events.destroy(error));
+      return new Response(Readable.toWeb(events) as ReadableStream<Uint8Array>, responseInit);
     }
     let bytes: Uint8Array;
     try {
-      bytes = await answer.body.bytes();
+      bytes = await readCapped(answer.body, maxAnswerBytes);
     } catch (error) {
       throw fetchFailure(error, signal);
     }
@@ -139,8 +166,16 @@ export function createHttpFetch(agentOptions: Agent.Options = {}): HttpFetch {
     return {
       status: answer.statusCode,
       headers: answer.headers,
-      text: () => answer.body.text().catch((error: unknown) => Promise.reject(fetchFailure(error, signal))),
-      chunks: () => textChunks(answer.body, signal),
+      text: () =>
+        readCapped(answer.body, maxAnswerBytes).then(
+          (bytes) => new TextDecoder().decode(bytes),
+          (error: unknown) => Promise.reject(fetchFailure(error, signal)),
+        ),
+      chunks: () => {
+        const events = answer.body.pipe(eventSizeLimit(maxAnswerBytes));
+        answer.body.once('error', (error) => events.destroy(error));
+        return textChunks(events, signal);
+      },
       // an answer that is not read may be a stream that never ends: the connection goes with it
       discard: () => {
         // destroying a body not read to its end emits 'error' (undici's RequestAbortedError): nobody waits for it
@@ -236,7 +271,53 @@ class BufferedResponse extends Response {
   }
 }
 
-async function* textChunks(body: Dispatcher.ResponseData['body'], signal: RequestSignal): AsyncIterable<string> {
+/** The whole body, failing (and dropping the rest) once it passes `max` bytes. */
+async function readCapped(body: Dispatcher.ResponseData['body'], max: number): Promise<Uint8Array> {
+  const chunks: Buffer[] = [];
+  let total = 0;
+  for await (const chunk of body as AsyncIterable<Buffer>) {
+    total += chunk.byteLength;
+    if (total > max) {
+      body.destroy();
+      throw new AnswerTooLargeError(max, 'answer');
+    }
+    chunks.push(chunk);
+  }
+  return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, total);
+}
+
+/**
+ * Passes an SSE body through, failing once one event (the bytes since the last blank line, which ends an event in
+ * every line-ending the SSE format allows) passes `max` bytes: a stream may run for hours, an event may not grow
+ * without end.
+ */
+function eventSizeLimit(max: number): Transform {
+  let sinceBoundary = 0;
+  let tail = '';
+  return new Transform({
+    transform(chunk: Buffer, _encoding, callback) {
+      const text = tail + chunk.toString('latin1');
+      // latin1: one character per byte, so positions are byte counts
+      const end = lastEventEnd(text);
+      sinceBoundary = end < 0 ? sinceBoundary + chunk.byteLength : text.length - end;
+      tail = text.slice(-3);
+      if (sinceBoundary > max) callback(new AnswerTooLargeError(max, 'event'));
+      else callback(null, chunk);
+    },
+  });
+}
+
+/** Where the last event boundary (a blank line, in any of SSE's line endings) in `text` ends, or -1. */
+function lastEventEnd(text: string): number {
+  let end = -1;
+  for (const boundary of ['\n\n', '\r\r', '\n\r\n']) {
+    const at = text.lastIndexOf(boundary);
+    if (at >= 0) end = Math.max(end, at + boundary.length);
+  }
+  return end;
+}
+
+async function* textChunks(body: AsyncIterable<unknown>, signal: RequestSignal): AsyncIterable<string> {
   const decoder = new TextDecoder();
   try {
     for await (const chunk of body) yield decoder.decode(chunk as Uint8Array, { stream: true });

@@ -8,6 +8,7 @@ import { describe, expect, it } from 'vitest';
 
 import type { PollPolicy } from '../../src/client/index.js';
 import { task, textOf, useClientHarness } from './fixtures/clientHarness.js';
+import { startTasksFixture } from './fixtures/tasksFixtureServer.js';
 
 const FAST: Partial<PollPolicy> = {
   floorMs: 5,
@@ -96,6 +97,41 @@ describe('TaskClient against a hostile server', () => {
     const record = await client.get(handle.taskId);
     expect(record).toMatchObject({ localState: 'terminal', ttlMs: 60_000 });
     expect(record?.lastError).toMatchObject({ kind: 'server-output', message: expect.stringMatching(/ttlMs/) });
+  });
+
+  it('drops a tasks/get answer whose JSON body never ends at maxAnswerBytes, records why, and closes the task out', async () => {
+    const client = await harness.connect({ maxAnswerBytes: 1024 * 1024, requestTimeoutMs: 60_000 });
+    const handle = await task(client, 'slow');
+    harness.fixture.faults.push({ method: 'tasks/get', flood: 'json' });
+    const started = Date.now();
+    expect(textOf(await handle.result())).toMatch(/slow done/);
+    // the client hung up after about a mebibyte (and what the sockets buffer), not at the request timeout
+    expect(harness.fixture.floodBytes()).toBeLessThan(32 * 1024 * 1024);
+    expect(Date.now() - started).toBeLessThan(30_000);
+    const record = await client.get(handle.taskId);
+    expect(record?.lastError).toMatchObject({ kind: 'transport', message: expect.stringMatching(/1048576 bytes/) });
+  });
+
+  it('stops reading a tasks/get answer whose SSE event never ends at maxAnswerBytes, and closes the task out', async () => {
+    // the SDK's transport takes a broken answer stream for a dropped connection and waits for the request's timeout:
+    // what the cap bounds is what the client reads meanwhile
+    const client = await harness.connect({ maxAnswerBytes: 1024 * 1024, requestTimeoutMs: 2_000 });
+    const handle = await task(client, 'slow');
+    harness.fixture.faults.push({ method: 'tasks/get', flood: 'event' });
+    expect(textOf(await handle.result())).toMatch(/slow done/);
+    expect(harness.fixture.floodBytes()).toBeLessThan(32 * 1024 * 1024);
+    expect((await client.get(handle.taskId))?.lastError).toMatchObject({ kind: 'transport' });
+  });
+
+  it('drops a push stream whose event never ends at maxAnswerBytes, and follows its tasks by polling', async () => {
+    const fixture = await startTasksFixture({ listen: 'endless-event' });
+    harness.defer(() => fixture.close());
+    const client = await harness.connect({ maxAnswerBytes: 1024 * 1024 }, fixture.url);
+    const handle = await task(client, 'unlimited');
+    expect(textOf(await handle.result())).toBe('unlimited done');
+    // the stream was opened (and dropped) at least once, and the client read little of what it was sent
+    expect(fixture.count('subscriptions/listen')).toBeGreaterThanOrEqual(1);
+    expect(fixture.floodBytes()).toBeLessThan(32 * 1024 * 1024);
   });
 
   it('gives up on a tasks/get answer that trickles in, records it, and closes the task out on the next poll', async () => {
