@@ -8,11 +8,17 @@
  * json/jsonb types refuse (`\u0000`, lone surrogates), which a tool's arguments may carry.
  */
 import DataLoader from 'dataloader';
-import pg from 'pg';
+import type pg from 'pg';
 
-import { inTransaction } from '../../postgresTransaction.js';
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
 import type { TraceCarrier } from '../../protocol/traceContext.js';
+import { passwordsOf } from '../../shared/postgres/connectionString.js';
+import { DATABASE_CLOCK_SQL, DatabaseClock } from '../../shared/postgres/databaseClock.js';
+import { loadPg } from '../../shared/postgres/driver.js';
+import { asError, wrapPostgresError } from '../../shared/postgres/errors.js';
+import { runMigrations } from '../../shared/postgres/migrations.js';
+import { connectionConfig, guardPool, statementTimeouts } from '../../shared/postgres/pool.js';
+import { inTransaction } from '../../shared/postgres/transaction.js';
 import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from '../../statusSql.js';
 import { PostgresListener } from './postgresListener.js';
 import type {
@@ -243,9 +249,6 @@ const TASK_WITH_INPUTS = `t.*, (
   FROM closeout_task_inputs i WHERE i.task_id = t.task_id
 ) AS inputs`;
 
-/** How often an instance re-reads the database's clock (PostgresTaskStore.syncClock). */
-const CLOCK_SYNC_MS = 60_000;
-
 /** Every statement of the store; exported for the tests that check their plans (test/server/store). */
 export const SQL = {
   // migrations: one transaction, serialised by an advisory lock, so instances starting together migrate once
@@ -255,7 +258,7 @@ export const SQL = {
      applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
    )`,
   schemaVersion: `SELECT COALESCE(MAX(version), 0) AS version FROM closeout_schema_version`,
-  databaseClock: `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms`,
+  databaseClock: DATABASE_CLOCK_SQL,
   recordVersion: `INSERT INTO closeout_schema_version (version) VALUES ($1)`,
 
   // create: the unique indexes decide; a losing idempotent create then reads the winner (a new statement, so it sees
@@ -626,12 +629,15 @@ export class PostgresTaskStore implements TaskStore {
    * whatever each does after it (the exact path, an idempotent replay's read, a finish run alone).
    */
   private readonly callsInFlight = new Set<Promise<unknown>>();
-  /**
-   * The database's clock, read at `atMonotonic` (performance.now()): `now()` runs on from it by this process's
-   * monotonic clock, so neither another host's wall clock nor a step of this one's moves it.
-   */
-  private clockSample: { databaseMs: number; atMonotonic: number; roundTripMs: number } | undefined;
-  private clockTimer: NodeJS.Timeout | undefined;
+  /** The database's clock (`now`, `syncClock`). */
+  private readonly clock = new DatabaseClock(async () => {
+    const { rows } = await this.guard('read the database clock', () =>
+      this.pool.query<{ ms: number }>(SQL.databaseClock),
+    );
+    return Number(rows[0]!.ms);
+  });
+  /** The password the connection string carries, in every form: scrubbed from every error this store makes. */
+  private readonly passwords: string[];
 
   /**
    * Uses an existing pool (left open by `close()`), or makes one from a connection string. The schema must already
@@ -639,39 +645,31 @@ export class PostgresTaskStore implements TaskStore {
    */
   constructor(poolOrConnectionString: PostgresPool | string, options: PostgresTaskStoreOptions = {}) {
     this.onError = options.onError ?? (() => {});
-    const statementTimeoutMs = options.statementTimeoutMs ?? 15_000;
-    // the server gives up on a slow statement; the client gives up a little later on a server that does not answer
-    // at all (a hung host, a dropped network): pg then discards that connection
-    const timeouts = { statement_timeout: statementTimeoutMs, query_timeout: statementTimeoutMs + 1000 };
+    const driver = loadPg();
+    const timeouts = statementTimeouts(options);
     let connection: pg.ClientConfig;
     if (typeof poolOrConnectionString === 'string') {
-      connection = {
-        connectionString: poolOrConnectionString,
-        connectionTimeoutMillis: options.connectionTimeoutMs ?? 5000,
-        // keepAlive notices a peer that vanished without closing the connection
-        keepAlive: true,
-      };
-      this.pool = new pg.Pool({ ...connection, ...timeouts, max: options.maxConnections ?? 10 });
+      connection = connectionConfig(poolOrConnectionString, options);
+      this.pool = new driver.Pool({ ...connection, ...timeouts, max: options.maxConnections ?? 10 });
       this.ownsPool = true;
-      // an idle connection that drops is removed by the pool; without a handler its error would crash the process
-      this.pool.on('error', (error) => this.onError(this.wrap('idle connection lost', error)));
+      guardPool(this.pool, (error) => this.onError(this.wrap('idle connection lost', error)));
     } else {
       this.pool = poolOrConnectionString as pg.Pool;
       this.ownsPool = false;
       connection = { ...this.pool.options };
+      // the caller's pool keeps the caller's 'error' listener
+      guardPool(this.pool);
     }
-    this.leasePool = new pg.Pool({
+    this.passwords = typeof connection.connectionString === 'string' ? passwordsOf(connection.connectionString) : [];
+    if (typeof connection.password === 'string' && connection.password !== '') this.passwords.push(connection.password);
+    this.leasePool = new driver.Pool({
       ...connection,
       ...timeouts,
       keepAlive: true,
       max: 1,
       application_name: 'closeout leases',
     });
-    this.leasePool.on('error', (error) => this.onError(this.wrap('idle lease connection lost', error)));
-    // nor does a pool listen to a connection it has handed out: one the database ends then (a restart,
-    // pg_terminate_backend) between two statements would be an unhandled 'error' that kills the process; the next
-    // statement on it fails instead, and the pool drops it
-    for (const pool of [this.pool, this.leasePool]) pool.on('connect', (client) => client.on('error', () => {}));
+    guardPool(this.leasePool, (error) => this.onError(this.wrap('idle lease connection lost', error)));
     // LISTEN needs a connection of its own, outside the pool
     this.listener = new PostgresListener({
       connection,
@@ -715,15 +713,8 @@ export class PostgresTaskStore implements TaskStore {
   /** Applies the migrations this database lacks. Safe to run from several instances at once. */
   async migrate(): Promise<void> {
     await this.transaction('migrate', async (client) => {
-      await client.query(SQL.migrationLock);
-      await client.query(SQL.createVersionTable);
-      const { rows } = await client.query<{ version: number }>(SQL.schemaVersion);
-      // a database migrated by a newer release is left as it is: migrations only ever add (version 9 drops two
-      // indexes no statement of a release since version 8 reads)
-      for (let v = rows[0]?.version ?? 0; v < MIGRATIONS.length; v++) {
-        await client.query(MIGRATIONS[v]!);
-        await client.query(SQL.recordVersion, [v + 1]);
-      }
+      const statements = { ...SQL, lock: SQL.migrationLock };
+      await runMigrations(client, statements, MIGRATIONS, 'task store');
     });
   }
 
@@ -1191,8 +1182,7 @@ export class PostgresTaskStore implements TaskStore {
    * at most half the round trip of the read it was taken from. Before the first `syncClock`, the host's clock.
    */
   now(): number {
-    const sample = this.clockSample;
-    return sample ? Math.floor(sample.databaseMs + (performance.now() - sample.atMonotonic)) : Date.now();
+    return this.clock.now();
   }
 
   /**
@@ -1200,29 +1190,13 @@ export class PostgresTaskStore implements TaskStore {
    * the one in use is kept only when the one in use is old: its error is half its round trip.
    */
   async syncClock(): Promise<void> {
-    const sent = performance.now();
-    const { rows } = await this.guard('read the database clock', () =>
-      this.pool.query<{ ms: number }>(SQL.databaseClock),
-    );
-    const received = performance.now();
-    const roundTripMs = received - sent;
-    const current = this.clockSample;
-    if (!current || roundTripMs <= current.roundTripMs * 2 || received - current.atMonotonic > 10 * CLOCK_SYNC_MS) {
-      this.clockSample = { databaseMs: Number(rows[0]!.ms), atMonotonic: sent + roundTripMs / 2, roundTripMs };
-    }
-    if (!this.clockTimer && !this.closed) {
-      this.clockTimer = setInterval(() => {
-        // a failed read keeps the sample in use; the store's other calls report an unreachable database
-        this.syncClock().catch(() => {});
-      }, CLOCK_SYNC_MS);
-      this.clockTimer.unref();
-    }
+    await this.clock.sync();
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    if (this.clockTimer) clearInterval(this.clockTimer);
+    this.clock.stop();
     // creates and finishes asked for before close() are sent (their batch goes out on the next turn) and answered
     // before the pool ends
     await Promise.allSettled([...this.callsInFlight]);
@@ -1273,8 +1247,7 @@ export class PostgresTaskStore implements TaskStore {
   }
 
   private wrap(op: string, error: unknown): Error {
-    const cause = asError(error);
-    return new Error(`PostgreSQL task store: ${op} failed: ${cause.message}`, { cause });
+    return wrapPostgresError('PostgreSQL task store', op, error, this.passwords);
   }
 
   async taskVersions(taskIds: string[]): Promise<TaskVersion[]> {
@@ -1400,7 +1373,7 @@ function partsOfBytes<K extends { parameters: unknown[] }>(batch: readonly K[]):
  * statement (40: a deadlock, a serialization failure). It changed nothing.
  */
 function ranAloneAfter(error: unknown): boolean {
-  if (!(error instanceof pg.DatabaseError) || typeof error.code !== 'string') return false;
+  if (!(error instanceof loadPg().DatabaseError) || typeof error.code !== 'string') return false;
   return ['22', '23', '40', '54'].includes(error.code.slice(0, 2));
 }
 
@@ -1602,8 +1575,4 @@ function parseSignal(payload: string | undefined): TaskSignal | undefined {
   } catch {
     return undefined;
   }
-}
-
-function asError(error: unknown): Error {
-  return error instanceof Error ? error : new Error(String(error));
 }

@@ -1,4 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
+import { inspect } from 'node:util';
 
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -34,6 +35,11 @@ describeTaskStoreContract('PostgresTaskStore', async () => {
 });
 
 const T0 = 1_700_000_000_000;
+
+/** All an error shows when printed, logged or inspected, causes included. */
+function everythingShown(error: unknown): string {
+  return `${String(error)}\n${(error as Error).stack ?? ''}\n${inspect(error, { depth: 10 })}`;
+}
 
 function newTask(overrides: Partial<NewTask> = {}): NewTask {
   return {
@@ -429,6 +435,47 @@ describe('PostgresTaskStore across instances', () => {
     await expect(
       PostgresTaskStore.open(`postgres://postgres:x@127.0.0.1:${port}/nowhere`, { connectionTimeoutMs: 2000 }),
     ).rejects.toThrow(/^PostgreSQL task store: migrate failed: /);
+  });
+
+  it('refuses a database a newer build migrated, saying so, and leaves it as it is', async () => {
+    // invariant: a store never writes to a schema it does not know (docs/DESIGN.md, "Storage foundation": one migration
+    // runner for the task store and the ledger)
+    await openStore({ listen: false });
+    const { rows } = await admin.query<{ version: number }>(
+      'SELECT MAX(version) AS version FROM closeout_schema_version',
+    );
+    const newer = rows[0]!.version + 1;
+    await admin.query('INSERT INTO closeout_schema_version (version) VALUES ($1)', [newer]);
+    await expect(PostgresTaskStore.open(database.connectionString, { listen: false })).rejects.toThrow(
+      /^PostgreSQL task store: migrate failed: .*schema version \d+ is newer than this build/,
+    );
+    const after = await admin.query<{ version: number }>('SELECT MAX(version) AS version FROM closeout_schema_version');
+    expect(after.rows[0]!.version).toBe(newer);
+  });
+
+  it('keeps the connection string password out of every error it makes', async () => {
+    // invariant: the password never reaches a log or an error message, on the server as on the client ledger
+    const password = new URL(database.connectionString).password;
+    expect(password.length).toBeGreaterThan(8);
+    const wrong = new URL(database.connectionString);
+    wrong.password = 'Wr0ngPassw0rd-do-not-show';
+    const nowhere = new URL(database.connectionString);
+    nowhere.port = String(await freePort());
+    const missing = new URL(database.connectionString);
+    missing.pathname = '/no_such_database';
+    for (const [target, shown] of [
+      [wrong.href, 'Wr0ngPassw0rd-do-not-show'],
+      [nowhere.href, password],
+      [missing.href, password],
+    ] as const) {
+      const failure = await PostgresTaskStore.open(target, { connectionTimeoutMs: 3000, listen: false }).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      expect(failure).toBeInstanceOf(Error);
+      expect((failure as Error).message).toMatch(/^PostgreSQL task store: migrate failed: /);
+      expect(everythingShown(failure)).not.toContain(shown);
+    }
   });
 
   it('is what openTaskStore opens for a postgres:// location, migrated and ready', async () => {
