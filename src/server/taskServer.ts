@@ -8,7 +8,6 @@ import type { CallToolResult } from '@modelcontextprotocol/server';
 import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
 import type * as z from 'zod/v4';
 
-import { isDeadLocalHolder, newLeaseHolder } from '../leaseHolder.js';
 import type {
   CreateTaskResult,
   DetailedTask,
@@ -20,7 +19,8 @@ import type {
 import { canonicalJson, ErrorCode, InputKeySchema, InputRequestSchema, isTerminalStatus } from '../protocol/index.js';
 import { storableText, unstorableField } from '../protocol/storableText.js';
 import type { TraceCarrier } from '../protocol/traceContext.js';
-import { TakeoverGate } from '../takeoverGate.js';
+import { isDeadLocalHolder, newLeaseHolder } from '../shared/lease/leaseHolder.js';
+import { TakeoverGate } from '../shared/lease/takeoverGate.js';
 import { DurableSteps } from './durableSteps.js';
 import { undeclaredInput } from './inputCapabilities.js';
 import { describeRefusal, measureJson, resolveLimits, type TaskLimits } from './limits.js';

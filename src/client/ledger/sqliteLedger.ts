@@ -10,10 +10,10 @@ import { randomBytes } from 'node:crypto';
 import type Database from 'better-sqlite3';
 
 import type { InputRequest, InputResponse } from '../../protocol/index.js';
-import type { Migration } from '../../sqliteFile.js';
-import { openSqliteFile } from '../../sqliteFile.js';
-import { SqliteGroupCommit } from '../../sqliteGroupCommit.js';
-import type { SqliteSynchronous } from '../../sqliteSynchronous.js';
+import type { Migration } from '../../shared/sqlite/sqliteFile.js';
+import { openSqliteFile } from '../../shared/sqlite/sqliteFile.js';
+import { SqliteGroupCommit } from '../../shared/sqlite/sqliteGroupCommit.js';
+import type { SqliteSynchronous } from '../../shared/sqlite/sqliteSynchronous.js';
 import { abandonedReason, answeredNote, applyObservedTask, commitNote, taskHeldElsewhereNote } from './closing.js';
 import { endpointIdentity } from './endpointIdentity.js';
 import type {
@@ -52,7 +52,7 @@ type SubmissionRow = Row<number> & {
 
 /**
  * Versioned migrations: entry i brings `user_version` from i to i + 1. Never edit a shipped entry; append. Its status
- * set stays written out, and test/statusSql.test.ts fails when it no longer matches the status machine.
+ * set stays written out, and test/server/store/statusSql.test.ts fails when it no longer matches the status machine.
  */
 const MIGRATIONS: readonly Migration[] = [
   `CREATE TABLE submissions (

@@ -19,8 +19,8 @@ import { asError, wrapPostgresError } from '../../shared/postgres/errors.js';
 import { runMigrations } from '../../shared/postgres/migrations.js';
 import { connectionConfig, guardPool, statementTimeouts } from '../../shared/postgres/pool.js';
 import { inTransaction } from '../../shared/postgres/transaction.js';
-import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from '../../statusSql.js';
 import { PostgresListener } from './postgresListener.js';
+import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from './statusSql.js';
 import type {
   AwaitedInput,
   InputCapabilities,
@@ -61,7 +61,7 @@ const SWEEP_PAGE = 500;
 
 /**
  * Versioned schema: entry i takes the database from version i to i + 1. Never edit an entry once released: its status
- * sets stay written out, and test/statusSql.test.ts fails when they no longer match the status machine.
+ * sets stay written out, and test/server/store/statusSql.test.ts fails when they no longer match the status machine.
  */
 export const MIGRATIONS: readonly string[] = [
   `CREATE TABLE closeout_tasks (

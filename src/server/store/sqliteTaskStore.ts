@@ -7,12 +7,12 @@ import type Database from 'better-sqlite3';
 
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
 import type { TraceCarrier } from '../../protocol/traceContext.js';
-import type { Checkpointer } from '../../sqliteCheckpointer.js';
-import { startCheckpointer } from '../../sqliteCheckpointer.js';
-import { openSqliteFile } from '../../sqliteFile.js';
-import { SqliteGroupCommit } from '../../sqliteGroupCommit.js';
-import type { SqliteSynchronous } from '../../sqliteSynchronous.js';
-import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from '../../statusSql.js';
+import { openSqliteFile } from '../../shared/sqlite/sqliteFile.js';
+import { SqliteGroupCommit } from '../../shared/sqlite/sqliteGroupCommit.js';
+import type { SqliteSynchronous } from '../../shared/sqlite/sqliteSynchronous.js';
+import type { Checkpointer } from './sqliteCheckpointer.js';
+import { startCheckpointer } from './sqliteCheckpointer.js';
+import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from './statusSql.js';
 import type {
   AwaitedInput,
   InputCapabilities,
@@ -35,7 +35,7 @@ import { checkStepLimits, insertedTask, OpenTaskLimitError, StoredTaskLimitError
 
 /**
  * Versioned schema: entry i brings `user_version` from i to i + 1. Never edit a shipped entry; append. Its status sets
- * stay written out, and test/statusSql.test.ts fails when they no longer match the status machine.
+ * stay written out, and test/server/store/statusSql.test.ts fails when they no longer match the status machine.
  */
 const MIGRATIONS: readonly string[] = [
   `CREATE TABLE tasks (
