@@ -25,6 +25,7 @@ import { DurableSteps } from './durableSteps.js';
 import { undeclaredInput } from './inputCapabilities.js';
 import { describeRefusal, measureJson, resolveLimits, type TaskLimits } from './limits.js';
 import { toPollIntervalPolicy } from './pollInterval.js';
+import { SWEEP_PAGE } from './store/housekeeping.js';
 import type {
   InputCapabilities,
   LeaseRef,
@@ -115,9 +116,6 @@ interface RunningTask {
   /** Starts the handler; set while the run waits for a renewal to prove its lease (see launchWhileHeld). */
   start: (() => void) | undefined;
 }
-
-/** One step of a paging sweep (expiry, purge): small enough never to block serving for long. */
-const SWEEP_PAGE = 500;
 
 /** Between two tries of a handler's write while the store is unreachable. */
 const RETRY_MIN_MS = 100;

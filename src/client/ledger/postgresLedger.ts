@@ -46,6 +46,7 @@ import type {
   ScheduleNote,
   TaskRecord,
 } from './ledger.js';
+import { localStateIn, sqlLocalState } from './localStateSql.js';
 import type { HistoryLine, HistoryRow, InputRow, PendingNote, SubmissionRow as Row } from './records.js';
 import {
   applyNote,
@@ -159,9 +160,9 @@ const MIGRATIONS: readonly string[] = [
 /** The ledger schema version this build writes. */
 export const POSTGRES_LEDGER_SCHEMA_VERSION = MIGRATIONS.length;
 
-const OPEN_TO_DRIVE = `local_state IN ('submitting','tracking')`;
-const FOLLOWABLE = `local_state IN ('tracking','detached')`;
-const CLOSED = `local_state IN ('terminal','expired','unknown-outcome')`;
+const OPEN_TO_DRIVE = localStateIn(['submitting', 'tracking']);
+const FOLLOWABLE = localStateIn(['tracking', 'detached']);
+const CLOSED = localStateIn(['terminal', 'expired', 'unknown-outcome']);
 
 /** A submission with its inputs, read in one statement so both come from one snapshot. */
 const WITH_INPUTS = `s.*, (
@@ -211,20 +212,20 @@ const SQL = {
 
   // driving writes: each names the lease holder, so a worker that lost the lease writes nothing (the fence)
   markSent: `UPDATE closeout_ledger_submissions SET sent_at = $3, updated_at = $3
-             WHERE record_id = $1 AND lease_owner = $2 AND local_state = 'submitting'`,
+             WHERE record_id = $1 AND lease_owner = $2 AND local_state = ${sqlLocalState('submitting')}`,
   // the first thing done with a handle (S4). An answer that arrived is a fact (docs/DESIGN.md rule 10): it is recorded
   // whoever held the lease, also on a record settled unknown-outcome meanwhile, and its recorder follows the task
   commitTask: `UPDATE closeout_ledger_submissions SET task_id = $3, local_state = $4, status = $5, status_message = $6,
                  created_at = $7, last_updated_at = $8, ttl_ms = $9, poll_interval_ms = $10, result = $11,
                  error = $12, terminal_reason = $13, terminal_at = $14, lease_owner = $2,
                  lease_expires_at = COALESCE($15, lease_expires_at), updated_at = $16
-               WHERE record_id = $1 AND task_id IS NULL AND local_state IN ('submitting','unknown-outcome')`,
+               WHERE record_id = $1 AND task_id IS NULL AND ${localStateIn(['submitting', 'unknown-outcome'])}`,
   observe: `UPDATE closeout_ledger_submissions SET local_state = $4, status = $5, status_message = $6,
               created_at = $7, last_updated_at = $8, ttl_ms = $9,
               poll_interval_ms = COALESCE($10, poll_interval_ms), result = $11, error = $12,
               terminal_reason = $13, terminal_at = $14,
-              next_poll_at = CASE WHEN $4 = 'terminal' THEN NULL ELSE next_poll_at END, updated_at = $15
-            WHERE record_id = $1 AND lease_owner = $2 AND local_state = 'tracking' AND task_id = $3`,
+              next_poll_at = CASE WHEN $4 = ${sqlLocalState('terminal')} THEN NULL ELSE next_poll_at END, updated_at = $15
+            WHERE record_id = $1 AND lease_owner = $2 AND local_state = ${sqlLocalState('tracking')} AND task_id = $3`,
   recordPoll: `UPDATE closeout_ledger_submissions
                SET last_poll_at = $3, last_error = COALESCE($4, last_error), updated_at = $3
                WHERE record_id = $1 AND lease_owner = $2`,
@@ -234,7 +235,7 @@ const SQL = {
                  last_poll_at = CASE WHEN n.polled_at IS NULL THEN s.last_poll_at
                                      ELSE GREATEST(s.last_poll_at, n.polled_at) END,
                  updated_at = GREATEST(s.updated_at, n.polled_at),
-                 next_poll_at = CASE WHEN n.set_next AND s.local_state = 'tracking' THEN n.next_poll_at
+                 next_poll_at = CASE WHEN n.set_next AND s.local_state = ${sqlLocalState('tracking')} THEN n.next_poll_at
                                      ELSE s.next_poll_at END,
                  observed_age_ms = CASE WHEN n.observed_age_ms IS NULL THEN s.observed_age_ms
                                         ELSE GREATEST(COALESCE(s.observed_age_ms, 0), n.observed_age_ms) END
@@ -251,23 +252,23 @@ const SQL = {
                    result = COALESCE($6, result), error = COALESCE($7, error), last_error = COALESCE($8, last_error),
                    next_poll_at = NULL, lease_owner = NULL, lease_expires_at = NULL, updated_at = $5
                  WHERE record_id = $1 AND task_id IS NULL
-                   AND ((local_state = 'submitting' AND lease_owner = $2) OR local_state = 'unknown-outcome')`,
+                   AND ((local_state = ${sqlLocalState('submitting')} AND lease_owner = $2) OR local_state = ${sqlLocalState('unknown-outcome')})`,
   // checked again: the server still knows the task, so it is followed again by the one checking
-  reopen: `UPDATE closeout_ledger_submissions SET local_state = 'tracking', terminal_reason = NULL, terminal_at = NULL,
+  reopen: `UPDATE closeout_ledger_submissions SET local_state = ${sqlLocalState('tracking')}, terminal_reason = NULL, terminal_at = NULL,
              lease_owner = $2, lease_expires_at = $3, updated_at = $4
-           WHERE record_id = $1 AND local_state = 'expired' AND task_id IS NOT NULL`,
+           WHERE record_id = $1 AND local_state = ${sqlLocalState('expired')} AND task_id IS NOT NULL`,
   // SKIP LOCKED: two workers settling at once split the rows instead of waiting on each other
   abandonedSubmissions: `SELECT * FROM closeout_ledger_submissions
-                         WHERE endpoint_identity = $1 AND local_state = 'submitting'
+                         WHERE endpoint_identity = $1 AND local_state = ${sqlLocalState('submitting')}
                            AND (lease_expires_at IS NULL OR lease_expires_at < $2)
                          ORDER BY submitted_at
                          FOR UPDATE SKIP LOCKED`,
-  settleAbandoned: `UPDATE closeout_ledger_submissions SET local_state = 'unknown-outcome', terminal_reason = $2,
+  settleAbandoned: `UPDATE closeout_ledger_submissions SET local_state = ${sqlLocalState('unknown-outcome')}, terminal_reason = $2,
                       terminal_at = $3, lease_owner = NULL, lease_expires_at = NULL, updated_at = $3
-                    WHERE record_id = $1 AND local_state = 'submitting'`,
-  detach: `UPDATE closeout_ledger_submissions SET local_state = 'detached', lease_owner = NULL,
+                    WHERE record_id = $1 AND local_state = ${sqlLocalState('submitting')}`,
+  detach: `UPDATE closeout_ledger_submissions SET local_state = ${sqlLocalState('detached')}, lease_owner = NULL,
              lease_expires_at = NULL, next_poll_at = NULL, updated_at = $3
-           WHERE record_id = $1 AND lease_owner = $2 AND local_state = 'tracking'`,
+           WHERE record_id = $1 AND lease_owner = $2 AND local_state = ${sqlLocalState('tracking')}`,
   cancelRequest: `UPDATE closeout_ledger_submissions
                   SET cancel_requested_at = COALESCE(cancel_requested_at, $2), updated_at = $2
                   WHERE record_id = $1`,
@@ -281,19 +282,19 @@ const SQL = {
             FOR UPDATE SKIP LOCKED
           )
           UPDATE closeout_ledger_submissions s SET lease_owner = $2, lease_expires_at = $3,
-            local_state = 'tracking'
+            local_state = ${sqlLocalState('tracking')}
           FROM taken t
           WHERE s.record_id = t.record_id
           RETURNING s.record_id, t.previous_state, s.task_id, s.status, s.status_message`,
-  claimOne: `UPDATE closeout_ledger_submissions s SET lease_owner = $2, lease_expires_at = $3, local_state = 'tracking'
+  claimOne: `UPDATE closeout_ledger_submissions s SET lease_owner = $2, lease_expires_at = $3, local_state = ${sqlLocalState('tracking')}
              FROM (SELECT local_state AS previous_state FROM closeout_ledger_submissions WHERE record_id = $1) t
              WHERE s.record_id = $1 AND s.${FOLLOWABLE}
                AND (s.lease_owner IS NULL OR s.lease_owner = $2 OR s.lease_expires_at < $4)
              RETURNING s.record_id, t.previous_state, s.task_id, s.status, s.status_message`,
   trackedBy: `SELECT 1 FROM closeout_ledger_submissions
-              WHERE record_id = $1 AND lease_owner = $2 AND local_state = 'tracking'`,
+              WHERE record_id = $1 AND lease_owner = $2 AND local_state = ${sqlLocalState('tracking')}`,
   trackedAmong: `SELECT record_id FROM closeout_ledger_submissions
-                 WHERE record_id = ANY($1::text[]) AND lease_owner = $2 AND local_state = 'tracking'`,
+                 WHERE record_id = ANY($1::text[]) AND lease_owner = $2 AND local_state = ${sqlLocalState('tracking')}`,
   renewLeases: `UPDATE closeout_ledger_submissions SET lease_expires_at = $2
                 WHERE lease_owner = $1 AND ${OPEN_TO_DRIVE}`,
   release: `UPDATE closeout_ledger_submissions SET lease_owner = NULL, lease_expires_at = NULL

@@ -19,6 +19,7 @@ import { asError, wrapPostgresError } from '../../shared/postgres/errors.js';
 import { runMigrations } from '../../shared/postgres/migrations.js';
 import { connectionConfig, guardPool, statementTimeouts } from '../../shared/postgres/pool.js';
 import { inTransaction } from '../../shared/postgres/transaction.js';
+import { EXPIRED_MESSAGE_FORMAT, SWEEP_PAGE, TOMBSTONE_RETENTION_MS } from './housekeeping.js';
 import { PostgresListener } from './postgresListener.js';
 import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from './statusSql.js';
 import type {
@@ -52,12 +53,6 @@ export const TASK_SIGNAL_CHANNEL = 'closeout_task_signal';
 
 /** Key of the transaction-scoped advisory lock that serialises migrations across instances ("closeout" in ASCII). */
 const MIGRATION_LOCK_KEY = '7164223648653342068';
-
-/** Purged ids are remembered this long, enough to outlive a client's last reasonable poll. */
-const TOMBSTONE_RETENTION_MS = 7 * 24 * 3600_000;
-
-/** The size of one step of a sweep that pages (expiry, purge), when the caller sets none. */
-const SWEEP_PAGE = 500;
 
 /**
  * Versioned schema: entry i takes the database from version i to i + 1. Never edit an entry once released: its status
@@ -490,7 +485,7 @@ export const SQL = {
              ORDER BY c.owner, c.shard
              FOR UPDATE OF c
            ), expired AS (
-             SELECT task_id, format('Task expired: its TTL of %s ms elapsed before it finished', t.ttl_ms) AS message
+             SELECT task_id, format('${EXPIRED_MESSAGE_FORMAT}', t.ttl_ms) AS message
              FROM closeout_tasks t JOIN overdue USING (task_id)
              WHERE (SELECT count(*) FROM locked) >= 0
            ), changed AS (

@@ -10,6 +10,7 @@ import type { TraceCarrier } from '../../protocol/traceContext.js';
 import { openSqliteFile } from '../../shared/sqlite/sqliteFile.js';
 import { SqliteGroupCommit } from '../../shared/sqlite/sqliteGroupCommit.js';
 import type { SqliteSynchronous } from '../../shared/sqlite/sqliteSynchronous.js';
+import { expiredMessage, SWEEP_PAGE, TOMBSTONE_RETENTION_MS } from './housekeeping.js';
 import type { Checkpointer } from './sqliteCheckpointer.js';
 import { startCheckpointer } from './sqliteCheckpointer.js';
 import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from './statusSql.js';
@@ -140,18 +141,12 @@ const MIGRATIONS: readonly string[] = [
 /** The task store schema version this build writes. */
 export const STORE_SCHEMA_VERSION = MIGRATIONS.length;
 
-/** The size of one step of a sweep that pages (expiry, purge), when the caller sets none. */
-const SWEEP_PAGE = 500;
-
 /**
  * Leases renewed per statement, the event loop free between two: about 27 ms of the serving thread per step at load
  * 18, 14 ms for 500, but 140 ms for 2,000 (bench/RESULTS.md, section 8a). Not smaller: every step also waits for a
  * turn of a busy loop, and 24 steps of 500 stretched a 12,000-lease renewal to 6.4 s of a 10 s lease at load 25.
  */
 const RENEW_STEP = 1000;
-
-/** Purged ids are remembered this long, enough to outlive a client's last reasonable poll. */
-const TOMBSTONE_RETENTION_MS = 7 * 24 * 3600_000;
 
 /**
  * A row of `tasks`. Two columns keep their first release's names: `owner` holds the caller's principal, `lease_owner`
@@ -587,7 +582,7 @@ export class SqliteTaskStore implements TaskStore {
         // LIMIT -1: no limit
         const rows = this.stmt.overdue.all(now, limit) as { task_id: string; ttl_ms: number }[];
         for (const { task_id, ttl_ms } of rows) {
-          const message = `Task expired: its TTL of ${ttl_ms} ms elapsed before it finished`;
+          const message = expiredMessage(ttl_ms);
           this.stmt.expire.run(JSON.stringify({ code: -32603, message }), message, now, task_id);
         }
         return rows.map((r) => r.task_id);

@@ -1,5 +1,5 @@
 /**
- * The status predicates of the SQL of both halves (the task stores, the ledger), written from the status machine
+ * The status predicates of the task stores' SQL, written from the status machine
  * (protocol/status.ts) so that a status is named in one place. Each is built once, as literal text: a partial index
  * serves a query only when the query repeats the index's own predicate, which parameters would not
  * (test/server/store/statusSql.test.ts pins the shipped schemas against these).
