@@ -80,3 +80,27 @@ it('finds no import circle among the source files', () => {
   ];
   expect(circles(graph).map((circle) => circle.map((file) => relative('.', file)))).toEqual(known);
 });
+
+it('keeps src/shared below both halves, and the halves apart', () => {
+  // invariant (docs/DESIGN.md, "Storage foundation"): shared/ imports protocol/ at most; server/ and client/ never
+  // import each other; nothing is loose at src/ root
+  const files = sources();
+  const names = new Set(files);
+  const top = (file: string) => file.split('/')[0]!;
+  const crossings: string[] = [];
+  for (const file of files) {
+    for (const target of importsOf(file, names)) {
+      const from = top(file);
+      const to = top(target);
+      const refused =
+        (from === 'shared' && !['shared', 'protocol'].includes(to)) ||
+        (from === 'server' && to === 'client') ||
+        (from === 'client' && to === 'server');
+      if (refused) crossings.push(`${file} -> ${target}`);
+    }
+  }
+  expect(crossings).toEqual([]);
+  expect(files.filter((file) => !file.includes('/'))).toEqual([]);
+  // the probe sees the layer it guards: both stores stand on shared/
+  expect(importsOf('server/store/postgresTaskStore.ts', names)).toContain('shared/postgres/migrations.ts');
+});
