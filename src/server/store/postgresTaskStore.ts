@@ -10,8 +10,7 @@
 import DataLoader from 'dataloader';
 import type pg from 'pg';
 
-import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
-import type { TraceCarrier } from '../../protocol/traceContext.js';
+import type { InputRequest, InputResponse, TaskStatus } from '../../protocol/index.js';
 import { passwordsOf } from '../../shared/postgres/connectionString.js';
 import { DATABASE_CLOCK_SQL, DatabaseClock } from '../../shared/postgres/databaseClock.js';
 import { loadPg } from '../../shared/postgres/driver.js';
@@ -20,18 +19,43 @@ import { runMigrations } from '../../shared/postgres/migrations.js';
 import { connectionConfig, guardPool, statementTimeouts } from '../../shared/postgres/pool.js';
 import { inTransaction } from '../../shared/postgres/transaction.js';
 import { EXPIRED_MESSAGE_FORMAT, SWEEP_PAGE, TOMBSTONE_RETENTION_MS } from './housekeeping.js';
+import type { PendingCreate, PendingFinish } from './postgres/batches.js';
+import {
+  asJson,
+  CREATE_FIELDS,
+  createdTask,
+  DEADLOCK_DETECTED,
+  FINISH_FIELDS,
+  finishParameters,
+  halves,
+  insertParameters,
+  MAX_BATCH,
+  partsOfBytes,
+  prepared,
+  ranAloneAfter,
+  splitRepeats,
+} from './postgres/batches.js';
+import type { ShardCounts } from './postgres/quotaShards.js';
+import {
+  ARGUMENTS_PARAMETER,
+  COUNT_SHARDS,
+  dealQuotas,
+  SHARD_GROUP,
+  SHARD_GROUP_PRINCIPALS,
+  SHARD_PARAMETER,
+} from './postgres/quotaShards.js';
+import type { StepRow, StepTotals, TaskRow } from './postgres/rows.js';
+import { parseSignal, signalPayload, toStep, toTask } from './postgres/rows.js';
 import { PostgresListener } from './postgresListener.js';
 import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from './statusSql.js';
 import type {
   AwaitedInput,
-  InputCapabilities,
   JsonValue,
   LeaseRef,
   NewTask,
   PurgeOptions,
   RenewedLease,
   StepWriteLimits,
-  StoredInput,
   StoredStep,
   StoredTask,
   TaskSignal,
@@ -521,46 +545,6 @@ export const SQL = {
   // push's periodic check: by primary key, no arguments, result or inputs
   versions: `SELECT task_id, status, last_updated_at, expires_at FROM closeout_tasks WHERE task_id = ANY ($1::text[])`,
 } as const;
-
-/**
- * A row of `closeout_tasks`. Two columns keep their first release's names: `owner` holds the caller's principal,
- * `lease_owner` the lease holder (an instance id); the code around them says principal and holder.
- */
-interface TaskRow {
-  task_id: string;
-  owner: string;
-  tool_name: string;
-  arguments: string;
-  status: TaskStatus;
-  status_message: string | null;
-  // BIGINT arrives as a string
-  created_at: string;
-  last_updated_at: string;
-  ttl_ms: string | null;
-  poll_interval_ms: string;
-  resumable: boolean;
-  idempotency_key: string | null;
-  result: string | null;
-  error: string | null;
-  cancel_requested: boolean;
-  lease_owner: string | null;
-  lease_expires_at: string | null;
-  fence: number;
-  attempt: number;
-  input_capabilities: string | null;
-  trace_context: string | null;
-  /** Absent from RETURNING of a fresh insert: a new task has no inputs. */
-  inputs?: InputRow[] | null;
-}
-
-/** One element of the `inputs` aggregate: json_build_object turns BIGINT into a JSON number. */
-interface InputRow {
-  key: string;
-  request: string;
-  response: string | null;
-  requestedAt: number;
-  answeredAt: number | null;
-}
 
 export interface PostgresTaskStoreOptions {
   /** Pool size when the store makes its own pool. Default 10. */
@@ -1262,312 +1246,5 @@ export class PostgresTaskStore implements TaskStore {
         expiresAt: r.expires_at === null ? undefined : Number(r.expires_at),
       }));
     });
-  }
-}
-
-/**
- * The rows each principal's counts and quotas are spread over. A create locks one, at random, so creates of one
- * principal (every caller, on a server without auth) run side by side; more shards, fewer collisions, but more quota
- * left idle in other shards when a principal nears its limit (then the exact path deals it out again). With 16 creates
- * in flight, one principal made 0.76 of 16 principals' throughput on 32 shards, 0.91 on 128 (bench section 13).
- */
-const COUNT_SHARDS = 128;
-
-/**
- * At most this many creates of one principal in one batch share a shard row (\`placeInShards\`): 16 creates of one
- * principal then write 4 shard rows instead of about 15 (bench/RESULTS.md, section 19).
- */
-const SHARD_GROUP = 4;
-
-/** The principals whose shard group an instance remembers; past it the oldest is forgotten (and spreads again). */
-const SHARD_GROUP_PRINCIPALS = 10_000;
-
-/** Where the shard is in a create's parameters: $16 of `SQL.createInShard`, after `insertParameters`. */
-const SHARD_PARAMETER = 15;
-
-/** Where the arguments' JSON text is in `insertParameters`: $4. */
-const ARGUMENTS_PARAMETER = 3;
-
-/** SQLSTATE of a transaction PostgreSQL ended to break a deadlock. */
-const DEADLOCK_DETECTED = '40P01';
-
-/** At most this many calls in one batch (sent as one statement or two, see PIPELINE_CALLS); more in a turn make more. */
-const MAX_BATCH = 256;
-
-/**
- * A turn with at least this many calls of one kind sends them as two statements at once (`batches`), each of half
- * of them: fewer than 8 calls a statement and the second statement's fixed cost outweighs the overlap it buys
- * (bench/RESULTS.md, section 34).
- */
-const PIPELINE_CALLS = 16;
-
-/**
- * At most about this many bytes of values in one batch statement. A statement carries each column as one array: 256
- * results of 4 MiB (the default maxResultBytes) are past what one JavaScript string holds (512 MiB), and the whole
- * batch would fail where each call alone succeeds. A call past it alone goes out alone.
- */
-const MAX_BATCH_BYTES = 16 * 1024 * 1024;
-
-/** A create waiting for its batch: the task, the shard drawn for it, its principal's limits (null: none). */
-interface PendingCreate {
-  task: NewTask;
-  shard: number;
-  open: number | null;
-  stored: number | null;
-  /** $1 to $18 of `SQL.createInShard`, one row of `SQL.createBatch`. */
-  parameters: unknown[];
-}
-
-/** A finish waiting for its batch. */
-interface PendingFinish {
-  lease: LeaseRef;
-  /** $1 to $7 of `SQL.finish`, one row of `SQL.finishBatch`. */
-  parameters: unknown[];
-}
-
-/**
- * A turn's calls as the statements they go out in: two halves from PIPELINE_CALLS calls on, else one, and one when two
- * calls name the same row (`rowsOf`).
- */
-function halves<K>(batch: readonly K[], rowsOf: (call: K) => readonly string[]): Array<readonly K[]> {
-  if (batch.length < PIPELINE_CALLS) return [batch];
-  const rows = new Set<string>();
-  for (const call of batch) {
-    for (const row of rowsOf(call)) {
-      if (rows.has(row)) return [batch];
-      rows.add(row);
-    }
-  }
-  const half = Math.ceil(batch.length / 2);
-  return [batch.slice(0, half), batch.slice(half)];
-}
-
-/** A batch cut, in order, into parts whose string values add up to at most MAX_BATCH_BYTES each (UTF-16 units). */
-function partsOfBytes<K extends { parameters: unknown[] }>(batch: readonly K[]): K[][] {
-  const parts: K[][] = [];
-  let part: K[] = [];
-  let bytes = 0;
-  for (const call of batch) {
-    const size = call.parameters.reduce<number>((sum, v) => sum + (typeof v === 'string' ? v.length : 8), 0);
-    if (part.length > 0 && bytes + size > MAX_BATCH_BYTES) {
-      parts.push(part);
-      part = [];
-      bytes = 0;
-    }
-    part.push(call);
-    bytes += size;
-  }
-  if (part.length > 0) parts.push(part);
-  return parts;
-}
-
-/**
- * Whether a batch statement's failure is one to answer by running each call alone: PostgreSQL refused it for a
- * value one call carried (SQLSTATE class 22, a data exception: a NUL character in a text, say), a constraint (23),
- * a limit one value is past (54: a principal too long for an index entry), or a conflict it broke by ending the
- * statement (40: a deadlock, a serialization failure). It changed nothing.
- */
-function ranAloneAfter(error: unknown): boolean {
-  if (!(error instanceof loadPg().DatabaseError) || typeof error.code !== 'string') return false;
-  return ['22', '23', '40', '54'].includes(error.code.slice(0, 2));
-}
-
-/** The calls of a batch whose key came first, and the indexes of those whose key an earlier call already had. */
-function splitRepeats<T>(batch: readonly T[], key: (call: T) => string): { firsts: T[]; repeats: Set<number> } {
-  const seen = new Set<string>();
-  const firsts: T[] = [];
-  const repeats = new Set<number>();
-  batch.forEach((call, i) => {
-    const k = key(call);
-    if (seen.has(k)) repeats.add(i);
-    else {
-      seen.add(k);
-      firsts.push(call);
-    }
-  });
-  return { firsts, repeats };
-}
-
-/** The fields of createBatch's records, in the order of `insertParameters`, then the shard, the limits and the
- * place in the batch. */
-const CREATE_FIELDS = [
-  'task_id',
-  'owner',
-  'tool_name',
-  'arguments',
-  'status_message',
-  'created_at',
-  'ttl_ms',
-  'expires_at',
-  'poll_interval_ms',
-  'resumable',
-  'idempotency_key',
-  'lease_owner',
-  'lease_expires_at',
-  'input_capabilities',
-  'trace_context',
-  'count_shard',
-  'open_limit',
-  'stored_limit',
-  'n',
-];
-
-/** The fields of finishBatch's records, in the order of `finishParameters`. */
-const FINISH_FIELDS = ['new_status', 'new_result', 'new_error', 'new_message', 'finished_at', 'id', 'held_fence'];
-
-/**
- * Rows of parameters as one JSON array of records, for `json_to_recordset`: one parameter, whatever the batch. Each
- * record is built by a plain loop, half the CPU of `Object.fromEntries` over mapped pairs (every create and finish of a
- * batch goes through here).
- */
-function asJson(rows: unknown[][], fields: readonly string[]): string {
-  return JSON.stringify(
-    rows.map((row) => {
-      const record: Record<string, unknown> = {};
-      for (let i = 0; i < fields.length; i++) record[fields[i]!] = row[i];
-      return record;
-    }),
-  );
-}
-
-/**
- * A statement each pooled connection parses and plans once (node-postgres prepares it by name on first use): for
- * the statements every create and finish sends. Their results name their columns, never \`*\`: a prepared statement
- * whose result gains a column (a newer release's migration) would fail.
- */
-function prepared(name: string, text: string, values: unknown[]): pg.QueryConfig {
-  return { name: `closeout_${name}`, text, values };
-}
-
-/** One shard row of `closeout_principal_tasks`; BIGINT arrives as a string. */
-interface ShardCounts {
-  shard: number;
-  open_tasks: string;
-  stored_tasks: string;
-}
-
-/**
- * New quotas for the shards holding `counts`: each keeps what it holds plus an even part of what is left of `limit`,
- * the remainder going to the shards from index `first` on, so that shard gets at least one when anything is left.
- * Their sum is the limit. Without a limit (null), zeros: the quota is then never read.
- */
-function dealQuotas(counts: number[], limit: number | null, first: number): number[] {
-  if (limit === null) return counts.map(() => 0);
-  const left = limit - counts.reduce((sum, n) => sum + n, 0);
-  const n = counts.length;
-  return counts.map((count, i) => count + Math.floor(left / n) + ((i - first + n) % n < left % n ? 1 : 0));
-}
-
-/** The task a create inserted, from what it sent (its arguments as the JSON text it sent: `insertParameters`). */
-function createdTask({ task, parameters }: PendingCreate): StoredTask {
-  return insertedTask(task, parameters[ARGUMENTS_PARAMETER] as string);
-}
-
-/** $1 to $15 of `SQL.insert` and `SQL.createInShard`: the new task's columns ($16 is the shard). */
-function finishParameters(lease: LeaseRef, outcome: TerminalOutcome, now: number): unknown[] {
-  return [
-    outcome.status,
-    outcome.status === 'completed' ? JSON.stringify(outcome.result) : null,
-    outcome.status === 'failed' ? JSON.stringify(outcome.error) : null,
-    outcome.statusMessage ?? null,
-    now,
-    lease.taskId,
-    lease.fence,
-  ];
-}
-
-function insertParameters(task: NewTask): unknown[] {
-  return [
-    task.taskId,
-    task.principal,
-    task.toolName,
-    JSON.stringify(task.arguments),
-    task.statusMessage ?? null,
-    task.createdAt,
-    task.ttlMs,
-    task.ttlMs === null ? null : task.createdAt + task.ttlMs,
-    task.pollIntervalMs,
-    task.resumable,
-    task.idempotencyKey ?? null,
-    task.leaseHolder,
-    task.leaseExpiresAt,
-    task.inputCapabilities === undefined ? null : JSON.stringify(task.inputCapabilities),
-    task.traceContext === undefined ? null : JSON.stringify(task.traceContext),
-  ];
-}
-
-function toTask(row: TaskRow): StoredTask {
-  const inputs = (row.inputs ?? []).map((i): StoredInput => ({
-    key: i.key,
-    request: JSON.parse(i.request) as InputRequest,
-    response: i.response === null ? undefined : (JSON.parse(i.response) as InputResponse),
-    requestedAt: Number(i.requestedAt),
-    answeredAt: i.answeredAt === null ? undefined : Number(i.answeredAt),
-  }));
-  return {
-    taskId: row.task_id,
-    principal: row.owner,
-    toolName: row.tool_name,
-    arguments: JSON.parse(row.arguments) as JsonObject,
-    status: row.status,
-    statusMessage: row.status_message ?? undefined,
-    createdAt: Number(row.created_at),
-    lastUpdatedAt: Number(row.last_updated_at),
-    ttlMs: row.ttl_ms === null ? null : Number(row.ttl_ms),
-    pollIntervalMs: Number(row.poll_interval_ms),
-    resumable: row.resumable,
-    idempotencyKey: row.idempotency_key ?? undefined,
-    result: row.result === null ? undefined : (JSON.parse(row.result) as JsonObject),
-    error: row.error === null ? undefined : (JSON.parse(row.error) as JsonRpcError),
-    cancelRequested: row.cancel_requested,
-    leaseHolder: row.lease_owner ?? undefined,
-    leaseExpiresAt: row.lease_expires_at === null ? undefined : Number(row.lease_expires_at),
-    fence: row.fence,
-    attempt: row.attempt,
-    inputs,
-    inputCapabilities:
-      row.input_capabilities === null ? undefined : (JSON.parse(row.input_capabilities) as InputCapabilities),
-    traceContext: row.trace_context === null ? undefined : (JSON.parse(row.trace_context) as TraceCarrier),
-  };
-}
-
-/** A step row; BIGINT arrives as a string. */
-interface StepRow {
-  name: string;
-  result: string | null;
-  committed_at: string;
-}
-
-/** COUNT and SUM of BIGINT arrive as strings. */
-interface StepTotals {
-  steps: string;
-  bytes: string;
-  checkpoint_bytes: string;
-}
-
-function toStep(row: StepRow): StoredStep {
-  return {
-    name: row.name,
-    result: row.result === null ? undefined : (JSON.parse(row.result) as JsonValue),
-    committedAt: Number(row.committed_at),
-  };
-}
-
-function signalPayload(signal: TaskSignal): string {
-  return JSON.stringify({ taskId: signal.taskId, kind: signal.kind });
-}
-
-/** A notification payload as a TaskSignal, or undefined when it is not one of ours. */
-function parseSignal(payload: string | undefined): TaskSignal | undefined {
-  if (payload === undefined) return undefined;
-  try {
-    const value = JSON.parse(payload) as { taskId?: unknown; kind?: unknown };
-    const kind = value.kind;
-    if (typeof value.taskId !== 'string' || (kind !== 'input' && kind !== 'cancel' && kind !== 'status')) {
-      return undefined;
-    }
-    return { taskId: value.taskId, kind };
-  } catch {
-    return undefined;
   }
 }
