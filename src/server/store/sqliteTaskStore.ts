@@ -5,8 +5,7 @@
  */
 import type Database from 'better-sqlite3';
 
-import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
-import type { TraceCarrier } from '../../protocol/traceContext.js';
+import type { InputRequest, InputResponse, TaskStatus } from '../../protocol/index.js';
 import { openSqliteFile } from '../../shared/sqlite/sqliteFile.js';
 import { SqliteGroupCommit } from '../../shared/sqlite/sqliteGroupCommit.js';
 import type { SqliteSynchronous } from '../../shared/sqlite/sqliteSynchronous.js';
@@ -14,16 +13,16 @@ import { expiredMessage, SWEEP_PAGE, TOMBSTONE_RETENTION_MS } from './housekeepi
 import type { Checkpointer } from './sqliteCheckpointer.js';
 import { startCheckpointer } from './sqliteCheckpointer.js';
 import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from './statusSql.js';
+import type { TaskRowColumns } from './taskRows.js';
+import { toStoredStep, toStoredTask } from './taskRows.js';
 import type {
   AwaitedInput,
-  InputCapabilities,
   JsonValue,
   LeaseRef,
   NewTask,
   PurgeOptions,
   RenewedLease,
   StepWriteLimits,
-  StoredInput,
   StoredStep,
   StoredTask,
   TaskSignal,
@@ -148,33 +147,8 @@ export const STORE_SCHEMA_VERSION = MIGRATIONS.length;
  */
 const RENEW_STEP = 1000;
 
-/**
- * A row of `tasks`. Two columns keep their first release's names: `owner` holds the caller's principal, `lease_owner`
- * the lease holder (an instance id); the code around them says principal and holder.
- */
-interface TaskRow {
-  task_id: string;
-  owner: string;
-  tool_name: string;
-  arguments: string;
-  status: TaskStatus;
-  status_message: string | null;
-  created_at: number;
-  last_updated_at: number;
-  ttl_ms: number | null;
-  poll_interval_ms: number;
-  resumable: number;
-  idempotency_key: string | null;
-  result: string | null;
-  error: string | null;
-  cancel_requested: number;
-  lease_owner: string | null;
-  lease_expires_at: number | null;
-  fence: number;
-  attempt: number;
-  input_capabilities: string | null;
-  trace_context: string | null;
-}
+/** A row of `tasks`: its columns are named in taskRows.ts, for both dialects. */
+type TaskRow = TaskRowColumns;
 
 interface InputRow {
   key: string;
@@ -637,38 +611,12 @@ export class SqliteTaskStore implements TaskStore {
   }
 
   private toTask(row: TaskRow): StoredTask {
-    const inputs = (this.stmt.inputs.all(row.task_id) as InputRow[]).map((i): StoredInput => ({
-      key: i.key,
-      request: JSON.parse(i.request) as InputRequest,
-      response: i.response === null ? undefined : (JSON.parse(i.response) as InputResponse),
+    const inputs = (this.stmt.inputs.all(row.task_id) as InputRow[]).map((i) => ({
+      ...i,
       requestedAt: i.requested_at,
-      answeredAt: i.answered_at ?? undefined,
+      answeredAt: i.answered_at,
     }));
-    return {
-      taskId: row.task_id,
-      principal: row.owner,
-      toolName: row.tool_name,
-      arguments: JSON.parse(row.arguments) as JsonObject,
-      status: row.status,
-      statusMessage: row.status_message ?? undefined,
-      createdAt: row.created_at,
-      lastUpdatedAt: row.last_updated_at,
-      ttlMs: row.ttl_ms,
-      pollIntervalMs: row.poll_interval_ms,
-      resumable: row.resumable === 1,
-      idempotencyKey: row.idempotency_key ?? undefined,
-      result: row.result === null ? undefined : (JSON.parse(row.result) as JsonObject),
-      error: row.error === null ? undefined : (JSON.parse(row.error) as JsonRpcError),
-      cancelRequested: row.cancel_requested === 1,
-      leaseHolder: row.lease_owner ?? undefined,
-      leaseExpiresAt: row.lease_expires_at ?? undefined,
-      fence: row.fence,
-      attempt: row.attempt,
-      inputs,
-      inputCapabilities:
-        row.input_capabilities === null ? undefined : (JSON.parse(row.input_capabilities) as InputCapabilities),
-      traceContext: row.trace_context === null ? undefined : (JSON.parse(row.trace_context) as TraceCarrier),
-    };
+    return toStoredTask(row, inputs);
   }
 
   async taskVersions(taskIds: string[]): Promise<TaskVersion[]> {
@@ -701,9 +649,5 @@ interface StepTotals {
 }
 
 function toStep(row: StepRow): StoredStep {
-  return {
-    name: row.name,
-    result: row.result === null ? undefined : (JSON.parse(row.result) as JsonValue),
-    committedAt: row.committed_at,
-  };
+  return toStoredStep(row);
 }
