@@ -1,5 +1,4 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { inspect } from 'node:util';
 
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -8,6 +7,7 @@ import { openTaskStore } from '../../../src/server/store/openTaskStore.js';
 import { PostgresTaskStore, SQL } from '../../../src/server/store/postgresTaskStore.js';
 import type { NewTask, StoredTask, TaskSignal } from '../../../src/server/store/taskStore.js';
 import { OpenTaskLimitError } from '../../../src/server/store/taskStore.js';
+import { everythingShown, failingConnections } from '../../support/passwordLeaks.js';
 import { freePort, type StartedPostgres, startPostgres } from '../../support/postgres.js';
 import { describeTaskStoreContract } from './contract.js';
 
@@ -35,11 +35,6 @@ describeTaskStoreContract('PostgresTaskStore', async () => {
 });
 
 const T0 = 1_700_000_000_000;
-
-/** All an error shows when printed, logged or inspected, causes included. */
-function everythingShown(error: unknown): string {
-  return `${String(error)}\n${(error as Error).stack ?? ''}\n${inspect(error, { depth: 10 })}`;
-}
 
 function newTask(overrides: Partial<NewTask> = {}): NewTask {
   return {
@@ -457,17 +452,7 @@ describe('PostgresTaskStore across instances', () => {
     // invariant: the password never reaches a log or an error message, on the server as on the client ledger
     const password = new URL(database.connectionString).password;
     expect(password.length).toBeGreaterThan(8);
-    const wrong = new URL(database.connectionString);
-    wrong.password = 'Wr0ngPassw0rd-do-not-show';
-    const nowhere = new URL(database.connectionString);
-    nowhere.port = String(await freePort());
-    const missing = new URL(database.connectionString);
-    missing.pathname = '/no_such_database';
-    for (const [target, shown] of [
-      [wrong.href, 'Wr0ngPassw0rd-do-not-show'],
-      [nowhere.href, password],
-      [missing.href, password],
-    ] as const) {
+    for (const [target, shown] of await failingConnections(database.connectionString)) {
       const failure = await PostgresTaskStore.open(target, { connectionTimeoutMs: 3000, listen: false }).then(
         () => undefined,
         (error: unknown) => error,
