@@ -2,7 +2,7 @@
 // Run by scripts/node-matrix.sh with each Node line: every way this package makes better-sqlite3 objects (a file
 // opened and migrated, statements prepared, pragmas, transactions, the checkpointer's worker started and stopped or
 // left running at exit), repeated while JavaScript allocates, so that garbage collections run at arbitrary moments.
-// A driver object left to the collector aborts such a process on Node 24 (src/sqliteDriver.ts).
+// A driver object left to the collector aborts such a process on Node 24 (src/shared/sqlite/sqliteDriver.ts).
 // Usage: node scripts/node-matrix-churn.mjs PACKAGE_DIR (a directory holding dist/)   Prints "churn: ok" at the end.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';

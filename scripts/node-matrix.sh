@@ -9,7 +9,7 @@
 # and driver version, each made in a scratch directory and renamed into place whole.
 #
 # Why repeated: a native object the garbage collector frees at the wrong moment aborts a process only now and then
-# (see src/sqliteDriver.ts); one run proves little. After the runs, scripts/node-matrix-churn.mjs makes and drops the
+# (see src/shared/sqlite/sqliteDriver.ts); one run proves little. After the runs, scripts/node-matrix-churn.mjs makes and drops the
 # driver's objects in every way this package does while JavaScript allocates, which provokes that moment far oftener.
 #
 # Usage: scripts/node-matrix.sh [--runs N] [LINE...]   (default: 5 runs on lines 22 and 24; lines: 22 24 26)

@@ -2,13 +2,19 @@
  * The few lines at the bottom of a terminal that `closeout` redraws while it follows tasks (status, message,
  * elapsed time, next poll). Only used on a TTY; everything else prints plain lines.
  */
+import { stripVTControlCharacters } from 'node:util';
 
-// eslint-disable-next-line no-control-regex
-const SGR = /\u001b\[[0-9;]*m/g;
+import stringWidth from 'string-width';
 
+/**
+ * The columns `text` takes on a terminal: escape codes take none, a CJK character or an emoji two (string-width, after
+ * Node's own stripVTControlCharacters).
+ */
 export function visibleLength(text: string): number {
-  return text.replace(SGR, '').length;
+  return stringWidth(stripVTControlCharacters(text));
 }
+
+const graphemes = new Intl.Segmenter(undefined, { granularity: 'grapheme' });
 
 export class LiveArea {
   private drawn = 0;
@@ -66,20 +72,32 @@ export class LiveArea {
   }
 }
 
-/** Cut a line with colour codes to `width` visible characters, so it never wraps (a wrapped line breaks erase()). */
+/**
+ * Cut a line with colour codes to `width` terminal columns, so it never wraps (a wrapped line breaks erase()). It cuts
+ * between whole characters as the eye sees them (grapheme clusters: never inside a surrogate pair or an emoji
+ * sequence), and keeps every colour code.
+ */
 export function truncate(text: string, width: number): string {
   if (visibleLength(text) <= width) return text;
   let visible = 0;
   let out = '';
-  // split into colour codes and plain runs; keep every code, cut the plain text
+  let full = false;
+  // split into colour codes and plain runs; keep every code, cut the plain text (one column is left for the ellipsis)
   // eslint-disable-next-line no-control-regex
   for (const part of text.split(/(\u001b\[[0-9;]*m)/)) {
     if (part.startsWith('\u001b[')) {
       out += part;
-    } else if (visible < width - 1) {
-      const room = width - 1 - visible;
-      out += part.slice(0, room);
-      visible += Math.min(room, part.length);
+      continue;
+    }
+    for (const { segment } of graphemes.segment(part)) {
+      if (full) break;
+      const columns = visibleLength(segment);
+      if (visible + columns > width - 1) {
+        full = true;
+        break;
+      }
+      out += segment;
+      visible += columns;
     }
   }
   return text.includes('\u001b[') ? `${out}…\u001b[0m` : `${out}…`;

@@ -12,8 +12,9 @@ import { parse as parseConnectionString } from 'pg-connection-string';
 
 import { conformanceDiagnostics, registerConformanceTools } from '../demo/conformanceTools.js';
 import { registerDemoTools } from '../demo/demoTools.js';
-import { isTransientPgError } from '../postgresTransaction.js';
 import { openTaskStore, serveTaskServer, serveTaskServerStdio, TaskServer, type TaskStore } from '../server/index.js';
+import { isPostgresUrl } from '../shared/postgres/connectionString.js';
+import { isTransientPgError } from '../shared/postgres/transaction.js';
 import { parseNonNegativeInt, parsePort, parsePositiveInt } from './arguments.js';
 import { CliError } from './cliError.js';
 import { describeServerError } from './doctorProbe.js';
@@ -98,7 +99,7 @@ export function registerServe(program: Command): void {
         flags.store = join(homedir(), '.closeout', 'server.db');
         mkdirSync(dirname(flags.store), { recursive: true, mode: 0o700 });
       }
-      if (flags.sqliteSynchronous !== undefined && /^postgres(ql)?:\/\//i.test(flags.store)) {
+      if (flags.sqliteSynchronous !== undefined && isPostgresUrl(flags.store)) {
         throw new CliError('--sqlite-synchronous applies to a SQLite store only, not to a postgres:// URL');
       }
       assertStoreFolder(flags.store);
@@ -209,7 +210,7 @@ async function openWhenReachable(
 
 /** A SQLite store is created in a folder that must exist: say which one is missing, in one line. */
 function assertStoreFolder(location: string): void {
-  if (/^postgres(ql)?:\/\//i.test(location)) return;
+  if (isPostgresUrl(location)) return;
   const folder = dirname(resolve(location));
   if (!existsSync(folder)) {
     throw new CliError(
@@ -224,7 +225,7 @@ function assertStoreFolder(location: string): void {
  * query, percent-encoded or behind any letter case of the scheme, and none of them is ever printed.
  */
 export function describeStoreLocation(location: string): string {
-  if (!POSTGRES_URL.test(location)) return location;
+  if (!isPostgresUrl(location)) return location;
   let config: ReturnType<typeof parseConnectionString>;
   try {
     config = parseConnectionString(location);
@@ -237,9 +238,6 @@ export function describeStoreLocation(location: string): string {
   const secret = config.password ? ' (password hidden)' : '';
   return `postgres://${user}${host}${port}/${config.database ?? ''}${secret}`;
 }
-
-/** The --store values openTaskStore takes for PostgreSQL. */
-const POSTGRES_URL = /^postgres(ql)?:\/\//i;
 
 function parseToolSet(value: string): 'demo' | 'conformance' {
   if (value === 'demo' || value === 'conformance') return value;

@@ -5,7 +5,7 @@
  */
 import type { Client } from '@modelcontextprotocol/client';
 
-import { newLeaseHolder } from '../leaseHolder.js';
+import { newLeaseHolder } from '../shared/lease/leaseHolder.js';
 import { TaskClientError } from './errors.js';
 import type { Ledger, RecordedError, TaskRecord } from './ledger/ledger.js';
 import { credentialFingerprint } from './ledgerKeys.js';

@@ -7,9 +7,9 @@
  */
 import { ProtocolError } from '@modelcontextprotocol/client';
 
-import { isDeadLocalHolder } from '../leaseHolder.js';
 import { ErrorCode, isTerminalStatus, TASK_METHODS } from '../protocol/index.js';
-import { TakeoverGate } from '../takeoverGate.js';
+import { isDeadLocalHolder } from '../shared/lease/leaseHolder.js';
+import { TakeoverGate } from '../shared/lease/takeoverGate.js';
 import type { ClientCore } from './clientCore.js';
 import { describe } from './clientCore.js';
 import { TaskClientError } from './errors.js';

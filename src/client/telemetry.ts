@@ -27,7 +27,7 @@ import {
   TRACEPARENT_META_KEY,
   TRACESTATE_META_KEY,
 } from '../protocol/traceContext.js';
-import { carrierOf, contextOf } from '../telemetryContext.js';
+import { carrierOf, contextOf } from '../shared/telemetryContext.js';
 import type { TaskInputHandlers } from './inputRouter.js';
 import type { Ledger, LocalState, TaskRecord } from './ledger/ledger.js';
 import { LOCAL_STATES } from './ledger/ledger.js';

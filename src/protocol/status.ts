@@ -1,7 +1,7 @@
 /**
  * The task status machine (SEP-2663 "Task Status"): the one place that knows which statuses are terminal and which
  * transitions are allowed. Nobody else compares status strings by hand; the stores' and the ledger's SQL take their
- * status sets from here too (src/statusSql.ts).
+ * status sets from here too (src/server/store/statusSql.ts).
  */
 import type { TaskStatus } from './schemas.js';
 
@@ -9,7 +9,7 @@ export const TASK_STATUSES = ['working', 'input_required', 'completed', 'failed'
 
 export type TerminalStatus = 'completed' | 'failed' | 'cancelled';
 
-// frozen: the predicates below and the SQL (src/statusSql.ts) read these sets, so nobody may change them at run time
+// frozen: the predicates below and the SQL (src/server/store/statusSql.ts) read these sets, so nobody may change them at run time
 export const TERMINAL_STATUSES: readonly TaskStatus[] = Object.freeze([
   'completed',
   'failed',

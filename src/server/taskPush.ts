@@ -18,7 +18,7 @@ import { ErrorCode, isTerminalStatus, MAX_TASK_ID_LENGTH } from '../protocol/ind
 import { unstorableField } from '../protocol/storableText.js';
 import type { TaskLimits } from './limits.js';
 import type { StoredTask } from './store/taskStore.js';
-import type { TaskServer } from './taskServer.js';
+import type { TaskReads } from './taskReads.js';
 
 /** How push streams behave; every field has a default. */
 export interface TaskPushOptions {
@@ -87,7 +87,7 @@ export class TaskPush {
   private filling: Promise<void> = Promise.resolve();
 
   constructor(
-    private readonly tasks: TaskServer,
+    private readonly tasks: TaskReads,
     private readonly limits: TaskLimits,
     options: TaskPushOptions,
     private readonly report: (error: unknown) => void,

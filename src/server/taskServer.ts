@@ -8,7 +8,6 @@ import type { CallToolResult } from '@modelcontextprotocol/server';
 import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
 import type * as z from 'zod/v4';
 
-import { isDeadLocalHolder, newLeaseHolder } from '../leaseHolder.js';
 import type {
   CreateTaskResult,
   DetailedTask,
@@ -20,11 +19,13 @@ import type {
 import { canonicalJson, ErrorCode, InputKeySchema, InputRequestSchema, isTerminalStatus } from '../protocol/index.js';
 import { storableText, unstorableField } from '../protocol/storableText.js';
 import type { TraceCarrier } from '../protocol/traceContext.js';
-import { TakeoverGate } from '../takeoverGate.js';
+import { isDeadLocalHolder, newLeaseHolder } from '../shared/lease/leaseHolder.js';
+import { TakeoverGate } from '../shared/lease/takeoverGate.js';
 import { DurableSteps } from './durableSteps.js';
 import { undeclaredInput } from './inputCapabilities.js';
 import { describeRefusal, measureJson, resolveLimits, type TaskLimits } from './limits.js';
 import { toPollIntervalPolicy } from './pollInterval.js';
+import { SWEEP_PAGE } from './store/housekeeping.js';
 import type {
   InputCapabilities,
   LeaseRef,
@@ -116,9 +117,6 @@ interface RunningTask {
   /** Starts the handler; set while the run waits for a renewal to prove its lease (see launchWhileHeld). */
   start: (() => void) | undefined;
 }
-
-/** One step of a paging sweep (expiry, purge): small enough never to block serving for long. */
-const SWEEP_PAGE = 500;
 
 /** Between two tries of a handler's write while the store is unreachable. */
 const RETRY_MIN_MS = 100;

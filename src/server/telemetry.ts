@@ -26,7 +26,7 @@ import {
 } from '@opentelemetry/api';
 
 import { type TraceCarrier, traceCarrierOf } from '../protocol/traceContext.js';
-import { carrierOf, contextOf } from '../telemetryContext.js';
+import { carrierOf, contextOf } from '../shared/telemetryContext.js';
 import type { StoredTask, TaskStore, TerminalOutcome } from './store/taskStore.js';
 
 /** The instrumentation scope of every span and metric of the server half. */

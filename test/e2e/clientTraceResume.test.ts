@@ -70,7 +70,7 @@ describe('client trace across a client restart', () => {
       push: { enabled: false },
       pollPolicy: { floorMs: 20, defaultIntervalMs: 100, capMs: 500 },
     });
-    // the dead process's lease is freed at once when the kernel proves it dead (src/leaseHolder.ts), else it runs out
+    // the dead process's lease is freed at once when the kernel proves it dead (src/shared/lease/leaseHolder.ts), else it runs out
     const deadline = Date.now() + 20_000;
     let report = await client.resumeAll();
     while (report.resumed.length === 0 && Date.now() < deadline) {

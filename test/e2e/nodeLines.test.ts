@@ -1,7 +1,7 @@
 // No Closeout process aborts on a Node line `engines` admits: on Node 24 (the npm registry's `node` package,
 // better-sqlite3 compiled against its own headers) `closeout demo`, whose resume runs in a fresh process, succeeds run
 // after run, and so does a churn of every way this package makes and drops the driver's objects. A driver object left
-// to the garbage collector aborted such a process in most runs (src/sqliteDriver.ts). scripts/node-matrix.sh does the
+// to the garbage collector aborted such a process in most runs (src/shared/sqlite/sqliteDriver.ts). scripts/node-matrix.sh does the
 // work (.ci/run runs it on every line first, so here the Node and the build come from its cache).
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';

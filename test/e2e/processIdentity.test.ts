@@ -10,12 +10,12 @@ import { fileURLToPath } from 'node:url';
 
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 
-import { isDeadLocalHolder } from '../../src/leaseHolder.js';
+import { isDeadLocalHolder } from '../../src/shared/lease/leaseHolder.js';
 import { inNewPidNamespace, requirePidNamespaces } from '../support/processWrappers.js';
 import { waitFor } from '../support/waitFor.js';
 
 const HOLDER = fileURLToPath(new URL('./fixtures/leaseHolder.mjs', import.meta.url));
-const BUILT = fileURLToPath(new URL('../../dist/leaseHolder.js', import.meta.url));
+const BUILT = fileURLToPath(new URL('../../dist/shared/lease/leaseHolder.js', import.meta.url));
 
 const started: ChildProcess[] = [];
 

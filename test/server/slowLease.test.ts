@@ -58,7 +58,7 @@ const settle = () => new Promise((resolve) => setTimeout(resolve, 20));
 
 /**
  * An instance that has seen the store answer promptly for a whole lease (real time: its takeover gate, see
- * src/takeoverGate.ts), so that its next sweep may take lapsed leases over; `sweep` runs one lease tick now.
+ * src/shared/lease/takeoverGate.ts), so that its next sweep may take lapsed leases over; `sweep` runs one lease tick now.
  */
 async function warmInstance(name: string, store: TaskStore): Promise<{ sweep: () => Promise<void> }> {
   const tasks = instance(name, store);

@@ -21,16 +21,9 @@ import type { TraceCarrier } from '../../protocol/traceContext.js';
  * - `unknown-outcome`: `tools/call` was sent and no answer was recorded; never re-sent silently.
  * - `detached`: the application let go of the handle; the task is still open and any process may pick it up.
  */
-export type LocalState = 'submitting' | 'tracking' | 'terminal' | 'expired' | 'unknown-outcome' | 'detached';
+export const LOCAL_STATES = ['submitting', 'tracking', 'terminal', 'expired', 'unknown-outcome', 'detached'] as const;
 
-export const LOCAL_STATES: readonly LocalState[] = [
-  'submitting',
-  'tracking',
-  'terminal',
-  'expired',
-  'unknown-outcome',
-  'detached',
-];
+export type LocalState = (typeof LOCAL_STATES)[number];
 
 /** States in which a task is still open on the server and somebody should follow it. */
 export const FOLLOWABLE_STATES: readonly LocalState[] = ['tracking', 'detached'];

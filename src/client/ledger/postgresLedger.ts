@@ -21,8 +21,15 @@ import { randomBytes } from 'node:crypto';
 
 import type pg from 'pg';
 
-import { inTransaction, isTransientPgError } from '../../postgresTransaction.js';
 import type { InputRequest, InputResponse, TaskStatus } from '../../protocol/index.js';
+import { ConnectionGate } from '../../shared/postgres/connectionGate.js';
+import { isPostgresUrl, passwordsOf, redactConnectionString } from '../../shared/postgres/connectionString.js';
+import { DATABASE_CLOCK_SQL, DatabaseClock } from '../../shared/postgres/databaseClock.js';
+import { loadPg } from '../../shared/postgres/driver.js';
+import { asError, wrapPostgresError } from '../../shared/postgres/errors.js';
+import { runMigrations } from '../../shared/postgres/migrations.js';
+import { connectionConfig, guardPool, statementTimeouts } from '../../shared/postgres/pool.js';
+import { inTransaction } from '../../shared/postgres/transaction.js';
 import { abandonedReason, answeredNote, applyObservedTask, commitNote, taskHeldElsewhereNote } from './closing.js';
 import { endpointIdentity } from './endpointIdentity.js';
 import type {
@@ -39,7 +46,7 @@ import type {
   ScheduleNote,
   TaskRecord,
 } from './ledger.js';
-import { isPostgresLocation, redactConnectionString } from './ledgerLocation.js';
+import { localStateIn, sqlLocalState } from './localStateSql.js';
 import type { HistoryLine, HistoryRow, InputRow, PendingNote, SubmissionRow as Row } from './records.js';
 import {
   applyNote,
@@ -153,11 +160,9 @@ const MIGRATIONS: readonly string[] = [
 /** The ledger schema version this build writes. */
 export const POSTGRES_LEDGER_SCHEMA_VERSION = MIGRATIONS.length;
 
-/** How often a ledger re-reads the database's clock (PostgresLedger.syncClock). */
-const CLOCK_SYNC_MS = 60_000;
-const OPEN_TO_DRIVE = `local_state IN ('submitting','tracking')`;
-const FOLLOWABLE = `local_state IN ('tracking','detached')`;
-const CLOSED = `local_state IN ('terminal','expired','unknown-outcome')`;
+const OPEN_TO_DRIVE = localStateIn(['submitting', 'tracking']);
+const FOLLOWABLE = localStateIn(['tracking', 'detached']);
+const CLOSED = localStateIn(['terminal', 'expired', 'unknown-outcome']);
 
 /** A submission with its inputs, read in one statement so both come from one snapshot. */
 const WITH_INPUTS = `s.*, (
@@ -207,20 +212,20 @@ const SQL = {
 
   // driving writes: each names the lease holder, so a worker that lost the lease writes nothing (the fence)
   markSent: `UPDATE closeout_ledger_submissions SET sent_at = $3, updated_at = $3
-             WHERE record_id = $1 AND lease_owner = $2 AND local_state = 'submitting'`,
+             WHERE record_id = $1 AND lease_owner = $2 AND local_state = ${sqlLocalState('submitting')}`,
   // the first thing done with a handle (S4). An answer that arrived is a fact (docs/DESIGN.md rule 10): it is recorded
   // whoever held the lease, also on a record settled unknown-outcome meanwhile, and its recorder follows the task
   commitTask: `UPDATE closeout_ledger_submissions SET task_id = $3, local_state = $4, status = $5, status_message = $6,
                  created_at = $7, last_updated_at = $8, ttl_ms = $9, poll_interval_ms = $10, result = $11,
                  error = $12, terminal_reason = $13, terminal_at = $14, lease_owner = $2,
                  lease_expires_at = COALESCE($15, lease_expires_at), updated_at = $16
-               WHERE record_id = $1 AND task_id IS NULL AND local_state IN ('submitting','unknown-outcome')`,
+               WHERE record_id = $1 AND task_id IS NULL AND ${localStateIn(['submitting', 'unknown-outcome'])}`,
   observe: `UPDATE closeout_ledger_submissions SET local_state = $4, status = $5, status_message = $6,
               created_at = $7, last_updated_at = $8, ttl_ms = $9,
               poll_interval_ms = COALESCE($10, poll_interval_ms), result = $11, error = $12,
               terminal_reason = $13, terminal_at = $14,
-              next_poll_at = CASE WHEN $4 = 'terminal' THEN NULL ELSE next_poll_at END, updated_at = $15
-            WHERE record_id = $1 AND lease_owner = $2 AND local_state = 'tracking' AND task_id = $3`,
+              next_poll_at = CASE WHEN $4 = ${sqlLocalState('terminal')} THEN NULL ELSE next_poll_at END, updated_at = $15
+            WHERE record_id = $1 AND lease_owner = $2 AND local_state = ${sqlLocalState('tracking')} AND task_id = $3`,
   recordPoll: `UPDATE closeout_ledger_submissions
                SET last_poll_at = $3, last_error = COALESCE($4, last_error), updated_at = $3
                WHERE record_id = $1 AND lease_owner = $2`,
@@ -230,7 +235,7 @@ const SQL = {
                  last_poll_at = CASE WHEN n.polled_at IS NULL THEN s.last_poll_at
                                      ELSE GREATEST(s.last_poll_at, n.polled_at) END,
                  updated_at = GREATEST(s.updated_at, n.polled_at),
-                 next_poll_at = CASE WHEN n.set_next AND s.local_state = 'tracking' THEN n.next_poll_at
+                 next_poll_at = CASE WHEN n.set_next AND s.local_state = ${sqlLocalState('tracking')} THEN n.next_poll_at
                                      ELSE s.next_poll_at END,
                  observed_age_ms = CASE WHEN n.observed_age_ms IS NULL THEN s.observed_age_ms
                                         ELSE GREATEST(COALESCE(s.observed_age_ms, 0), n.observed_age_ms) END
@@ -247,23 +252,23 @@ const SQL = {
                    result = COALESCE($6, result), error = COALESCE($7, error), last_error = COALESCE($8, last_error),
                    next_poll_at = NULL, lease_owner = NULL, lease_expires_at = NULL, updated_at = $5
                  WHERE record_id = $1 AND task_id IS NULL
-                   AND ((local_state = 'submitting' AND lease_owner = $2) OR local_state = 'unknown-outcome')`,
+                   AND ((local_state = ${sqlLocalState('submitting')} AND lease_owner = $2) OR local_state = ${sqlLocalState('unknown-outcome')})`,
   // checked again: the server still knows the task, so it is followed again by the one checking
-  reopen: `UPDATE closeout_ledger_submissions SET local_state = 'tracking', terminal_reason = NULL, terminal_at = NULL,
+  reopen: `UPDATE closeout_ledger_submissions SET local_state = ${sqlLocalState('tracking')}, terminal_reason = NULL, terminal_at = NULL,
              lease_owner = $2, lease_expires_at = $3, updated_at = $4
-           WHERE record_id = $1 AND local_state = 'expired' AND task_id IS NOT NULL`,
+           WHERE record_id = $1 AND local_state = ${sqlLocalState('expired')} AND task_id IS NOT NULL`,
   // SKIP LOCKED: two workers settling at once split the rows instead of waiting on each other
   abandonedSubmissions: `SELECT * FROM closeout_ledger_submissions
-                         WHERE endpoint_identity = $1 AND local_state = 'submitting'
+                         WHERE endpoint_identity = $1 AND local_state = ${sqlLocalState('submitting')}
                            AND (lease_expires_at IS NULL OR lease_expires_at < $2)
                          ORDER BY submitted_at
                          FOR UPDATE SKIP LOCKED`,
-  settleAbandoned: `UPDATE closeout_ledger_submissions SET local_state = 'unknown-outcome', terminal_reason = $2,
+  settleAbandoned: `UPDATE closeout_ledger_submissions SET local_state = ${sqlLocalState('unknown-outcome')}, terminal_reason = $2,
                       terminal_at = $3, lease_owner = NULL, lease_expires_at = NULL, updated_at = $3
-                    WHERE record_id = $1 AND local_state = 'submitting'`,
-  detach: `UPDATE closeout_ledger_submissions SET local_state = 'detached', lease_owner = NULL,
+                    WHERE record_id = $1 AND local_state = ${sqlLocalState('submitting')}`,
+  detach: `UPDATE closeout_ledger_submissions SET local_state = ${sqlLocalState('detached')}, lease_owner = NULL,
              lease_expires_at = NULL, next_poll_at = NULL, updated_at = $3
-           WHERE record_id = $1 AND lease_owner = $2 AND local_state = 'tracking'`,
+           WHERE record_id = $1 AND lease_owner = $2 AND local_state = ${sqlLocalState('tracking')}`,
   cancelRequest: `UPDATE closeout_ledger_submissions
                   SET cancel_requested_at = COALESCE(cancel_requested_at, $2), updated_at = $2
                   WHERE record_id = $1`,
@@ -277,19 +282,19 @@ const SQL = {
             FOR UPDATE SKIP LOCKED
           )
           UPDATE closeout_ledger_submissions s SET lease_owner = $2, lease_expires_at = $3,
-            local_state = 'tracking'
+            local_state = ${sqlLocalState('tracking')}
           FROM taken t
           WHERE s.record_id = t.record_id
           RETURNING s.record_id, t.previous_state, s.task_id, s.status, s.status_message`,
-  claimOne: `UPDATE closeout_ledger_submissions s SET lease_owner = $2, lease_expires_at = $3, local_state = 'tracking'
+  claimOne: `UPDATE closeout_ledger_submissions s SET lease_owner = $2, lease_expires_at = $3, local_state = ${sqlLocalState('tracking')}
              FROM (SELECT local_state AS previous_state FROM closeout_ledger_submissions WHERE record_id = $1) t
              WHERE s.record_id = $1 AND s.${FOLLOWABLE}
                AND (s.lease_owner IS NULL OR s.lease_owner = $2 OR s.lease_expires_at < $4)
              RETURNING s.record_id, t.previous_state, s.task_id, s.status, s.status_message`,
   trackedBy: `SELECT 1 FROM closeout_ledger_submissions
-              WHERE record_id = $1 AND lease_owner = $2 AND local_state = 'tracking'`,
+              WHERE record_id = $1 AND lease_owner = $2 AND local_state = ${sqlLocalState('tracking')}`,
   trackedAmong: `SELECT record_id FROM closeout_ledger_submissions
-                 WHERE record_id = ANY($1::text[]) AND lease_owner = $2 AND local_state = 'tracking'`,
+                 WHERE record_id = ANY($1::text[]) AND lease_owner = $2 AND local_state = ${sqlLocalState('tracking')}`,
   renewLeases: `UPDATE closeout_ledger_submissions SET lease_expires_at = $2
                 WHERE lease_owner = $1 AND ${OPEN_TO_DRIVE}`,
   release: `UPDATE closeout_ledger_submissions SET lease_owner = NULL, lease_expires_at = NULL
@@ -321,7 +326,7 @@ const SQL = {
   markInputsSent: `UPDATE closeout_ledger_input_answers SET sent_at = $3
                    WHERE record_id = $1 AND key = ANY ($2::text[]) AND response IS NOT NULL`,
 
-  databaseClock: `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms`,
+  databaseClock: DATABASE_CLOCK_SQL,
   secret: `SELECT secret FROM closeout_ledger_secret WHERE id = 1`,
   insertSecret: `INSERT INTO closeout_ledger_secret (id, secret) VALUES (1, $1) ON CONFLICT (id) DO NOTHING`,
 } as const;
@@ -359,46 +364,6 @@ export interface PostgresLedgerOptions {
   onError?: (error: Error) => void;
 }
 
-/** The password a connection string carries, if any: scrubbed from every message this ledger makes. */
-function passwordsOf(connectionString: string): string[] {
-  try {
-    const url = new URL(connectionString);
-    const found = [url.password, decodeURIComponent(url.password)];
-    for (const [key, value] of url.searchParams) if (/pass/i.test(key)) found.push(value);
-    return [...new Set(found.filter((password) => password.length >= 1))];
-  } catch {
-    return [];
-  }
-}
-
-/**
- * At most `size` calls use the pool at once; the others wait here, in order, for as long as it takes. The pool's own
- * queue would fail a call that waited longer than its connection timeout, though the database answered all along
- * (RESULTS.md section 14: 10,000 tasks, 40 calls and polls in flight on 5 connections); behind this gate the pool
- * never queues, and its timeout measures only a connection that cannot be made.
- */
-class ConnectionGate {
-  private free: number;
-  private readonly waiting: (() => void)[] = [];
-
-  constructor(size: number) {
-    this.free = size;
-  }
-
-  async run<T>(fn: () => Promise<T>): Promise<T> {
-    if (this.free > 0) this.free -= 1;
-    else await new Promise<void>((resolve) => this.waiting.push(resolve));
-    try {
-      return await fn();
-    } finally {
-      // the slot goes straight to the next in line, or back to the free ones
-      const next = this.waiting.shift();
-      if (next) next();
-      else this.free += 1;
-    }
-  }
-}
-
 export class PostgresLedger implements Ledger {
   /** Where the ledger lives, fit for display: the connection string without its password. */
   readonly location: string;
@@ -418,55 +383,41 @@ export class PostgresLedger implements Ledger {
   private noteTimer: NodeJS.Timeout | undefined;
   private flushing: Promise<void> | undefined;
   private disposed = false;
-  /**
-   * The database's clock, read at `atMonotonic` (performance.now()): `now()` runs on from it by this process's
-   * monotonic clock, so neither this host's wall clock nor a step of it moves the ledger's times (as
-   * PostgresTaskStore.now on the server).
-   */
-  private clockSample: { databaseMs: number; atMonotonic: number; roundTripMs: number } | undefined;
-  private clockTimer: NodeJS.Timeout | undefined;
+  /** The database's clock (`now`), read on the lease connection, as PostgresTaskStore.now on the server. */
+  private readonly clock = new DatabaseClock(async () => {
+    const { rows } = await this.guard('read the database clock', () =>
+      this.leasePool.query<{ ms: number }>(SQL.databaseClock),
+    );
+    return Number(rows[0]!.ms);
+  });
 
   private constructor(driver: typeof pg, connectionString: string, options: PostgresLedgerOptions) {
     this.location = redactConnectionString(connectionString);
     this.passwords = passwordsOf(connectionString);
     this.deferMs = options.deferMs ?? 1000;
     this.onError = options.onError ?? (() => {});
-    const statementTimeoutMs = options.statementTimeoutMs ?? 15_000;
     const maxConnections = options.maxConnections ?? 10;
     if (!Number.isInteger(maxConnections) || maxConnections < 1) {
       throw new RangeError(`PostgreSQL ledger: maxConnections must be a whole number >= 1, not ${maxConnections}`);
     }
-    const config: pg.PoolConfig = {
-      connectionString,
-      connectionTimeoutMillis: options.connectionTimeoutMs ?? 5000,
-      // the server gives up on a slow statement; the client a little later on a server that does not answer at all
-      statement_timeout: statementTimeoutMs,
-      query_timeout: statementTimeoutMs + 1000,
-      keepAlive: true,
-    };
+    const config: pg.PoolConfig = { ...connectionConfig(connectionString, options), ...statementTimeouts(options) };
     this.pool = new driver.Pool({ ...config, max: maxConnections, application_name: 'closeout ledger' });
     this.gate = new ConnectionGate(maxConnections);
     this.leasePool = new driver.Pool({ ...config, max: 1, application_name: 'closeout ledger leases' });
     for (const pool of [this.pool, this.leasePool]) {
-      // an idle connection that drops is removed by the pool; without a handler its error would crash the process
-      pool.on('error', (error) => this.onError(this.wrap('idle connection lost', error)));
-      // nor does the pool listen to a connection it has handed out: one the database ends then (a restart,
-      // pg_terminate_backend) between two statements would be an unhandled 'error' that kills the process; the next
-      // statement on it fails instead, and the pool drops it
-      pool.on('connect', (client) => client.on('error', () => {}));
+      guardPool(pool, (error) => this.onError(this.wrap('idle connection lost', error)));
     }
   }
 
   /** Connects and brings the schema to this build's version; safe when many workers start at once. */
   static async open(connectionString: string, options: PostgresLedgerOptions = {}): Promise<PostgresLedger> {
-    if (!isPostgresLocation(connectionString)) {
+    if (!isPostgresUrl(connectionString)) {
       throw new Error(
         `PostgreSQL ledger: not a postgres:// connection string: ${redactConnectionString(connectionString)}`,
       );
     }
     // the driver is loaded here, not on import: a process on a SQLite ledger never pays for loading it
-    const { default: driver } = await import('pg');
-    const ledger = new PostgresLedger(driver, connectionString, options);
+    const ledger = new PostgresLedger(loadPg(), connectionString, options);
     try {
       await ledger.migrate();
       await ledger.syncClock();
@@ -480,19 +431,7 @@ export class PostgresLedger implements Ledger {
 
   private async migrate(): Promise<void> {
     await this.transaction('migrate', async (client) => {
-      await client.query(SQL.migrationLock);
-      await client.query(SQL.createVersionTable);
-      const { rows } = await client.query<{ version: number }>(SQL.schemaVersion);
-      const version = rows[0]?.version ?? 0;
-      if (version > MIGRATIONS.length) {
-        throw new Error(
-          `ledger schema version ${version} is newer than this build (${MIGRATIONS.length}): upgrade closeout`,
-        );
-      }
-      for (let v = version; v < MIGRATIONS.length; v++) {
-        await client.query(MIGRATIONS[v]!);
-        await client.query(SQL.recordVersion, [v + 1]);
-      }
+      await runMigrations(client, { ...SQL, lock: SQL.migrationLock }, MIGRATIONS, 'ledger');
     });
   }
 
@@ -859,38 +798,18 @@ export class PostgresLedger implements Ledger {
    * it was taken from, and by the monotonic clock's drift since (read again every minute).
    */
   now(): number {
-    const sample = this.clockSample;
-    return sample ? Math.floor(sample.databaseMs + (performance.now() - sample.atMonotonic)) : Date.now();
+    return this.clock.now();
   }
 
-  /**
-   * Reads the database's clock on the lease connection, and from then on every minute. A slower read than the one in
-   * use is kept only when the one in use is old: its error is half its round trip.
-   */
+  /** Reads the database's clock, and from then on every minute (DatabaseClock.sync). */
   private async syncClock(): Promise<void> {
-    const sent = performance.now();
-    const { rows } = await this.guard('read the database clock', () =>
-      this.leasePool.query<{ ms: number }>(SQL.databaseClock),
-    );
-    const received = performance.now();
-    const roundTripMs = received - sent;
-    const current = this.clockSample;
-    if (!current || roundTripMs <= current.roundTripMs * 2 || received - current.atMonotonic > 10 * CLOCK_SYNC_MS) {
-      this.clockSample = { databaseMs: Number(rows[0]!.ms), atMonotonic: sent + roundTripMs / 2, roundTripMs };
-    }
-    if (!this.clockTimer && !this.disposed) {
-      this.clockTimer = setInterval(() => {
-        // a failed read keeps the sample in use; the ledger's other calls report an unreachable database
-        this.syncClock().catch(() => {});
-      }, CLOCK_SYNC_MS);
-      this.clockTimer.unref();
-    }
+    await this.clock.sync();
   }
 
   async dispose(): Promise<void> {
     if (this.disposed) return;
     this.disposed = true;
-    clearInterval(this.clockTimer);
+    this.clock.stop();
     await this.flushNotes();
     await Promise.all([this.pool.end(), this.leasePool.end()]);
   }
@@ -1058,27 +977,6 @@ export class PostgresLedger implements Ledger {
   }
 
   private wrap(op: string, error: unknown): Error {
-    const cause = asError(error);
-    if (cause.message.startsWith('PostgreSQL ledger: ')) return cause;
-    const wrapped = new Error(`PostgreSQL ledger: ${op} failed: ${this.scrub(cause.message)}`) as Error & {
-      transient?: boolean;
-      code?: unknown;
-      cause?: unknown;
-    };
-    // the cause is kept for its code only: its message and stack may quote what the driver was given
-    wrapped.cause = { code: (cause as { code?: unknown }).code };
-    if (isTransientPgError(cause)) wrapped.transient = true;
-    return wrapped;
+    return wrapPostgresError('PostgreSQL ledger', op, error, this.passwords);
   }
-
-  /** The message with every form of the password the connection string carries replaced. */
-  private scrub(message: string): string {
-    let scrubbed = message;
-    for (const password of this.passwords) scrubbed = scrubbed.split(password).join('***');
-    return scrubbed;
-  }
-}
-
-function asError(error: unknown): Error {
-  return error instanceof Error ? error : new Error(String(error));
 }

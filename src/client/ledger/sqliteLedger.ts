@@ -10,10 +10,10 @@ import { randomBytes } from 'node:crypto';
 import type Database from 'better-sqlite3';
 
 import type { InputRequest, InputResponse } from '../../protocol/index.js';
-import type { Migration } from '../../sqliteFile.js';
-import { openSqliteFile } from '../../sqliteFile.js';
-import { SqliteGroupCommit } from '../../sqliteGroupCommit.js';
-import type { SqliteSynchronous } from '../../sqliteSynchronous.js';
+import type { Migration } from '../../shared/sqlite/sqliteFile.js';
+import { openSqliteFile } from '../../shared/sqlite/sqliteFile.js';
+import { SqliteGroupCommit } from '../../shared/sqlite/sqliteGroupCommit.js';
+import type { SqliteSynchronous } from '../../shared/sqlite/sqliteSynchronous.js';
 import { abandonedReason, answeredNote, applyObservedTask, commitNote, taskHeldElsewhereNote } from './closing.js';
 import { endpointIdentity } from './endpointIdentity.js';
 import type {
@@ -30,6 +30,7 @@ import type {
   ScheduleNote,
   TaskRecord,
 } from './ledger.js';
+import { localStateIn, sqlLocalState } from './localStateSql.js';
 import type { HistoryLine, HistoryRow, InputRow, PendingNote, SubmissionRow as Row } from './records.js';
 import {
   applyNote,
@@ -52,7 +53,7 @@ type SubmissionRow = Row<number> & {
 
 /**
  * Versioned migrations: entry i brings `user_version` from i to i + 1. Never edit a shipped entry; append. Its status
- * set stays written out, and test/statusSql.test.ts fails when it no longer matches the status machine.
+ * set stays written out, and test/server/store/statusSql.test.ts fails when it no longer matches the status machine.
  */
 const MIGRATIONS: readonly Migration[] = [
   `CREATE TABLE submissions (
@@ -184,7 +185,7 @@ const MIGRATIONS: readonly Migration[] = [
  * word is its lease's end, as when each record was rewritten: a renewal after the host's clock stepped back ends the
  * leases claimed on the clock ahead (the later of the two would keep them for as long as the step).
  */
-const LEASE_UNTIL = `CASE WHEN submissions.local_state IN ('submitting','tracking')
+const LEASE_UNTIL = `CASE WHEN ${localStateIn(['submitting', 'tracking'], 'submissions')}
   THEN COALESCE((SELECT expires_at FROM lease_holders WHERE holder = submissions.lease_owner),
     submissions.lease_expires_at)
   ELSE submissions.lease_expires_at END`;
@@ -279,7 +280,7 @@ export class SqliteLedger implements Ledger {
       // one atomic step (issue 13 item 3): only a closed record nobody resubmitted yet is superseded
       supersede: db.prepare(
         `UPDATE submissions SET superseded_by = ?, updated_at = ?
-         WHERE record_id = ? AND superseded_by IS NULL AND local_state IN ('terminal','expired','unknown-outcome')`,
+         WHERE record_id = ? AND superseded_by IS NULL AND ${localStateIn(['terminal', 'expired', 'unknown-outcome'])}`,
       ),
       get: db.prepare(`SELECT ${RECORD_COLUMNS} FROM ${RECORDS} WHERE record_id = ?`),
       byTaskId: db.prepare(`SELECT ${RECORD_COLUMNS} FROM ${RECORDS} WHERE endpoint = ? AND task_id = ?`),
@@ -294,7 +295,7 @@ export class SqliteLedger implements Ledger {
            AND (@correlationId IS NULL OR correlation_id = @correlationId)
            AND (@idempotencyKey IS NULL OR idempotency_key = @idempotencyKey)
            AND (@since IS NULL OR submitted_at >= @since)
-           AND (@claimableAt IS NULL OR (local_state IN ('tracking','detached')
+           AND (@claimableAt IS NULL OR (${localStateIn(['tracking', 'detached'])}
                 AND (lease_owner IS NULL OR ${LEASE_UNTIL} < @claimableAt)))
          ORDER BY submitted_at, record_id
          LIMIT @limit`,
@@ -302,7 +303,7 @@ export class SqliteLedger implements Ledger {
       holdsLease: db.prepare(`SELECT 1 FROM submissions WHERE record_id = ? AND lease_owner = ?`),
       markSent: db.prepare(
         `UPDATE submissions SET sent_at = @at, updated_at = @at
-         WHERE record_id = @recordId AND lease_owner = @holder AND local_state = 'submitting'`,
+         WHERE record_id = @recordId AND lease_owner = @holder AND local_state = ${sqlLocalState('submitting')}`,
       ),
       // the first thing done with a handle (docs/REQUIREMENTS.md S4): the taskId and the seed state, in the same row as
       // the intent. An answer that arrived is a fact (docs/DESIGN.md rule 10): it is recorded whoever held the lease,
@@ -314,15 +315,15 @@ export class SqliteLedger implements Ledger {
            ttl_ms = @ttlMs, poll_interval_ms = @pollIntervalMs, result = @result, error = @error,
            terminal_reason = @terminalReason, terminal_at = @terminalAt, lease_owner = @holder,
            lease_expires_at = COALESCE(@leaseExpiresAt, lease_expires_at), updated_at = @at
-         WHERE record_id = @recordId AND task_id IS NULL AND local_state IN ('submitting','unknown-outcome')`,
+         WHERE record_id = @recordId AND task_id IS NULL AND ${localStateIn(['submitting', 'unknown-outcome'])}`,
       ),
       observe: db.prepare(
         `UPDATE submissions SET local_state = @localState, status = @status, status_message = @statusMessage,
            created_at = @createdAt, last_updated_at = @lastUpdatedAt, ttl_ms = @ttlMs,
            poll_interval_ms = COALESCE(@pollIntervalMs, poll_interval_ms), result = @result, error = @error,
            terminal_reason = @terminalReason, terminal_at = @terminalAt,
-           next_poll_at = CASE WHEN @localState = 'terminal' THEN NULL ELSE next_poll_at END, updated_at = @at
-         WHERE record_id = @recordId AND lease_owner = @holder AND local_state = 'tracking' AND task_id = @taskId`,
+           next_poll_at = CASE WHEN @localState = ${sqlLocalState('terminal')} THEN NULL ELSE next_poll_at END, updated_at = @at
+         WHERE record_id = @recordId AND lease_owner = @holder AND local_state = ${sqlLocalState('tracking')} AND task_id = @taskId`,
       ),
       recordPoll: db.prepare(
         `UPDATE submissions SET last_poll_at = @at, last_error = COALESCE(@lastError, last_error), updated_at = @at
@@ -346,7 +347,7 @@ export class SqliteLedger implements Ledger {
            result = COALESCE(@result, result), error = COALESCE(@error, error),
            last_error = COALESCE(@lastError, last_error), next_poll_at = NULL,
            lease_owner = NULL, lease_expires_at = NULL, updated_at = @at
-         WHERE record_id = @recordId AND lease_owner = @holder AND local_state IN ('submitting','tracking')`,
+         WHERE record_id = @recordId AND lease_owner = @holder AND ${localStateIn(['submitting', 'tracking'])}`,
       ),
       // an answer that arrived closes its submission also after another process settled it (Closing.arrived)
       closeArrived: db.prepare(
@@ -355,7 +356,7 @@ export class SqliteLedger implements Ledger {
            last_error = COALESCE(@lastError, last_error), next_poll_at = NULL,
            lease_owner = NULL, lease_expires_at = NULL, updated_at = @at
          WHERE record_id = @recordId AND task_id IS NULL
-           AND ((local_state = 'submitting' AND lease_owner = @holder) OR local_state = 'unknown-outcome')`,
+           AND ((local_state = ${sqlLocalState('submitting')} AND lease_owner = @holder) OR local_state = ${sqlLocalState('unknown-outcome')})`,
       ),
       // every spelling an endpoint is stored under, the first used first (issue 13 item 6)
       endpointSpellings: db.prepare(
@@ -374,25 +375,25 @@ export class SqliteLedger implements Ledger {
       ),
       // checked again: the server still knows the task, so it is followed again by the one checking
       reopen: db.prepare(
-        `UPDATE submissions SET local_state = 'tracking', terminal_reason = NULL, terminal_at = NULL,
+        `UPDATE submissions SET local_state = ${sqlLocalState('tracking')}, terminal_reason = NULL, terminal_at = NULL,
            lease_owner = @holder, lease_expires_at = @leaseExpiresAt, updated_at = @at
-         WHERE record_id = @recordId AND local_state = 'expired' AND task_id IS NOT NULL`,
+         WHERE record_id = @recordId AND local_state = ${sqlLocalState('expired')} AND task_id IS NOT NULL`,
       ),
       secret: db.prepare(`SELECT secret FROM ledger_secret WHERE id = 1`),
       insertSecret: db.prepare(`INSERT OR IGNORE INTO ledger_secret (id, secret) VALUES (1, ?)`),
       abandonedSubmissions: db.prepare(
         `SELECT ${RECORD_COLUMNS} FROM ${RECORDS}
-         WHERE endpoint = ? AND local_state = 'submitting' AND (lease_expires_at IS NULL OR ${LEASE_UNTIL} < ?)`,
+         WHERE endpoint = ? AND local_state = ${sqlLocalState('submitting')} AND (lease_expires_at IS NULL OR ${LEASE_UNTIL} < ?)`,
       ),
       settleAbandoned: db.prepare(
-        `UPDATE submissions SET local_state = 'unknown-outcome', terminal_reason = @reason, terminal_at = @at,
+        `UPDATE submissions SET local_state = ${sqlLocalState('unknown-outcome')}, terminal_reason = @reason, terminal_at = @at,
            lease_owner = NULL, lease_expires_at = NULL, updated_at = @at
-         WHERE record_id = @recordId AND local_state = 'submitting'`,
+         WHERE record_id = @recordId AND local_state = ${sqlLocalState('submitting')}`,
       ),
       detach: db.prepare(
-        `UPDATE submissions SET local_state = 'detached', lease_owner = NULL, lease_expires_at = NULL,
+        `UPDATE submissions SET local_state = ${sqlLocalState('detached')}, lease_owner = NULL, lease_expires_at = NULL,
            next_poll_at = NULL, updated_at = @at
-         WHERE record_id = @recordId AND lease_owner = @holder AND local_state = 'tracking'`,
+         WHERE record_id = @recordId AND lease_owner = @holder AND local_state = ${sqlLocalState('tracking')}`,
       ),
       cancelRequest: db.prepare(
         `UPDATE submissions SET cancel_requested_at = COALESCE(cancel_requested_at, ?), updated_at = ?
@@ -403,15 +404,15 @@ export class SqliteLedger implements Ledger {
       claim: db
         .prepare(
           `UPDATE submissions SET lease_owner = @holder, lease_expires_at = @leaseExpiresAt,
-             local_state = CASE local_state WHEN 'detached' THEN 'tracking' ELSE local_state END
-           WHERE record_id IN (SELECT value FROM json_each(@recordIds)) AND local_state IN ('tracking','detached')
+             local_state = CASE local_state WHEN ${sqlLocalState('detached')} THEN ${sqlLocalState('tracking')} ELSE local_state END
+           WHERE record_id IN (SELECT value FROM json_each(@recordIds)) AND ${localStateIn(['tracking', 'detached'])}
              AND (lease_owner IS NULL OR lease_owner = @holder OR ${LEASE_UNTIL} < @now)
            RETURNING record_id`,
         )
         .pluck(),
       detachedAmong: db.prepare(
         `SELECT ${RECORD_COLUMNS} FROM ${RECORDS}
-         WHERE record_id IN (SELECT value FROM json_each(?)) AND local_state = 'detached'`,
+         WHERE record_id IN (SELECT value FROM json_each(?)) AND local_state = ${sqlLocalState('detached')}`,
       ),
       // the holder's latest word on when its leases end (LEASE_UNTIL): a renewal, or a lease just given to it
       setHolder: db.prepare(
@@ -427,12 +428,12 @@ export class SqliteLedger implements Ledger {
         `UPDATE submissions SET lease_owner = NULL, lease_expires_at = NULL WHERE lease_owner = ?`,
       ),
       trackedBy: db.prepare(
-        `SELECT 1 FROM submissions WHERE record_id = ? AND lease_owner = ? AND local_state = 'tracking'`,
+        `SELECT 1 FROM submissions WHERE record_id = ? AND lease_owner = ? AND local_state = ${sqlLocalState('tracking')}`,
       ),
       trackedAmong: db
         .prepare(
           `SELECT record_id FROM submissions
-           WHERE record_id IN (SELECT value FROM json_each(?)) AND lease_owner = ? AND local_state = 'tracking'`,
+           WHERE record_id IN (SELECT value FROM json_each(?)) AND lease_owner = ? AND local_state = ${sqlLocalState('tracking')}`,
         )
         .pluck(),
       appendHistory: db.prepare(

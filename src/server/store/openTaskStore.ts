@@ -1,3 +1,4 @@
+import { isPostgresUrl } from '../../shared/postgres/connectionString.js';
 import { PostgresTaskStore } from './postgresTaskStore.js';
 import { SqliteTaskStore, type SqliteTaskStoreOptions } from './sqliteTaskStore.js';
 import type { TaskStore } from './taskStore.js';
@@ -10,7 +11,7 @@ export async function openTaskStore(
   location: string,
   sqlite: Pick<SqliteTaskStoreOptions, 'synchronous'> = {},
 ): Promise<TaskStore> {
-  if (/^postgres(ql)?:\/\//i.test(location)) {
+  if (isPostgresUrl(location)) {
     if (sqlite.synchronous !== undefined) {
       throw new RangeError(
         'synchronous applies to a SQLite store only; PostgreSQL commits as its server is configured',

@@ -3,7 +3,9 @@
  * doubling delay after a drop (docs/DESIGN.md, "The task's life on the server", 8: LISTEN/NOTIFY for speed, the lease
  * loop as the fallback). A notification sent while the connection is down is lost: whoever listens needs a fallback.
  */
-import pg from 'pg';
+import type pg from 'pg';
+
+import { loadPg } from '../../shared/postgres/driver.js';
 
 const RECONNECT_MIN_MS = 100;
 const RECONNECT_MAX_MS = 5000;
@@ -54,7 +56,7 @@ export class PostgresListener {
   }
 
   private async connect(): Promise<void> {
-    const client = new pg.Client(this.config);
+    const client = new (loadPg().Client)(this.config);
     client.on('notification', (message) => this.options.onPayload(message.payload));
     // an 'error' (server gone, connection reset) is followed by 'end'; both mean: reconnect
     client.on('error', (error) => this.lost(client, error));

@@ -8,23 +8,54 @@
  * json/jsonb types refuse (`\u0000`, lone surrogates), which a tool's arguments may carry.
  */
 import DataLoader from 'dataloader';
-import pg from 'pg';
+import type pg from 'pg';
 
-import { inTransaction } from '../../postgresTransaction.js';
-import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
-import type { TraceCarrier } from '../../protocol/traceContext.js';
-import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from '../../statusSql.js';
+import type { InputRequest, InputResponse, TaskStatus } from '../../protocol/index.js';
+import { passwordsOf } from '../../shared/postgres/connectionString.js';
+import { DATABASE_CLOCK_SQL, DatabaseClock } from '../../shared/postgres/databaseClock.js';
+import { loadPg } from '../../shared/postgres/driver.js';
+import { asError, wrapPostgresError } from '../../shared/postgres/errors.js';
+import { runMigrations } from '../../shared/postgres/migrations.js';
+import { connectionConfig, guardPool, statementTimeouts } from '../../shared/postgres/pool.js';
+import { inTransaction } from '../../shared/postgres/transaction.js';
+import { EXPIRED_MESSAGE_FORMAT, SWEEP_PAGE, TOMBSTONE_RETENTION_MS } from './housekeeping.js';
+import type { PendingCreate, PendingFinish } from './postgres/batches.js';
+import {
+  asJson,
+  CREATE_FIELDS,
+  createdTask,
+  DEADLOCK_DETECTED,
+  FINISH_FIELDS,
+  finishParameters,
+  halves,
+  insertParameters,
+  MAX_BATCH,
+  partsOfBytes,
+  prepared,
+  ranAloneAfter,
+  splitRepeats,
+} from './postgres/batches.js';
+import type { ShardCounts } from './postgres/quotaShards.js';
+import {
+  ARGUMENTS_PARAMETER,
+  COUNT_SHARDS,
+  dealQuotas,
+  SHARD_GROUP,
+  SHARD_GROUP_PRINCIPALS,
+  SHARD_PARAMETER,
+} from './postgres/quotaShards.js';
+import type { StepRow, StepTotals, TaskRow } from './postgres/rows.js';
+import { parseSignal, signalPayload, toStep, toTask } from './postgres/rows.js';
 import { PostgresListener } from './postgresListener.js';
+import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from './statusSql.js';
 import type {
   AwaitedInput,
-  InputCapabilities,
   JsonValue,
   LeaseRef,
   NewTask,
   PurgeOptions,
   RenewedLease,
   StepWriteLimits,
-  StoredInput,
   StoredStep,
   StoredTask,
   TaskOwner,
@@ -48,15 +79,9 @@ export const TASK_SIGNAL_CHANNEL = 'closeout_task_signal';
 /** Key of the transaction-scoped advisory lock that serialises migrations across instances ("closeout" in ASCII). */
 const MIGRATION_LOCK_KEY = '7164223648653342068';
 
-/** Purged ids are remembered this long, enough to outlive a client's last reasonable poll. */
-const TOMBSTONE_RETENTION_MS = 7 * 24 * 3600_000;
-
-/** The size of one step of a sweep that pages (expiry, purge), when the caller sets none. */
-const SWEEP_PAGE = 500;
-
 /**
  * Versioned schema: entry i takes the database from version i to i + 1. Never edit an entry once released: its status
- * sets stay written out, and test/statusSql.test.ts fails when they no longer match the status machine.
+ * sets stay written out, and test/server/store/statusSql.test.ts fails when they no longer match the status machine.
  */
 export const MIGRATIONS: readonly string[] = [
   `CREATE TABLE closeout_tasks (
@@ -244,9 +269,6 @@ const TASK_WITH_INPUTS = `t.*, (
   FROM closeout_task_inputs i WHERE i.task_id = t.task_id
 ) AS inputs`;
 
-/** How often an instance re-reads the database's clock (PostgresTaskStore.syncClock). */
-const CLOCK_SYNC_MS = 60_000;
-
 /** Every statement of the store; exported for the tests that check their plans (test/server/store). */
 export const SQL = {
   // migrations: one transaction, serialised by an advisory lock, so instances starting together migrate once
@@ -256,7 +278,7 @@ export const SQL = {
      applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
    )`,
   schemaVersion: `SELECT COALESCE(MAX(version), 0) AS version FROM closeout_schema_version`,
-  databaseClock: `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms`,
+  databaseClock: DATABASE_CLOCK_SQL,
   recordVersion: `INSERT INTO closeout_schema_version (version) VALUES ($1)`,
 
   // create: the unique indexes decide; a losing idempotent create then reads the winner (a new statement, so it sees
@@ -488,7 +510,7 @@ export const SQL = {
              ORDER BY c.owner, c.shard
              FOR UPDATE OF c
            ), expired AS (
-             SELECT task_id, format('Task expired: its TTL of %s ms elapsed before it finished', t.ttl_ms) AS message
+             SELECT task_id, format('${EXPIRED_MESSAGE_FORMAT}', t.ttl_ms) AS message
              FROM closeout_tasks t JOIN overdue USING (task_id)
              WHERE (SELECT count(*) FROM locked) >= 0
            ), changed AS (
@@ -525,46 +547,6 @@ export const SQL = {
   versions: `SELECT task_id, status, last_updated_at, expires_at FROM closeout_tasks WHERE task_id = ANY ($1::text[])`,
   owners: `SELECT task_id, owner FROM closeout_tasks WHERE task_id = ANY ($1::text[])`,
 } as const;
-
-/**
- * A row of `closeout_tasks`. Two columns keep their first release's names: `owner` holds the caller's principal,
- * `lease_owner` the lease holder (an instance id); the code around them says principal and holder.
- */
-interface TaskRow {
-  task_id: string;
-  owner: string;
-  tool_name: string;
-  arguments: string;
-  status: TaskStatus;
-  status_message: string | null;
-  // BIGINT arrives as a string
-  created_at: string;
-  last_updated_at: string;
-  ttl_ms: string | null;
-  poll_interval_ms: string;
-  resumable: boolean;
-  idempotency_key: string | null;
-  result: string | null;
-  error: string | null;
-  cancel_requested: boolean;
-  lease_owner: string | null;
-  lease_expires_at: string | null;
-  fence: number;
-  attempt: number;
-  input_capabilities: string | null;
-  trace_context: string | null;
-  /** Absent from RETURNING of a fresh insert: a new task has no inputs. */
-  inputs?: InputRow[] | null;
-}
-
-/** One element of the `inputs` aggregate: json_build_object turns BIGINT into a JSON number. */
-interface InputRow {
-  key: string;
-  request: string;
-  response: string | null;
-  requestedAt: number;
-  answeredAt: number | null;
-}
 
 export interface PostgresTaskStoreOptions {
   /** Pool size when the store makes its own pool. Default 10. */
@@ -628,12 +610,15 @@ export class PostgresTaskStore implements TaskStore {
    * whatever each does after it (the exact path, an idempotent replay's read, a finish run alone).
    */
   private readonly callsInFlight = new Set<Promise<unknown>>();
-  /**
-   * The database's clock, read at `atMonotonic` (performance.now()): `now()` runs on from it by this process's
-   * monotonic clock, so neither another host's wall clock nor a step of this one's moves it.
-   */
-  private clockSample: { databaseMs: number; atMonotonic: number; roundTripMs: number } | undefined;
-  private clockTimer: NodeJS.Timeout | undefined;
+  /** The database's clock (`now`, `syncClock`). */
+  private readonly clock = new DatabaseClock(async () => {
+    const { rows } = await this.guard('read the database clock', () =>
+      this.pool.query<{ ms: number }>(SQL.databaseClock),
+    );
+    return Number(rows[0]!.ms);
+  });
+  /** The password the connection string carries, in every form: scrubbed from every error this store makes. */
+  private readonly passwords: string[];
 
   /**
    * Uses an existing pool (left open by `close()`), or makes one from a connection string. The schema must already
@@ -641,39 +626,31 @@ export class PostgresTaskStore implements TaskStore {
    */
   constructor(poolOrConnectionString: PostgresPool | string, options: PostgresTaskStoreOptions = {}) {
     this.onError = options.onError ?? (() => {});
-    const statementTimeoutMs = options.statementTimeoutMs ?? 15_000;
-    // the server gives up on a slow statement; the client gives up a little later on a server that does not answer
-    // at all (a hung host, a dropped network): pg then discards that connection
-    const timeouts = { statement_timeout: statementTimeoutMs, query_timeout: statementTimeoutMs + 1000 };
+    const driver = loadPg();
+    const timeouts = statementTimeouts(options);
     let connection: pg.ClientConfig;
     if (typeof poolOrConnectionString === 'string') {
-      connection = {
-        connectionString: poolOrConnectionString,
-        connectionTimeoutMillis: options.connectionTimeoutMs ?? 5000,
-        // keepAlive notices a peer that vanished without closing the connection
-        keepAlive: true,
-      };
-      this.pool = new pg.Pool({ ...connection, ...timeouts, max: options.maxConnections ?? 10 });
+      connection = connectionConfig(poolOrConnectionString, options);
+      this.pool = new driver.Pool({ ...connection, ...timeouts, max: options.maxConnections ?? 10 });
       this.ownsPool = true;
-      // an idle connection that drops is removed by the pool; without a handler its error would crash the process
-      this.pool.on('error', (error) => this.onError(this.wrap('idle connection lost', error)));
+      guardPool(this.pool, (error) => this.onError(this.wrap('idle connection lost', error)));
     } else {
       this.pool = poolOrConnectionString as pg.Pool;
       this.ownsPool = false;
       connection = { ...this.pool.options };
+      // the caller's pool keeps the caller's 'error' listener
+      guardPool(this.pool);
     }
-    this.leasePool = new pg.Pool({
+    this.passwords = typeof connection.connectionString === 'string' ? passwordsOf(connection.connectionString) : [];
+    if (typeof connection.password === 'string' && connection.password !== '') this.passwords.push(connection.password);
+    this.leasePool = new driver.Pool({
       ...connection,
       ...timeouts,
       keepAlive: true,
       max: 1,
       application_name: 'closeout leases',
     });
-    this.leasePool.on('error', (error) => this.onError(this.wrap('idle lease connection lost', error)));
-    // nor does a pool listen to a connection it has handed out: one the database ends then (a restart,
-    // pg_terminate_backend) between two statements would be an unhandled 'error' that kills the process; the next
-    // statement on it fails instead, and the pool drops it
-    for (const pool of [this.pool, this.leasePool]) pool.on('connect', (client) => client.on('error', () => {}));
+    guardPool(this.leasePool, (error) => this.onError(this.wrap('idle lease connection lost', error)));
     // LISTEN needs a connection of its own, outside the pool
     this.listener = new PostgresListener({
       connection,
@@ -717,15 +694,8 @@ export class PostgresTaskStore implements TaskStore {
   /** Applies the migrations this database lacks. Safe to run from several instances at once. */
   async migrate(): Promise<void> {
     await this.transaction('migrate', async (client) => {
-      await client.query(SQL.migrationLock);
-      await client.query(SQL.createVersionTable);
-      const { rows } = await client.query<{ version: number }>(SQL.schemaVersion);
-      // a database migrated by a newer release is left as it is: migrations only ever add (version 9 drops two
-      // indexes no statement of a release since version 8 reads)
-      for (let v = rows[0]?.version ?? 0; v < MIGRATIONS.length; v++) {
-        await client.query(MIGRATIONS[v]!);
-        await client.query(SQL.recordVersion, [v + 1]);
-      }
+      const statements = { ...SQL, lock: SQL.migrationLock };
+      await runMigrations(client, statements, MIGRATIONS, 'task store');
     });
   }
 
@@ -1193,8 +1163,7 @@ export class PostgresTaskStore implements TaskStore {
    * at most half the round trip of the read it was taken from. Before the first `syncClock`, the host's clock.
    */
   now(): number {
-    const sample = this.clockSample;
-    return sample ? Math.floor(sample.databaseMs + (performance.now() - sample.atMonotonic)) : Date.now();
+    return this.clock.now();
   }
 
   /**
@@ -1202,29 +1171,13 @@ export class PostgresTaskStore implements TaskStore {
    * the one in use is kept only when the one in use is old: its error is half its round trip.
    */
   async syncClock(): Promise<void> {
-    const sent = performance.now();
-    const { rows } = await this.guard('read the database clock', () =>
-      this.pool.query<{ ms: number }>(SQL.databaseClock),
-    );
-    const received = performance.now();
-    const roundTripMs = received - sent;
-    const current = this.clockSample;
-    if (!current || roundTripMs <= current.roundTripMs * 2 || received - current.atMonotonic > 10 * CLOCK_SYNC_MS) {
-      this.clockSample = { databaseMs: Number(rows[0]!.ms), atMonotonic: sent + roundTripMs / 2, roundTripMs };
-    }
-    if (!this.clockTimer && !this.closed) {
-      this.clockTimer = setInterval(() => {
-        // a failed read keeps the sample in use; the store's other calls report an unreachable database
-        this.syncClock().catch(() => {});
-      }, CLOCK_SYNC_MS);
-      this.clockTimer.unref();
-    }
+    await this.clock.sync();
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    if (this.clockTimer) clearInterval(this.clockTimer);
+    this.clock.stop();
     // creates and finishes asked for before close() are sent (their batch goes out on the next turn) and answered
     // before the pool ends
     await Promise.allSettled([...this.callsInFlight]);
@@ -1275,8 +1228,7 @@ export class PostgresTaskStore implements TaskStore {
   }
 
   private wrap(op: string, error: unknown): Error {
-    const cause = asError(error);
-    return new Error(`PostgreSQL task store: ${op} failed: ${cause.message}`, { cause });
+    return wrapPostgresError('PostgreSQL task store', op, error, this.passwords);
   }
 
   async taskVersions(taskIds: string[]): Promise<TaskVersion[]> {
@@ -1305,315 +1257,4 @@ export class PostgresTaskStore implements TaskStore {
       return rows.map((r) => ({ taskId: r.task_id, principal: r.owner }));
     });
   }
-}
-
-/**
- * The rows each principal's counts and quotas are spread over. A create locks one, at random, so creates of one
- * principal (every caller, on a server without auth) run side by side; more shards, fewer collisions, but more quota
- * left idle in other shards when a principal nears its limit (then the exact path deals it out again). With 16 creates
- * in flight, one principal made 0.76 of 16 principals' throughput on 32 shards, 0.91 on 128 (bench section 13).
- */
-const COUNT_SHARDS = 128;
-
-/**
- * At most this many creates of one principal in one batch share a shard row (\`placeInShards\`): 16 creates of one
- * principal then write 4 shard rows instead of about 15 (bench/RESULTS.md, section 19).
- */
-const SHARD_GROUP = 4;
-
-/** The principals whose shard group an instance remembers; past it the oldest is forgotten (and spreads again). */
-const SHARD_GROUP_PRINCIPALS = 10_000;
-
-/** Where the shard is in a create's parameters: $16 of `SQL.createInShard`, after `insertParameters`. */
-const SHARD_PARAMETER = 15;
-
-/** Where the arguments' JSON text is in `insertParameters`: $4. */
-const ARGUMENTS_PARAMETER = 3;
-
-/** SQLSTATE of a transaction PostgreSQL ended to break a deadlock. */
-const DEADLOCK_DETECTED = '40P01';
-
-/** At most this many calls in one batch (sent as one statement or two, see PIPELINE_CALLS); more in a turn make more. */
-const MAX_BATCH = 256;
-
-/**
- * A turn with at least this many calls of one kind sends them as two statements at once (`batches`), each of half
- * of them: fewer than 8 calls a statement and the second statement's fixed cost outweighs the overlap it buys
- * (bench/RESULTS.md, section 34).
- */
-const PIPELINE_CALLS = 16;
-
-/**
- * At most about this many bytes of values in one batch statement. A statement carries each column as one array: 256
- * results of 4 MiB (the default maxResultBytes) are past what one JavaScript string holds (512 MiB), and the whole
- * batch would fail where each call alone succeeds. A call past it alone goes out alone.
- */
-const MAX_BATCH_BYTES = 16 * 1024 * 1024;
-
-/** A create waiting for its batch: the task, the shard drawn for it, its principal's limits (null: none). */
-interface PendingCreate {
-  task: NewTask;
-  shard: number;
-  open: number | null;
-  stored: number | null;
-  /** $1 to $18 of `SQL.createInShard`, one row of `SQL.createBatch`. */
-  parameters: unknown[];
-}
-
-/** A finish waiting for its batch. */
-interface PendingFinish {
-  lease: LeaseRef;
-  /** $1 to $7 of `SQL.finish`, one row of `SQL.finishBatch`. */
-  parameters: unknown[];
-}
-
-/**
- * A turn's calls as the statements they go out in: two halves from PIPELINE_CALLS calls on, else one, and one when two
- * calls name the same row (`rowsOf`).
- */
-function halves<K>(batch: readonly K[], rowsOf: (call: K) => readonly string[]): Array<readonly K[]> {
-  if (batch.length < PIPELINE_CALLS) return [batch];
-  const rows = new Set<string>();
-  for (const call of batch) {
-    for (const row of rowsOf(call)) {
-      if (rows.has(row)) return [batch];
-      rows.add(row);
-    }
-  }
-  const half = Math.ceil(batch.length / 2);
-  return [batch.slice(0, half), batch.slice(half)];
-}
-
-/** A batch cut, in order, into parts whose string values add up to at most MAX_BATCH_BYTES each (UTF-16 units). */
-function partsOfBytes<K extends { parameters: unknown[] }>(batch: readonly K[]): K[][] {
-  const parts: K[][] = [];
-  let part: K[] = [];
-  let bytes = 0;
-  for (const call of batch) {
-    const size = call.parameters.reduce<number>((sum, v) => sum + (typeof v === 'string' ? v.length : 8), 0);
-    if (part.length > 0 && bytes + size > MAX_BATCH_BYTES) {
-      parts.push(part);
-      part = [];
-      bytes = 0;
-    }
-    part.push(call);
-    bytes += size;
-  }
-  if (part.length > 0) parts.push(part);
-  return parts;
-}
-
-/**
- * Whether a batch statement's failure is one to answer by running each call alone: PostgreSQL refused it for a
- * value one call carried (SQLSTATE class 22, a data exception: a NUL character in a text, say), a constraint (23),
- * a limit one value is past (54: a principal too long for an index entry), or a conflict it broke by ending the
- * statement (40: a deadlock, a serialization failure). It changed nothing.
- */
-function ranAloneAfter(error: unknown): boolean {
-  if (!(error instanceof pg.DatabaseError) || typeof error.code !== 'string') return false;
-  return ['22', '23', '40', '54'].includes(error.code.slice(0, 2));
-}
-
-/** The calls of a batch whose key came first, and the indexes of those whose key an earlier call already had. */
-function splitRepeats<T>(batch: readonly T[], key: (call: T) => string): { firsts: T[]; repeats: Set<number> } {
-  const seen = new Set<string>();
-  const firsts: T[] = [];
-  const repeats = new Set<number>();
-  batch.forEach((call, i) => {
-    const k = key(call);
-    if (seen.has(k)) repeats.add(i);
-    else {
-      seen.add(k);
-      firsts.push(call);
-    }
-  });
-  return { firsts, repeats };
-}
-
-/** The fields of createBatch's records, in the order of `insertParameters`, then the shard, the limits and the
- * place in the batch. */
-const CREATE_FIELDS = [
-  'task_id',
-  'owner',
-  'tool_name',
-  'arguments',
-  'status_message',
-  'created_at',
-  'ttl_ms',
-  'expires_at',
-  'poll_interval_ms',
-  'resumable',
-  'idempotency_key',
-  'lease_owner',
-  'lease_expires_at',
-  'input_capabilities',
-  'trace_context',
-  'count_shard',
-  'open_limit',
-  'stored_limit',
-  'n',
-];
-
-/** The fields of finishBatch's records, in the order of `finishParameters`. */
-const FINISH_FIELDS = ['new_status', 'new_result', 'new_error', 'new_message', 'finished_at', 'id', 'held_fence'];
-
-/**
- * Rows of parameters as one JSON array of records, for `json_to_recordset`: one parameter, whatever the batch. Each
- * record is built by a plain loop, half the CPU of `Object.fromEntries` over mapped pairs (every create and finish of a
- * batch goes through here).
- */
-function asJson(rows: unknown[][], fields: readonly string[]): string {
-  return JSON.stringify(
-    rows.map((row) => {
-      const record: Record<string, unknown> = {};
-      for (let i = 0; i < fields.length; i++) record[fields[i]!] = row[i];
-      return record;
-    }),
-  );
-}
-
-/**
- * A statement each pooled connection parses and plans once (node-postgres prepares it by name on first use): for
- * the statements every create and finish sends. Their results name their columns, never \`*\`: a prepared statement
- * whose result gains a column (a newer release's migration) would fail.
- */
-function prepared(name: string, text: string, values: unknown[]): pg.QueryConfig {
-  return { name: `closeout_${name}`, text, values };
-}
-
-/** One shard row of `closeout_principal_tasks`; BIGINT arrives as a string. */
-interface ShardCounts {
-  shard: number;
-  open_tasks: string;
-  stored_tasks: string;
-}
-
-/**
- * New quotas for the shards holding `counts`: each keeps what it holds plus an even part of what is left of `limit`,
- * the remainder going to the shards from index `first` on, so that shard gets at least one when anything is left.
- * Their sum is the limit. Without a limit (null), zeros: the quota is then never read.
- */
-function dealQuotas(counts: number[], limit: number | null, first: number): number[] {
-  if (limit === null) return counts.map(() => 0);
-  const left = limit - counts.reduce((sum, n) => sum + n, 0);
-  const n = counts.length;
-  return counts.map((count, i) => count + Math.floor(left / n) + ((i - first + n) % n < left % n ? 1 : 0));
-}
-
-/** The task a create inserted, from what it sent (its arguments as the JSON text it sent: `insertParameters`). */
-function createdTask({ task, parameters }: PendingCreate): StoredTask {
-  return insertedTask(task, parameters[ARGUMENTS_PARAMETER] as string);
-}
-
-/** $1 to $15 of `SQL.insert` and `SQL.createInShard`: the new task's columns ($16 is the shard). */
-function finishParameters(lease: LeaseRef, outcome: TerminalOutcome, now: number): unknown[] {
-  return [
-    outcome.status,
-    outcome.status === 'completed' ? JSON.stringify(outcome.result) : null,
-    outcome.status === 'failed' ? JSON.stringify(outcome.error) : null,
-    outcome.statusMessage ?? null,
-    now,
-    lease.taskId,
-    lease.fence,
-  ];
-}
-
-function insertParameters(task: NewTask): unknown[] {
-  return [
-    task.taskId,
-    task.principal,
-    task.toolName,
-    JSON.stringify(task.arguments),
-    task.statusMessage ?? null,
-    task.createdAt,
-    task.ttlMs,
-    task.ttlMs === null ? null : task.createdAt + task.ttlMs,
-    task.pollIntervalMs,
-    task.resumable,
-    task.idempotencyKey ?? null,
-    task.leaseHolder,
-    task.leaseExpiresAt,
-    task.inputCapabilities === undefined ? null : JSON.stringify(task.inputCapabilities),
-    task.traceContext === undefined ? null : JSON.stringify(task.traceContext),
-  ];
-}
-
-function toTask(row: TaskRow): StoredTask {
-  const inputs = (row.inputs ?? []).map((i): StoredInput => ({
-    key: i.key,
-    request: JSON.parse(i.request) as InputRequest,
-    response: i.response === null ? undefined : (JSON.parse(i.response) as InputResponse),
-    requestedAt: Number(i.requestedAt),
-    answeredAt: i.answeredAt === null ? undefined : Number(i.answeredAt),
-  }));
-  return {
-    taskId: row.task_id,
-    principal: row.owner,
-    toolName: row.tool_name,
-    arguments: JSON.parse(row.arguments) as JsonObject,
-    status: row.status,
-    statusMessage: row.status_message ?? undefined,
-    createdAt: Number(row.created_at),
-    lastUpdatedAt: Number(row.last_updated_at),
-    ttlMs: row.ttl_ms === null ? null : Number(row.ttl_ms),
-    pollIntervalMs: Number(row.poll_interval_ms),
-    resumable: row.resumable,
-    idempotencyKey: row.idempotency_key ?? undefined,
-    result: row.result === null ? undefined : (JSON.parse(row.result) as JsonObject),
-    error: row.error === null ? undefined : (JSON.parse(row.error) as JsonRpcError),
-    cancelRequested: row.cancel_requested,
-    leaseHolder: row.lease_owner ?? undefined,
-    leaseExpiresAt: row.lease_expires_at === null ? undefined : Number(row.lease_expires_at),
-    fence: row.fence,
-    attempt: row.attempt,
-    inputs,
-    inputCapabilities:
-      row.input_capabilities === null ? undefined : (JSON.parse(row.input_capabilities) as InputCapabilities),
-    traceContext: row.trace_context === null ? undefined : (JSON.parse(row.trace_context) as TraceCarrier),
-  };
-}
-
-/** A step row; BIGINT arrives as a string. */
-interface StepRow {
-  name: string;
-  result: string | null;
-  committed_at: string;
-}
-
-/** COUNT and SUM of BIGINT arrive as strings. */
-interface StepTotals {
-  steps: string;
-  bytes: string;
-  checkpoint_bytes: string;
-}
-
-function toStep(row: StepRow): StoredStep {
-  return {
-    name: row.name,
-    result: row.result === null ? undefined : (JSON.parse(row.result) as JsonValue),
-    committedAt: Number(row.committed_at),
-  };
-}
-
-function signalPayload(signal: TaskSignal): string {
-  return JSON.stringify({ taskId: signal.taskId, kind: signal.kind });
-}
-
-/** A notification payload as a TaskSignal, or undefined when it is not one of ours. */
-function parseSignal(payload: string | undefined): TaskSignal | undefined {
-  if (payload === undefined) return undefined;
-  try {
-    const value = JSON.parse(payload) as { taskId?: unknown; kind?: unknown };
-    const kind = value.kind;
-    if (typeof value.taskId !== 'string' || (kind !== 'input' && kind !== 'cancel' && kind !== 'status')) {
-      return undefined;
-    }
-    return { taskId: value.taskId, kind };
-  } catch {
-    return undefined;
-  }
-}
-
-function asError(error: unknown): Error {
-  return error instanceof Error ? error : new Error(String(error));
 }

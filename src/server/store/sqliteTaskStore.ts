@@ -5,24 +5,24 @@
  */
 import type Database from 'better-sqlite3';
 
-import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
-import type { TraceCarrier } from '../../protocol/traceContext.js';
-import type { Checkpointer } from '../../sqliteCheckpointer.js';
-import { startCheckpointer } from '../../sqliteCheckpointer.js';
-import { openSqliteFile } from '../../sqliteFile.js';
-import { SqliteGroupCommit } from '../../sqliteGroupCommit.js';
-import type { SqliteSynchronous } from '../../sqliteSynchronous.js';
-import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from '../../statusSql.js';
+import type { InputRequest, InputResponse, TaskStatus } from '../../protocol/index.js';
+import { openSqliteFile } from '../../shared/sqlite/sqliteFile.js';
+import { SqliteGroupCommit } from '../../shared/sqlite/sqliteGroupCommit.js';
+import type { SqliteSynchronous } from '../../shared/sqlite/sqliteSynchronous.js';
+import { expiredMessage, SWEEP_PAGE, TOMBSTONE_RETENTION_MS } from './housekeeping.js';
+import type { Checkpointer } from './sqliteCheckpointer.js';
+import { startCheckpointer } from './sqliteCheckpointer.js';
+import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from './statusSql.js';
+import type { TaskRowColumns } from './taskRows.js';
+import { toStoredStep, toStoredTask } from './taskRows.js';
 import type {
   AwaitedInput,
-  InputCapabilities,
   JsonValue,
   LeaseRef,
   NewTask,
   PurgeOptions,
   RenewedLease,
   StepWriteLimits,
-  StoredInput,
   StoredStep,
   StoredTask,
   TaskOwner,
@@ -36,7 +36,7 @@ import { checkStepLimits, insertedTask, OpenTaskLimitError, StoredTaskLimitError
 
 /**
  * Versioned schema: entry i brings `user_version` from i to i + 1. Never edit a shipped entry; append. Its status sets
- * stay written out, and test/statusSql.test.ts fails when they no longer match the status machine.
+ * stay written out, and test/server/store/statusSql.test.ts fails when they no longer match the status machine.
  */
 const MIGRATIONS: readonly string[] = [
   `CREATE TABLE tasks (
@@ -141,9 +141,6 @@ const MIGRATIONS: readonly string[] = [
 /** The task store schema version this build writes. */
 export const STORE_SCHEMA_VERSION = MIGRATIONS.length;
 
-/** The size of one step of a sweep that pages (expiry, purge), when the caller sets none. */
-const SWEEP_PAGE = 500;
-
 /**
  * Leases renewed per statement, the event loop free between two: about 27 ms of the serving thread per step at load
  * 18, 14 ms for 500, but 140 ms for 2,000 (bench/RESULTS.md, section 8a). Not smaller: every step also waits for a
@@ -151,36 +148,8 @@ const SWEEP_PAGE = 500;
  */
 const RENEW_STEP = 1000;
 
-/** Purged ids are remembered this long, enough to outlive a client's last reasonable poll. */
-const TOMBSTONE_RETENTION_MS = 7 * 24 * 3600_000;
-
-/**
- * A row of `tasks`. Two columns keep their first release's names: `owner` holds the caller's principal, `lease_owner`
- * the lease holder (an instance id); the code around them says principal and holder.
- */
-interface TaskRow {
-  task_id: string;
-  owner: string;
-  tool_name: string;
-  arguments: string;
-  status: TaskStatus;
-  status_message: string | null;
-  created_at: number;
-  last_updated_at: number;
-  ttl_ms: number | null;
-  poll_interval_ms: number;
-  resumable: number;
-  idempotency_key: string | null;
-  result: string | null;
-  error: string | null;
-  cancel_requested: number;
-  lease_owner: string | null;
-  lease_expires_at: number | null;
-  fence: number;
-  attempt: number;
-  input_capabilities: string | null;
-  trace_context: string | null;
-}
+/** A row of `tasks`: its columns are named in taskRows.ts, for both dialects. */
+type TaskRow = TaskRowColumns;
 
 interface InputRow {
   key: string;
@@ -590,7 +559,7 @@ export class SqliteTaskStore implements TaskStore {
         // LIMIT -1: no limit
         const rows = this.stmt.overdue.all(now, limit) as { task_id: string; ttl_ms: number }[];
         for (const { task_id, ttl_ms } of rows) {
-          const message = `Task expired: its TTL of ${ttl_ms} ms elapsed before it finished`;
+          const message = expiredMessage(ttl_ms);
           this.stmt.expire.run(JSON.stringify({ code: -32603, message }), message, now, task_id);
         }
         return rows.map((r) => r.task_id);
@@ -645,38 +614,12 @@ export class SqliteTaskStore implements TaskStore {
   }
 
   private toTask(row: TaskRow): StoredTask {
-    const inputs = (this.stmt.inputs.all(row.task_id) as InputRow[]).map((i): StoredInput => ({
-      key: i.key,
-      request: JSON.parse(i.request) as InputRequest,
-      response: i.response === null ? undefined : (JSON.parse(i.response) as InputResponse),
+    const inputs = (this.stmt.inputs.all(row.task_id) as InputRow[]).map((i) => ({
+      ...i,
       requestedAt: i.requested_at,
-      answeredAt: i.answered_at ?? undefined,
+      answeredAt: i.answered_at,
     }));
-    return {
-      taskId: row.task_id,
-      principal: row.owner,
-      toolName: row.tool_name,
-      arguments: JSON.parse(row.arguments) as JsonObject,
-      status: row.status,
-      statusMessage: row.status_message ?? undefined,
-      createdAt: row.created_at,
-      lastUpdatedAt: row.last_updated_at,
-      ttlMs: row.ttl_ms,
-      pollIntervalMs: row.poll_interval_ms,
-      resumable: row.resumable === 1,
-      idempotencyKey: row.idempotency_key ?? undefined,
-      result: row.result === null ? undefined : (JSON.parse(row.result) as JsonObject),
-      error: row.error === null ? undefined : (JSON.parse(row.error) as JsonRpcError),
-      cancelRequested: row.cancel_requested === 1,
-      leaseHolder: row.lease_owner ?? undefined,
-      leaseExpiresAt: row.lease_expires_at ?? undefined,
-      fence: row.fence,
-      attempt: row.attempt,
-      inputs,
-      inputCapabilities:
-        row.input_capabilities === null ? undefined : (JSON.parse(row.input_capabilities) as InputCapabilities),
-      traceContext: row.trace_context === null ? undefined : (JSON.parse(row.trace_context) as TraceCarrier),
-    };
+    return toStoredTask(row, inputs);
   }
 
   async taskVersions(taskIds: string[]): Promise<TaskVersion[]> {
@@ -715,9 +658,5 @@ interface StepTotals {
 }
 
 function toStep(row: StepRow): StoredStep {
-  return {
-    name: row.name,
-    result: row.result === null ? undefined : (JSON.parse(row.result) as JsonValue),
-    committedAt: row.committed_at,
-  };
+  return toStoredStep(row);
 }

@@ -1,13 +1,13 @@
 // Invariants: the PostgreSQL ledger passes the one Ledger contract (contract.ts); it migrates itself once when many
 // workers open a fresh database together; the connection string's password never reaches an error or a log line.
-import { inspect } from 'node:util';
 
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 
 import { isTransientStorageError } from '../../../src/client/ledger/ledger.js';
 import { POSTGRES_LEDGER_SCHEMA_VERSION, PostgresLedger } from '../../../src/client/ledger/postgresLedger.js';
-import { freePort, type StartedPostgres, startPostgres } from '../../support/postgres.js';
+import { everythingShown, failingConnections } from '../../support/passwordLeaks.js';
+import { type StartedPostgres, startPostgres } from '../../support/postgres.js';
 import { describeLedgerContract } from './contract.js';
 
 let postgres: StartedPostgres;
@@ -57,11 +57,6 @@ function submission(recordId: string, idempotencyKey?: string) {
     leaseHolder: 'p1',
     leaseExpiresAt: T0 + 30_000,
   };
-}
-
-/** The text anybody could see of an error: its message, its stack, and everything util.inspect prints of it. */
-function everythingShown(error: unknown): string {
-  return `${String(error)}\n${(error as Error).stack ?? ''}\n${inspect(error, { depth: 10 })}`;
 }
 
 describe('PostgresLedger on its database', () => {
@@ -127,17 +122,7 @@ describe('PostgresLedger on its database', () => {
     expect(ledger.location).toContain('***');
 
     // a wrong password, a port where nothing listens, a database that does not exist
-    const wrong = new URL(database.connectionString);
-    wrong.password = 'Wr0ngPassw0rd-do-not-show';
-    const nowhere = new URL(database.connectionString);
-    nowhere.port = String(await freePort());
-    const missing = new URL(database.connectionString);
-    missing.pathname = '/no_such_database';
-    for (const [target, shown] of [
-      [wrong.href, 'Wr0ngPassw0rd-do-not-show'],
-      [nowhere.href, password],
-      [missing.href, password],
-    ] as const) {
+    for (const [target, shown] of await failingConnections(database.connectionString)) {
       const failure = await PostgresLedger.open(target, { connectionTimeoutMs: 3000 }).then(
         () => undefined,
         (error: unknown) => error,

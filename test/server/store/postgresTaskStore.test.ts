@@ -7,6 +7,7 @@ import { openTaskStore } from '../../../src/server/store/openTaskStore.js';
 import { PostgresTaskStore, SQL } from '../../../src/server/store/postgresTaskStore.js';
 import type { NewTask, StoredTask, TaskSignal } from '../../../src/server/store/taskStore.js';
 import { OpenTaskLimitError } from '../../../src/server/store/taskStore.js';
+import { everythingShown, failingConnections } from '../../support/passwordLeaks.js';
 import { freePort, type StartedPostgres, startPostgres } from '../../support/postgres.js';
 import { describeTaskStoreContract } from './contract.js';
 
@@ -429,6 +430,37 @@ describe('PostgresTaskStore across instances', () => {
     await expect(
       PostgresTaskStore.open(`postgres://postgres:x@127.0.0.1:${port}/nowhere`, { connectionTimeoutMs: 2000 }),
     ).rejects.toThrow(/^PostgreSQL task store: migrate failed: /);
+  });
+
+  it('refuses a database a newer build migrated, saying so, and leaves it as it is', async () => {
+    // invariant: a store never writes to a schema it does not know (docs/DESIGN.md, "Storage foundation": one migration
+    // runner for the task store and the ledger)
+    await openStore({ listen: false });
+    const { rows } = await admin.query<{ version: number }>(
+      'SELECT MAX(version) AS version FROM closeout_schema_version',
+    );
+    const newer = rows[0]!.version + 1;
+    await admin.query('INSERT INTO closeout_schema_version (version) VALUES ($1)', [newer]);
+    await expect(PostgresTaskStore.open(database.connectionString, { listen: false })).rejects.toThrow(
+      /^PostgreSQL task store: migrate failed: .*schema version \d+ is newer than this build/,
+    );
+    const after = await admin.query<{ version: number }>('SELECT MAX(version) AS version FROM closeout_schema_version');
+    expect(after.rows[0]!.version).toBe(newer);
+  });
+
+  it('keeps the connection string password out of every error it makes', async () => {
+    // invariant: the password never reaches a log or an error message, on the server as on the client ledger
+    const password = new URL(database.connectionString).password;
+    expect(password.length).toBeGreaterThan(8);
+    for (const [target, shown] of await failingConnections(database.connectionString)) {
+      const failure = await PostgresTaskStore.open(target, { connectionTimeoutMs: 3000, listen: false }).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      expect(failure).toBeInstanceOf(Error);
+      expect((failure as Error).message).toMatch(/^PostgreSQL task store: migrate failed: /);
+      expect(everythingShown(failure)).not.toContain(shown);
+    }
   });
 
   it('is what openTaskStore opens for a postgres:// location, migrated and ready', async () => {

@@ -9,9 +9,9 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
-import { SqliteLedger } from '../src/client/ledger/sqliteLedger.js';
-import { SqliteTaskStore } from '../src/server/store/sqliteTaskStore.js';
-import { WAL_SIZE_LIMIT_BYTES } from '../src/sqliteFile.js';
+import { SqliteLedger } from '../../../src/client/ledger/sqliteLedger.js';
+import { SqliteTaskStore } from '../../../src/server/store/sqliteTaskStore.js';
+import { WAL_SIZE_LIMIT_BYTES } from '../../../src/shared/sqlite/sqliteFile.js';
 
 const MiB = 1024 * 1024;
 let dir: string;
@@ -61,7 +61,7 @@ describe('SqliteTaskStore write-ahead log', () => {
       expect(tasks).toBeGreaterThan(1000);
       // bounded, not exact: the worker's copy can lag the writer on a loaded machine; without the bound the log passed
       // 600 MiB in this time, and 115 MB in one CI run while the worker's TRUNCATE waited for the writer lock (see
-      // test/sqliteCheckpointer.test.ts, which provokes that wait every time)
+      // test/server/store/sqliteCheckpointer.test.ts, which provokes that wait every time)
       expect(maxWal).toBeLessThan(6 * WAL_SIZE_LIMIT_BYTES);
       // idle, it comes back under the limit
       const idle = Date.now() + 15_000;

@@ -1,4 +1,4 @@
-// The connections of src/sqliteDriver.ts keep every driver object until the thread ends, and their pragma(), which
+// The connections of src/shared/sqlite/sqliteDriver.ts keep every driver object until the thread ends, and their pragma(), which
 // answers from statements prepared once per text, answers as the driver's own pragma() does, afresh on every call.
 // Every connection of the package is opened there (the checkpointer's worker keeps its own objects itself).
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
-import { openDatabase } from '../src/sqliteDriver.js';
+import { openDatabase } from '../../../src/shared/sqlite/sqliteDriver.js';
 
 let dir: string;
 
@@ -74,11 +74,11 @@ describe('openDatabase', () => {
 
 describe('connections of this package', () => {
   it('are all opened by openDatabase, but for the checkpointer worker', () => {
-    const src = join(import.meta.dirname, '..', 'src');
+    const src = join(import.meta.dirname, '..', '..', '..', 'src');
     const opening = (readdirSync(src, { recursive: true }) as string[])
       .filter((file) => file.endsWith('.ts'))
       .filter((file) => /new Database\(/.test(readFileSync(join(src, file), 'utf8')))
       .sort();
-    expect(opening).toEqual(['sqliteCheckpointer.ts', 'sqliteDriver.ts']);
+    expect(opening).toEqual(['server/store/sqliteCheckpointer.ts', 'shared/sqlite/sqliteDriver.ts']);
   });
 });

@@ -13,10 +13,10 @@ import { promisify } from 'node:util';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
-import { startCheckpointer } from '../src/sqliteCheckpointer.js';
+import { startCheckpointer } from '../../../src/server/store/sqliteCheckpointer.js';
 
 const run = promisify(execFile);
-const DIST_CHECKPOINTER = fileURLToPath(new URL('../dist/sqliteCheckpointer.js', import.meta.url));
+const DIST_CHECKPOINTER = fileURLToPath(new URL('../../../dist/server/store/sqliteCheckpointer.js', import.meta.url));
 
 let dir: string;
 
@@ -181,7 +181,7 @@ describe('startCheckpointer', () => {
       console.log('stopped');
     `;
     const { stdout } = await run(process.execPath, ['--input-type=module', '-e', script], {
-      cwd: fileURLToPath(new URL('..', import.meta.url)),
+      cwd: fileURLToPath(new URL('../../..', import.meta.url)),
       timeout: 20_000,
     });
     expect(stdout.trim()).toBe('stopped');
@@ -200,7 +200,7 @@ describe('startCheckpointer', () => {
     `;
     const started = Date.now();
     const { stdout } = await run(process.execPath, ['--input-type=module', '-e', script], {
-      cwd: fileURLToPath(new URL('..', import.meta.url)),
+      cwd: fileURLToPath(new URL('../../..', import.meta.url)),
       timeout: 20_000,
     });
     expect(stdout.trim()).toBe('opened');

@@ -26,7 +26,7 @@ import { Worker } from 'node:worker_threads';
 
 import type Database from 'better-sqlite3';
 
-import { WAL_SIZE_LIMIT_BYTES } from './sqliteFile.js';
+import { WAL_SIZE_LIMIT_BYTES } from '../../shared/sqlite/sqliteFile.js';
 
 /** SQLite's own default threshold, restored when the worker is gone. */
 const AUTO_CHECKPOINT_PAGES = 1000;

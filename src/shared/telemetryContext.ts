@@ -7,7 +7,7 @@
  */
 import { type Context, createTraceState, propagation, ROOT_CONTEXT, trace } from '@opentelemetry/api';
 
-import { BAGGAGE_META_KEY, formatTraceparent, parseTraceparent, type TraceCarrier } from './protocol/traceContext.js';
+import { BAGGAGE_META_KEY, formatTraceparent, parseTraceparent, type TraceCarrier } from '../protocol/traceContext.js';
 
 /** The trace context of the span current in `ctx`, with the context's baggage; undefined without a valid span. */
 export function carrierOf(ctx: Context): TraceCarrier | undefined {

@@ -1,11 +1,11 @@
 /**
- * The status predicates of the SQL of both halves (the task stores, the ledger), written from the status machine
+ * The status predicates of the task stores' SQL, written from the status machine
  * (protocol/status.ts) so that a status is named in one place. Each is built once, as literal text: a partial index
  * serves a query only when the query repeats the index's own predicate, which parameters would not
- * (test/statusSql.test.ts pins the shipped schemas against these).
+ * (test/server/store/statusSql.test.ts pins the shipped schemas against these).
  */
-import type { TaskStatus } from './protocol/schemas.js';
-import { OPEN_STATUSES, TASK_STATUSES, TERMINAL_STATUSES } from './protocol/status.js';
+import type { TaskStatus } from '../../protocol/schemas.js';
+import { OPEN_STATUSES, TASK_STATUSES, TERMINAL_STATUSES } from '../../protocol/status.js';
 
 /** One status as an SQL string literal, checked against the machine at compile time. */
 export function sqlStatus(status: TaskStatus): string {

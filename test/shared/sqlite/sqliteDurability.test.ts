@@ -13,7 +13,7 @@ import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 
 const run = promisify(execFile);
-const DIST = fileURLToPath(new URL('../dist/', import.meta.url));
+const DIST = fileURLToPath(new URL('../../../dist', import.meta.url));
 const HAS_STRACE = spawnSync('strace', ['-V']).status === 0;
 const dir = mkdtempSync(join(tmpdir(), 'closeout-durability-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

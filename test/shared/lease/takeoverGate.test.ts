@@ -1,4 +1,4 @@
-// When a lapsed lease may be taken (docs/DESIGN.md, "Rules learned in the field", 11; src/takeoverGate.ts): only once
+// When a lapsed lease may be taken (docs/DESIGN.md, "Rules learned in the field", 11; src/shared/lease/takeoverGate.ts): only once
 // the taker has seen the store answer promptly, with no gap, for a whole lease. A fresh instance knows nothing yet, so
 // it takes no lapsed lease at start (it might have lapsed in a stall nobody could renew through); it takes a dead
 // holder's task within two leases of its start, and a lease handed back (a graceful shutdown) at once.
@@ -8,10 +8,10 @@ import { join } from 'node:path';
 
 import { afterEach, describe, expect, it } from 'vitest';
 
-import { SqliteTaskStore } from '../../src/server/store/sqliteTaskStore.js';
-import { TaskServer } from '../../src/server/taskServer.js';
-import { TakeoverGate } from '../../src/takeoverGate.js';
-import { waitFor } from '../support/waitFor.js';
+import { SqliteTaskStore } from '../../../src/server/store/sqliteTaskStore.js';
+import { TaskServer } from '../../../src/server/taskServer.js';
+import { TakeoverGate } from '../../../src/shared/lease/takeoverGate.js';
+import { waitFor } from '../../support/waitFor.js';
 
 const LEASE_MS = 2000;
 const open: Array<{ close(): Promise<void> }> = [];

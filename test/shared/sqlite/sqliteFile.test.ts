@@ -7,9 +7,9 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { SqliteLedger } from '../src/client/ledger/sqliteLedger.js';
-import { SqliteTaskStore } from '../src/server/store/sqliteTaskStore.js';
-import { openSqliteFile } from '../src/sqliteFile.js';
+import { SqliteLedger } from '../../../src/client/ledger/sqliteLedger.js';
+import { SqliteTaskStore } from '../../../src/server/store/sqliteTaskStore.js';
+import { openSqliteFile } from '../../../src/shared/sqlite/sqliteFile.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'closeout-sqlite-file-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
