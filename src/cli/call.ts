@@ -40,7 +40,7 @@ export function registerCall(program: Command): void {
     .command('call')
     .description('Call a tool: print a plain result at once, or follow the task it creates until it closes out')
     .argument('<url>', 'the server’s MCP endpoint, e.g. http://127.0.0.1:3000/mcp', parseUrl)
-    .argument('<tool>', 'the tool to call')
+    .argument('[tool]', 'the tool to call (without it: the tools the server offers, as `closeout tools` lists them)')
     .option('--args <json>', 'the arguments, as a JSON object', parseJsonObject)
     .option('--arg <key=value>', 'one argument (repeatable; the value is read as JSON when it is JSON)', collectArg)
     .option('--correlation-id <id>', 'your business id for this call, kept in the ledger')
@@ -56,7 +56,11 @@ export function registerCall(program: Command): void {
   command.action(runCall);
 }
 
-async function runCall(url: string, tool: string, flags: CallFlags): Promise<void> {
+async function runCall(url: string, tool: string | undefined, flags: CallFlags): Promise<void> {
+  if (tool === undefined) {
+    const { printTools } = await import('./tools.js');
+    return printTools(url, flags);
+  }
   const args = { ...flags.args, ...flags.arg } as JsonObject;
   const preset = presetFrom(flags);
   const out = new Output({ json: flags.json });

@@ -23,6 +23,7 @@ const COMMANDS: Record<string, () => Promise<(program: Command) => void>> = {
     return (program) => registerDoctor(program, ledgerRoundTrip);
   },
   call: async () => (await import('./call.js')).registerCall,
+  tools: async () => (await import('./tools.js')).registerTools,
   ls: async () => (await import('./ls.js')).registerLs,
   show: async () => (await import('./show.js')).registerShow,
   resume: async () => (await import('./resume.js')).registerResume,
