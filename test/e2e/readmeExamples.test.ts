@@ -134,7 +134,19 @@ describe('README.md examples', () => {
         entries.set(current, `${entries.get(current) ?? ''} ${line}`);
       }
     }
-    const commands = ['serve', 'doctor', 'tools', 'call', 'ls', 'show', 'resume', 'answer', 'cancel', 'resubmit', 'demo'];
+    const commands = [
+      'serve',
+      'doctor',
+      'tools',
+      'call',
+      'ls',
+      'show',
+      'resume',
+      'answer',
+      'cancel',
+      'resubmit',
+      'demo',
+    ];
     expect([...entries.keys()].sort()).toEqual([...commands].sort());
     const helps = await Promise.all(commands.map((command) => runCli([command, '--help'], { timeoutMs: 60_000 })));
     helps.forEach((help, i) => {
