@@ -31,6 +31,7 @@ const COMMANDS: Record<string, () => Promise<(program: Command) => void>> = {
   resubmit: async () => (await import('./resubmit.js')).registerResubmit,
   cancel: async () => (await import('./cancel.js')).registerCancel,
   demo: async () => (await import('./demo.js')).registerDemo,
+  bridge: async () => (await import('./bridge.js')).registerBridge,
 };
 
 // stdout carries the command's own output (with --json, JSON only): whatever a library logs goes to stderr

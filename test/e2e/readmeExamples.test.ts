@@ -146,6 +146,7 @@ describe('README.md examples', () => {
       'cancel',
       'resubmit',
       'demo',
+      'bridge',
     ];
     expect([...entries.keys()].sort()).toEqual([...commands].sort());
     const helps = await Promise.all(commands.map((command) => runCli([command, '--help'], { timeoutMs: 60_000 })));

@@ -1,0 +1,404 @@
+/**
+ * `closeout bridge`: a stdio MCP server for hosts that do not speak the Tasks extension (they call a tool and wait,
+ * and a long tool dies at their timeout). It offers the upstream server's tools and calls them through the client
+ * half, declaring the extension, so every handle is in a durable ledger before anything else happens with it:
+ *
+ * - a call that ends within `waitMs` answers the host with the tool's result, as if the tool were synchronous;
+ *   meanwhile each status message goes to the host as `notifications/progress` when its request carried a
+ *   `progressToken`;
+ * - a call still running then answers with a short text naming the task, and four tools of the bridge's own
+ *   (`closeout_tasks`, `closeout_wait`, `closeout_answer`, `closeout_cancel`) get at it later, from this process or
+ *   the next one (the ledger keeps every task; on start the bridge resumes the open ones);
+ * - input the task asks for goes to the host as its own `elicitation/create` when the host declared elicitation (a
+ *   2025-era host), else the call answers at once with the question and how to answer it with `closeout_answer`;
+ *   either way it is asked once (the client half stores each answer before sending it);
+ * - a host that retries a call (same tool, same arguments, within `dedupeWindowMs`) gets the same task back: the
+ *   idempotency key is derived from the call.
+ */
+import { createHash } from 'node:crypto';
+
+import type { CallToolResult, ElicitResult, Tool } from '@modelcontextprotocol/client';
+import type { ServerContext } from '@modelcontextprotocol/server';
+import { McpServer } from '@modelcontextprotocol/server';
+import { serveStdio, StdioServerTransport } from '@modelcontextprotocol/server/stdio';
+
+import type { TaskClient, TaskHandle, TaskInputContext, TaskRecord } from '../client/index.js';
+import { connectHttpTaskClient, isTaskHandle, TaskClientError } from '../client/index.js';
+import { canonicalJson } from '../protocol/canonicalJson.js';
+import type { JsonObject } from '../protocol/index.js';
+
+export interface BridgeOptions {
+  /** The upstream MCP server's Streamable HTTP endpoint. */
+  upstream: string;
+  /** The ledger: a SQLite file path or a `postgres://` URL. */
+  ledger: string;
+  /** How long a call waits for its task before it answers with the task's id. Default 55 s. */
+  waitMs?: number;
+  /** Calls of one tool with the same arguments within this long are one task. 0 turns it off. Default 10 minutes. */
+  dedupeWindowMs?: number;
+  /** A bearer token for the upstream server. */
+  token?: string | undefined;
+  stdin?: NodeJS.ReadableStream;
+  stdout?: NodeJS.WritableStream;
+  /** Where the bridge reports (never stdout). Default stderr. */
+  log?: (line: string) => void;
+}
+
+export interface RunningBridge {
+  client: TaskClient;
+  /** Resolves when the host closed stdin. */
+  closed: Promise<void>;
+  close(): Promise<void>;
+}
+
+export const DEFAULT_BRIDGE_WAIT_MS = 55_000;
+export const DEFAULT_DEDUPE_WINDOW_MS = 10 * 60_000;
+/** The longest `closeout_wait` waits in one call (hosts time out calls at about a minute). */
+const MAX_WAIT_SECONDS = 50;
+
+const OWN_TOOLS: Tool[] = [
+  {
+    name: 'closeout_tasks',
+    description: "This bridge's tasks, open ones first: task id, tool, status and status message.",
+    inputSchema: { type: 'object', properties: {} },
+  },
+  {
+    name: 'closeout_wait',
+    description: 'Wait up to `seconds` for a task, then return its result, or its status if it is still running.',
+    inputSchema: {
+      type: 'object',
+      properties: {
+        taskId: { type: 'string', description: 'the task id a call answered with' },
+        seconds: { type: 'number', description: `how long to wait, at most ${MAX_WAIT_SECONDS} (default 30)` },
+      },
+      required: ['taskId'],
+    },
+  },
+  {
+    name: 'closeout_answer',
+    description: 'Answer the input a task asks for (key as the task stated it).',
+    inputSchema: {
+      type: 'object',
+      properties: {
+        taskId: { type: 'string' },
+        key: { type: 'string', description: 'the input request key' },
+        response: {
+          type: 'object',
+          description:
+            'an elicitation answer: {"action":"accept","content":{...}}, {"action":"decline"} or {"action":"cancel"}',
+        },
+      },
+      required: ['taskId', 'key', 'response'],
+    },
+  },
+  {
+    name: 'closeout_cancel',
+    description: 'Ask the upstream server to cancel a task (cooperative: it may still complete).',
+    inputSchema: { type: 'object', properties: { taskId: { type: 'string' } }, required: ['taskId'] },
+  },
+];
+
+/** Serves the bridge on stdio until the host closes it. */
+export async function startBridge(options: BridgeOptions): Promise<RunningBridge> {
+  const log = options.log ?? ((line: string) => process.stderr.write(`closeout bridge: ${line}\n`));
+  const waitMs = options.waitMs ?? DEFAULT_BRIDGE_WAIT_MS;
+  const dedupeWindowMs = options.dedupeWindowMs ?? DEFAULT_DEDUPE_WINDOW_MS;
+  /** The host calls waiting on each task now: where its input requests go. */
+  const waiting = new Map<string, ServerContext & { hostElicits: boolean }>();
+  /** Input keys put to a host's elicitation now (task id and key): the call waits for the host's answer. */
+  const forwarded = new Set<string>();
+
+  const client = await connectHttpTaskClient(options.upstream, {
+    ledger: options.ledger,
+    ...(options.token ? { requestInit: { headers: { authorization: `Bearer ${options.token}` } } } : {}),
+    inputHandlers: {
+      elicitation: (request, context) => askHost(request.params as ElicitParams, context, waiting, forwarded),
+    },
+    onEvent: (event) => {
+      if (event.type === 'error') log(`record ${event.recordId}: ${event.error.message}`);
+    },
+  });
+  // the tasks an earlier bridge process left open are followed again (the upstream may still be down: they are
+  // followed once it answers)
+  void client
+    .resumeAll()
+    .then(({ resumed }) => resumed.length > 0 && log(`resumed ${resumed.length} open task(s)`))
+    .catch((error: unknown) => log(`resume failed: ${error instanceof Error ? error.message : String(error)}`));
+
+  const stdin = options.stdin ?? process.stdin;
+  const closed = new Promise<void>((resolve) => {
+    stdin.once('end', resolve);
+    stdin.once('close', resolve);
+  });
+  const transport = new StdioServerTransport(
+    stdin as ConstructorParameters<typeof StdioServerTransport>[0],
+    (options.stdout ?? process.stdout) as ConstructorParameters<typeof StdioServerTransport>[1],
+  );
+  const handle = serveStdio(
+    () => {
+      const mcp = new McpServer({ name: 'closeout-bridge', version: '0.1.0' });
+      mcp.server.registerCapabilities({ tools: {} });
+      mcp.server.setRequestHandler('tools/list', async () => ({ tools: [...(await upstreamTools()), ...OWN_TOOLS] }));
+      mcp.server.setRequestHandler('tools/call', async (request, ctx) => {
+        const { name, arguments: args = {} } = request.params;
+        const hostElicits = mcp.server.getClientCapabilities()?.elicitation !== undefined;
+        try {
+          switch (name) {
+            case 'closeout_tasks':
+              return await listTasks();
+            case 'closeout_wait':
+              return await waitFor(String(args['taskId'] ?? ''), Number(args['seconds'] ?? 30), ctx, hostElicits);
+            case 'closeout_answer':
+              return await answer(String(args['taskId'] ?? ''), String(args['key'] ?? ''), args['response']);
+            case 'closeout_cancel':
+              await client.cancel(String(args['taskId'] ?? ''));
+              return text(
+                `cancel requested for task ${String(args['taskId'])}: the server acknowledged it (it may still complete)`,
+              );
+            default:
+              return await call(name, args as JsonObject, ctx, hostElicits);
+          }
+        } catch (error) {
+          return toolError(error);
+        }
+      });
+      return mcp;
+    },
+    { transport, onerror: (error) => log(error.message) },
+  );
+
+  async function upstreamTools(): Promise<Tool[]> {
+    try {
+      const tools: Tool[] = [];
+      let cursor: string | undefined;
+      do {
+        const page = await client.client.listTools(cursor === undefined ? undefined : { cursor });
+        tools.push(...page.tools);
+        cursor = page.nextCursor;
+      } while (cursor !== undefined && tools.length < 10_000);
+      return tools;
+    } catch (error) {
+      log(`the upstream server's tools could not be listed: ${error instanceof Error ? error.message : String(error)}`);
+      return [];
+    }
+  }
+
+  /** A call of an upstream tool: its result within `waitMs`, else a text naming its task. */
+  async function call(name: string, args: JsonObject, ctx: ServerContext, hostElicits: boolean) {
+    const idempotencyKey = dedupeWindowMs > 0 ? await keyFor(name, args) : undefined;
+    const answer = await client.callTool(name, args, {
+      ...(idempotencyKey && { idempotencyKey, correlationId: callIdentity(name, args) }),
+    });
+    if (!isTaskHandle(answer)) return answer;
+    return follow(answer, ctx, hostElicits, waitMs);
+  }
+
+  /**
+   * The idempotency key of a call: the same tool and arguments within the window are one task. Calls carry the call's
+   * identity as their correlation id, and the latest record with it says whether it is recent enough to reuse.
+   */
+  async function keyFor(name: string, args: JsonObject): Promise<string> {
+    const identity = callIdentity(name, args);
+    const [latest] = (await client.list({ correlationId: identity })).sort((a, b) => b.submittedAt - a.submittedAt);
+    const open = latest && !['terminal', 'expired', 'unknown-outcome'].includes(latest.localState);
+    if (latest?.idempotencyKey && (open || Date.now() - latest.submittedAt < dedupeWindowMs)) {
+      return latest.idempotencyKey;
+    }
+    return `${identity}:${Date.now()}`;
+  }
+
+  async function follow(handle: TaskHandle, ctx: ServerContext, hostElicits: boolean, forMs: number) {
+    const progressToken = ctx.mcpReq._meta?.progressToken;
+    let progress = 0;
+    const stopProgress = handle.onChange((record) => {
+      if (progressToken === undefined || record.statusMessage === undefined) return;
+      progress += 1;
+      void ctx.mcpReq
+        .notify({
+          method: 'notifications/progress',
+          params: { progressToken, progress, message: record.statusMessage },
+        })
+        .catch(() => undefined);
+    });
+    waiting.set(handle.taskId, Object.assign(ctx, { hostElicits }));
+    // input nobody is asking the host for: said at once, not at the end of the wait
+    const input = needsInput(handle, forwarded);
+    try {
+      let timer: NodeJS.Timeout | undefined;
+      const ended = await Promise.race([
+        handle.outcome(),
+        input.found,
+        new Promise<'waiting'>((resolve) => (timer = setTimeout(() => resolve('waiting'), forMs))),
+      ]);
+      clearTimeout(timer);
+      if (ended === 'waiting') return stillRunning(await handle.record(), 'running');
+      if ('inputs' in ended) return stillRunning(ended, 'input');
+      return outcomeResult(ended.record);
+    } finally {
+      input.stop();
+      stopProgress();
+      if (waiting.get(handle.taskId) === ctx) waiting.delete(handle.taskId);
+    }
+  }
+
+  async function waitFor(taskId: string, seconds: number, ctx: ServerContext, hostElicits: boolean) {
+    const record = await client.get(taskId);
+    if (!record) throw new TaskClientError('not-found', `this bridge has no task ${taskId}: closeout_tasks lists them`);
+    if (isClosed(record)) return outcomeResult(record);
+    const handle = await client.attach(taskId);
+    const forMs = Math.min(Math.max(Number.isFinite(seconds) ? seconds : 30, 0), MAX_WAIT_SECONDS) * 1000;
+    return follow(handle, ctx, hostElicits, forMs);
+  }
+
+  async function answer(taskId: string, key: string, response: unknown) {
+    if (typeof response !== 'object' || response === null || Array.isArray(response)) {
+      throw new TaskClientError(
+        'invalid-argument',
+        'response must be an object such as {"action":"accept","content":{...}}',
+      );
+    }
+    await client.answer(taskId, key, response as JsonObject);
+    return text(`answer to ${key} stored and sent for task ${taskId}: closeout_wait returns its result`);
+  }
+
+  async function listTasks() {
+    const records = await client.list({});
+    records.sort((a, b) => Number(isClosed(a)) - Number(isClosed(b)) || b.submittedAt - a.submittedAt);
+    if (records.length === 0) return text('no tasks yet');
+    return text(
+      records
+        .slice(0, 100)
+        .map(
+          (r) =>
+            `${r.taskId ?? r.recordId}  ${r.toolName}  ${r.status ?? r.localState}${r.statusMessage ? ` · ${r.statusMessage}` : ''}`,
+        )
+        .join('\n'),
+    );
+  }
+
+  return {
+    client,
+    closed,
+    close: async () => {
+      await handle.close();
+      await client.close();
+    },
+  };
+}
+
+type ElicitParams = { message?: string; requestedSchema?: unknown; mode?: string };
+
+/**
+ * A task's input request: to the host's own elicitation when the host declared it and a call of it waits on the task;
+ * otherwise unanswered here (the call in flight, if any, tells the host how to answer with `closeout_answer`).
+ */
+async function askHost(
+  params: ElicitParams,
+  context: TaskInputContext,
+  waiting: Map<string, ServerContext & { hostElicits: boolean }>,
+  forwarded: Set<string>,
+): Promise<ElicitResult> {
+  const ctx = context.taskId === undefined ? undefined : waiting.get(context.taskId);
+  if (ctx?.hostElicits && params.mode !== 'url') {
+    const id = `${context.taskId}\u0000${context.key}`;
+    forwarded.add(id);
+    try {
+      return await ctx.mcpReq.elicitInput({
+        mode: 'form',
+        message: params.message ?? `Task ${context.taskId} asks for input (${context.key})`,
+        requestedSchema: (params.requestedSchema ?? { type: 'object', properties: {} }) as never,
+      });
+    } finally {
+      forwarded.delete(id);
+    }
+  }
+  // left for closeout_answer: the key stays open until an answer is given by hand, and this waits for nothing
+  return new Promise<never>((_resolve, reject) => {
+    if (context.signal.aborted) reject(context.signal.reason as Error);
+    else context.signal.addEventListener('abort', () => reject(context.signal.reason as Error), { once: true });
+  });
+}
+
+/**
+ * Resolves with the record once the task waits for input that nobody answered and the host is not being asked (the
+ * ledger records a key just before its handler runs, and a host's elicitation is marked in `forwarded` then): looked
+ * at twice a second until `stop`.
+ */
+function needsInput(handle: TaskHandle, forwarded: Set<string>): { found: Promise<TaskRecord>; stop: () => void } {
+  const unasked = (record: TaskRecord) =>
+    record.status === 'input_required' &&
+    record.inputs.some((input) => input.response === undefined && !forwarded.has(`${record.taskId}\u0000${input.key}`));
+  let timer: NodeJS.Timeout | undefined;
+  let seenOnce = false;
+  const found = new Promise<TaskRecord>((resolve) => {
+    const look = () => {
+      void handle.record().then(
+        (record) => {
+          // twice in a row: a key just handed to the host's elicitation is marked between the two looks
+          if (unasked(record) && seenOnce) return resolve(record);
+          seenOnce = unasked(record);
+          timer = setTimeout(look, 500);
+        },
+        () => (timer = setTimeout(look, 500)),
+      );
+    };
+    look();
+  });
+  return { found, stop: () => clearTimeout(timer) };
+}
+
+function callIdentity(name: string, args: JsonObject): string {
+  return `bridge:${createHash('sha256').update(canonicalJson({ name, args })).digest('base64url').slice(0, 32)}`;
+}
+
+function isClosed(record: TaskRecord): boolean {
+  return record.localState === 'terminal' || record.localState === 'expired' || record.localState === 'unknown-outcome';
+}
+
+function stillRunning(record: TaskRecord, why: 'running' | 'input'): CallToolResult {
+  const id = record.taskId ?? record.recordId;
+  if (why === 'input') {
+    const open = record.inputs.filter((input) => input.response === undefined);
+    const questions = open.map((input) => {
+      const params = input.request.params as ElicitParams;
+      return `- key "${input.key}": ${params.message ?? '(no message)'}\n  schema: ${JSON.stringify(params.requestedSchema ?? {})}`;
+    });
+    return text(
+      `Task ${id} (${record.toolName}) needs input before it can go on:\n${questions.join('\n')}\n` +
+        `Answer with closeout_answer {"taskId":"${id}","key":KEY,"response":{"action":"accept","content":{...}}} ` +
+        `(or {"action":"decline"}), then closeout_wait {"taskId":"${id}"} for its result.`,
+    );
+  }
+  return text(
+    `Task ${id} (${record.toolName}) is still ${record.status ?? 'starting'}${record.statusMessage ? ` (${record.statusMessage})` : ''}. ` +
+      `It goes on; get its result with closeout_wait {"taskId":"${id}"}.`,
+  );
+}
+
+/** What the host gets for a closed task: its result, or an error result saying how it ended. */
+function outcomeResult(record: TaskRecord): CallToolResult {
+  const id = record.taskId ?? record.recordId;
+  if (record.result) return record.result as CallToolResult;
+  if (record.error) {
+    return errorText(`Task ${id} (${record.toolName}) failed: ${record.error.message} (JSON-RPC ${record.error.code})`);
+  }
+  if (record.status === 'cancelled') return errorText(`Task ${id} (${record.toolName}) was cancelled`);
+  return errorText(
+    `Task ${id} (${record.toolName}) ended without a result: ${record.terminalReason ?? record.localState}`,
+  );
+}
+
+function toolError(error: unknown): CallToolResult {
+  if (error instanceof TaskClientError && error.code === 'unreachable') {
+    return errorText(`The upstream server cannot be reached: ${error.message}`);
+  }
+  return errorText(error instanceof Error ? error.message : String(error));
+}
+
+function text(value: string): CallToolResult {
+  return { content: [{ type: 'text', text: value }] };
+}
+
+function errorText(value: string): CallToolResult {
+  return { content: [{ type: 'text', text: value }], isError: true };
+}

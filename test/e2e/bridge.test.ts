@@ -1,0 +1,152 @@
+/**
+ * `closeout bridge` over real pipes, with the SDK's stdio client in the role of a 2025-11-25 host (one that does not
+ * speak the Tasks extension) and `closeout serve` upstream: a short task's result comes back inline with progress; a
+ * long one answers with its task id, the bridge is SIGKILLed and started again, and `closeout_wait` returns the real
+ * result; input is answered once through the host's elicitation and once through `closeout_answer`; an upstream that
+ * is down is a clear tool error.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+import type { CallToolResult } from '@modelcontextprotocol/client';
+import { Client } from '@modelcontextprotocol/client';
+import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+import { CLI, type ServeProcess, startServe } from '../support/processes.js';
+
+let dir: string;
+let upstream: ServeProcess;
+const hosts: Array<{ client: Client; transport: StdioClientTransport }> = [];
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'closeout-bridge-'));
+  upstream = await startServe(['--store', join(dir, 'server.db')]);
+});
+
+afterAll(async () => {
+  for (const { client } of hosts) await client.close().catch(() => undefined);
+  await upstream?.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** A 2025-11-25 host that starts the bridge over stdio (with elicitation declared or not). */
+async function host(options: { ledger: string; url?: string; elicitation?: boolean; wait?: number }) {
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: [CLI, 'bridge', options.url ?? upstream.url, '--ledger', options.ledger, '--wait', String(options.wait ?? 3)],
+    stderr: 'pipe',
+  });
+  const client = new Client(
+    { name: 'test-host', version: '1.0.0' },
+    options.elicitation ? { capabilities: { elicitation: {} } } : {},
+  );
+  const asked: string[] = [];
+  if (options.elicitation) {
+    client.setRequestHandler('elicitation/create', (request) => {
+      asked.push(request.params.message);
+      return { action: 'accept', content: { approve: true, note: 'from the host' } };
+    });
+  }
+  await client.connect(transport);
+  hosts.push({ client, transport });
+  return { client, transport, asked };
+}
+
+function textOf(result: unknown): string {
+  return ((result as CallToolResult).content ?? []).map((c) => (c.type === 'text' ? c.text : '')).join('\n');
+}
+
+function taskIdIn(text: string): string {
+  const id = /Task (\S+) /.exec(text)?.[1];
+  expect(id, text).toBeDefined();
+  return id!;
+}
+
+describe('closeout bridge', { timeout: 120_000 }, () => {
+  it('lists the upstream tools and its own, and answers a short task inline with progress', async () => {
+    const { client } = await host({ ledger: join(dir, 'short.db') });
+    const { tools } = await client.listTools();
+    const names = tools.map((tool) => tool.name);
+    expect(names).toEqual(expect.arrayContaining(['batch_job', 'approve_deploy', 'closeout_wait', 'closeout_tasks']));
+    const progress: string[] = [];
+    const result = await client.callTool(
+      { name: 'batch_job', arguments: { items: 3, stepMs: 300 } },
+      { onprogress: (p) => progress.push(p.message ?? '') },
+    );
+    expect(textOf(result)).toContain('Processed 3 items');
+    expect(progress.some((message) => /Processed \d of 3 items/.test(message))).toBe(true);
+  });
+
+  it('answers a long task with its id; after a SIGKILL a new bridge returns its real result', async () => {
+    const ledger = join(dir, 'long.db');
+    const first = await host({ ledger });
+    const answer = await first.client.callTool({ name: 'batch_job', arguments: { items: 16, stepMs: 500 } });
+    const text = textOf(answer);
+    expect(text).toMatch(/closeout_wait/);
+    const taskId = taskIdIn(text);
+    // the host (say) restarts it: the process dies with no chance to clean up
+    process.kill(first.transport.pid!, 'SIGKILL');
+    const second = await host({ ledger });
+    let result = await second.client.callTool({ name: 'closeout_wait', arguments: { taskId, seconds: 40 } });
+    if (/still/.test(textOf(result))) {
+      result = await second.client.callTool({ name: 'closeout_wait', arguments: { taskId, seconds: 40 } });
+    }
+    expect(textOf(result)).toContain('Processed 16 items');
+    // the upstream ran it once: the task's own attempt count
+    expect((result as CallToolResult).structuredContent).toMatchObject({ processed: 16, attempt: 1 });
+    const listed = await second.client.callTool({ name: 'closeout_tasks', arguments: {} });
+    expect(textOf(listed)).toContain(taskId);
+  });
+
+  it('gives a host that retries a call the same task, and a new one with --no-dedupe', async () => {
+    const { client } = await host({ ledger: join(dir, 'dedupe.db'), wait: 1 });
+    const call = { name: 'batch_job', arguments: { items: 6, stepMs: 500 } };
+    const first = taskIdIn(textOf(await client.callTool(call)));
+    const retried = taskIdIn(textOf(await client.callTool(call)));
+    expect(retried).toBe(first);
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [CLI, 'bridge', upstream.url, '--ledger', join(dir, 'dedupe.db'), '--wait', '1', '--no-dedupe'],
+      stderr: 'pipe',
+    });
+    const plain = new Client({ name: 'test-host', version: '1.0.0' });
+    await plain.connect(transport);
+    hosts.push({ client: plain, transport });
+    expect(taskIdIn(textOf(await plain.callTool(call)))).not.toBe(first);
+  });
+
+  it('puts input to a host that declared elicitation, once, and the task completes with the answer', async () => {
+    const { client, asked } = await host({ ledger: join(dir, 'elicit.db'), elicitation: true, wait: 20 });
+    const result = await client.callTool({ name: 'approve_deploy', arguments: { env: 'prod' } });
+    expect(textOf(result)).toContain('Deployed to prod');
+    expect(asked).toHaveLength(1);
+  });
+
+  it('tells a host without elicitation the question at once, and closeout_answer answers it', async () => {
+    const { client } = await host({ ledger: join(dir, 'answer.db'), wait: 20 });
+    const started = Date.now();
+    const asked = await client.callTool({ name: 'approve_deploy', arguments: { env: 'staging' } });
+    const text = textOf(asked);
+    expect(text).toMatch(/needs input/);
+    expect(text).toContain('key "approval"');
+    // at once, not at the end of the 20 s wait
+    expect(Date.now() - started).toBeLessThan(15_000);
+    const taskId = taskIdIn(text);
+    const answered = await client.callTool({
+      name: 'closeout_answer',
+      arguments: { taskId, key: 'approval', response: { action: 'accept', content: { approve: true } } },
+    });
+    expect((answered as CallToolResult).isError).not.toBe(true);
+    const result = await client.callTool({ name: 'closeout_wait', arguments: { taskId, seconds: 30 } });
+    expect(textOf(result)).toContain('Deployed to staging');
+  });
+
+  it('gives a clear tool error when the upstream server is down', async () => {
+    const { client } = await host({ ledger: join(dir, 'down.db'), url: 'http://127.0.0.1:9/mcp' });
+    const result = (await client.callTool({ name: 'batch_job', arguments: { items: 1 } })) as CallToolResult;
+    expect(result.isError).toBe(true);
+    expect(textOf(result)).toMatch(/upstream server cannot be reached/);
+  });
+});
