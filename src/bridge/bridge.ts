@@ -20,12 +20,13 @@ import { createHash } from 'node:crypto';
 import type { CallToolResult, ElicitResult, Tool } from '@modelcontextprotocol/client';
 import type { ServerContext } from '@modelcontextprotocol/server';
 import { McpServer } from '@modelcontextprotocol/server';
-import { serveStdio, StdioServerTransport } from '@modelcontextprotocol/server/stdio';
+import { serveStdio } from '@modelcontextprotocol/server/stdio';
 
 import type { TaskClient, TaskHandle, TaskInputContext, TaskRecord } from '../client/index.js';
 import { connectHttpTaskClient, isTaskHandle, TaskClientError } from '../client/index.js';
 import { canonicalJson } from '../protocol/canonicalJson.js';
 import type { JsonObject } from '../protocol/index.js';
+import { stdioServerTransport } from '../server/stdio.js';
 
 export interface BridgeOptions {
   /** The upstream MCP server's Streamable HTTP endpoint. */
@@ -125,15 +126,7 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
     .then(({ resumed }) => resumed.length > 0 && log(`resumed ${resumed.length} open task(s)`))
     .catch((error: unknown) => log(`resume failed: ${error instanceof Error ? error.message : String(error)}`));
 
-  const stdin = options.stdin ?? process.stdin;
-  const closed = new Promise<void>((resolve) => {
-    stdin.once('end', resolve);
-    stdin.once('close', resolve);
-  });
-  const transport = new StdioServerTransport(
-    stdin as ConstructorParameters<typeof StdioServerTransport>[0],
-    (options.stdout ?? process.stdout) as ConstructorParameters<typeof StdioServerTransport>[1],
-  );
+  const { transport, closed } = stdioServerTransport(options.stdin, options.stdout);
   const handle = serveStdio(
     () => {
       const mcp = new McpServer({ name: 'closeout-bridge', version: '0.1.0' });

@@ -30,6 +30,25 @@ export interface StdioTaskServer {
   close(): Promise<void>;
 }
 
+/**
+ * @internal The SDK's stdio server transport on `stdin` and `stdout` (the process's own by default), and a promise
+ * that resolves when the host closes stdin.
+ */
+export function stdioServerTransport(
+  stdin: NodeJS.ReadableStream = process.stdin,
+  stdout: NodeJS.WritableStream = process.stdout,
+): { transport: StdioServerTransport; closed: Promise<void> } {
+  const closed = new Promise<void>((resolve) => {
+    stdin.once('end', resolve);
+    stdin.once('close', resolve);
+  });
+  const transport = new StdioServerTransport(
+    stdin as ConstructorParameters<typeof StdioServerTransport>[0],
+    stdout as ConstructorParameters<typeof StdioServerTransport>[1],
+  );
+  return { transport, closed };
+}
+
 /** Starts `tasks` and serves it on stdio. */
 export async function serveTaskServerStdio(
   tasks: TaskServer,
@@ -37,15 +56,7 @@ export async function serveTaskServerStdio(
 ): Promise<StdioTaskServer> {
   const info = options.serverInfo ?? { name: 'closeout', version: '0.1.0' };
   await tasks.start();
-  const stdin = options.stdin ?? process.stdin;
-  const closed = new Promise<void>((resolve) => {
-    stdin.once('end', resolve);
-    stdin.once('close', resolve);
-  });
-  const transport = new StdioServerTransport(
-    stdin as ConstructorParameters<typeof StdioServerTransport>[0],
-    (options.stdout ?? process.stdout) as ConstructorParameters<typeof StdioServerTransport>[1],
-  );
+  const { transport, closed } = stdioServerTransport(options.stdin, options.stdout);
   const handle = serveStdio(
     () => {
       const mcp = new McpServer(info);
