@@ -1,0 +1,73 @@
+/**
+ * `closeout/langchain`: a server's tools as LangChain.js tools that run as durable tasks through a TaskClient. The
+ * tool call's id (scoped by the run's `thread_id` when it has one) is the idempotency key, so a graph replayed after a
+ * crash, or a retried call, gets the same task; each status message is dispatched as a custom event
+ * (`closeout_progress`, seen by `streamEvents` and callbacks) and written to LangGraph's stream writer when there is
+ * one; the run's abort signal detaches (the task goes on) or, with `onAbort: 'cancel'`, cancels. A completed task is
+ * the tool's content (its text) with the whole CallToolResult as the artifact; a task that failed, was cancelled or
+ * expired throws TaskToolError. Input a task asks for goes to the TaskClient's own `inputHandlers`.
+ *
+ * `@langchain/core` is an optional peer dependency: only this entry point loads it.
+ */
+import { dispatchCustomEvent } from '@langchain/core/callbacks/dispatch';
+import type { DynamicStructuredTool, ToolRunnableConfig } from '@langchain/core/tools';
+import { tool } from '@langchain/core/tools';
+import type { Tool } from '@modelcontextprotocol/client';
+
+import type { TaskClient } from '../client/index.js';
+import type { JsonObject } from '../protocol/index.js';
+import { callAsTool, type OnAbort, textOf } from './taskOutcome.js';
+
+export { type OnAbort, TaskToolError } from './taskOutcome.js';
+
+export interface LangChainTaskToolsOptions {
+  /** Only these of the server's tools (default: all it lists). */
+  tools?: readonly string[];
+  /** What the run's abort signal does to a running task. Default `detach`. */
+  onAbort?: OnAbort;
+}
+
+/** The server's tools (from `tools/list`: names, descriptions, JSON Schema inputs) as LangChain tools. */
+export async function langchainTaskTools(
+  client: TaskClient,
+  options: LangChainTaskToolsOptions = {},
+): Promise<DynamicStructuredTool[]> {
+  const listed: Tool[] = [];
+  let cursor: string | undefined;
+  do {
+    const page = await client.client.listTools(cursor === undefined ? undefined : { cursor });
+    listed.push(...page.tools);
+    cursor = page.nextCursor;
+  } while (cursor !== undefined && listed.length < 10_000);
+  const wanted = options.tools === undefined ? undefined : new Set(options.tools);
+  return listed
+    .filter((each) => wanted === undefined || wanted.has(each.name))
+    .map(
+      (each) =>
+        tool(
+          async (input: JsonObject, config: ToolRunnableConfig) => {
+            const callId = config.toolCall?.id;
+            const thread = (config.configurable as { thread_id?: unknown } | undefined)?.thread_id;
+            const result = await callAsTool(client, each.name, input, {
+              callId:
+                callId === undefined
+                  ? undefined
+                  : `langchain:${typeof thread === 'string' ? `${thread}:` : ''}${callId}`,
+              signal: config.signal,
+              onAbort: options.onAbort ?? 'detach',
+              onProgress: (update) => {
+                (config as { writer?: (chunk: unknown) => void }).writer?.({ closeout: update });
+                void dispatchCustomEvent('closeout_progress', update, config).catch(() => undefined);
+              },
+            });
+            return [textOf(result), result];
+          },
+          {
+            name: each.name,
+            description: each.description ?? each.title ?? each.name,
+            schema: each.inputSchema as never,
+            responseFormat: 'content_and_artifact',
+          },
+        ) as unknown as DynamicStructuredTool,
+    );
+}

@@ -1,0 +1,103 @@
+/**
+ * What the framework adapters share: the idempotency key a framework's tool-call id makes, and a task's end as the
+ * tool's output or as an error the framework reports. Loads no framework.
+ */
+import type { CallToolResult } from '@modelcontextprotocol/client';
+
+import type { TaskClient, TaskHandle, TaskOutcome } from '../client/index.js';
+import { isTaskHandle } from '../client/index.js';
+import type { JsonObject } from '../protocol/index.js';
+
+/** What a framework's abort signal does to the task: let it go on (`detach`, the default) or `cancel` it. */
+export type OnAbort = 'detach' | 'cancel';
+
+/** How a task tool call ended, when it did not complete: `failed` carries the JSON-RPC error's code. */
+export class TaskToolError extends Error {
+  constructor(
+    readonly kind: 'failed' | 'cancelled' | 'expired' | 'detached',
+    readonly taskId: string,
+    message: string,
+    readonly code?: number,
+  ) {
+    super(message);
+    this.name = 'TaskToolError';
+  }
+}
+
+export interface CallAsToolOptions {
+  /** The framework's id of this tool call (scoped by the run or thread where there is one): the idempotency key. */
+  callId: string | undefined;
+  signal: AbortSignal | undefined;
+  onAbort: OnAbort;
+  /** Each status message of the task, as it changes. */
+  onProgress?: (update: { taskId: string; status: string; statusMessage: string }) => void;
+}
+
+/**
+ * Calls `name` through the client as a framework's tool does: a replay of the same call id gets the same task (the
+ * handle is in the ledger before anything waits), a task is followed to its end, and the CallToolResult comes back;
+ * a task that did not complete throws TaskToolError. A tool the server ran inline answers as a plain tool.
+ */
+export async function callAsTool(
+  client: TaskClient,
+  name: string,
+  args: JsonObject,
+  options: CallAsToolOptions,
+): Promise<CallToolResult> {
+  const answer = await client.callTool(name, args, {
+    ...(options.callId !== undefined && { idempotencyKey: options.callId, correlationId: options.callId }),
+  });
+  if (!isTaskHandle(answer)) return answer;
+  return followToEnd(answer, options);
+}
+
+async function followToEnd(handle: TaskHandle, options: CallAsToolOptions): Promise<CallToolResult> {
+  let last = '';
+  const stop = handle.onChange((record) => {
+    const message = record.statusMessage ?? '';
+    if (message === '' || message === last) return;
+    last = message;
+    options.onProgress?.({ taskId: handle.taskId, status: record.status ?? 'working', statusMessage: message });
+  });
+  const abort = () => void (options.onAbort === 'cancel' ? handle.cancel() : handle.detach()).catch(() => undefined);
+  options.signal?.addEventListener('abort', abort, { once: true });
+  try {
+    if (options.signal?.aborted) abort();
+    return resultOf(await handle.outcome(), handle.taskId);
+  } finally {
+    stop();
+    options.signal?.removeEventListener('abort', abort);
+  }
+}
+
+function resultOf(outcome: TaskOutcome, taskId: string): CallToolResult {
+  switch (outcome.kind) {
+    case 'completed':
+      return outcome.result;
+    case 'failed':
+      throw new TaskToolError(
+        'failed',
+        taskId,
+        `task ${taskId} failed: ${outcome.error.message} (JSON-RPC ${outcome.error.code})`,
+        outcome.error.code,
+      );
+    case 'cancelled':
+      throw new TaskToolError('cancelled', taskId, `task ${taskId} was cancelled`);
+    case 'expired':
+      throw new TaskToolError('expired', taskId, `task ${taskId} expired: ${outcome.reason}`);
+    default:
+      throw new TaskToolError(
+        'detached',
+        taskId,
+        `task ${taskId} goes on without this call (detached): the same tool call again finds it`,
+      );
+  }
+}
+
+/** The text of a CallToolResult's text blocks, one per line. */
+export function textOf(result: CallToolResult): string {
+  return result.content
+    .map((block) => (block.type === 'text' ? block.text : ''))
+    .filter((text) => text !== '')
+    .join('\n');
+}

@@ -1,0 +1,143 @@
+/**
+ * closeout/langchain against the real @langchain/core (pinned) and `closeout serve`: tools are invoked as an agent's
+ * tool node invokes them, with a tool call (name, args, id). A task's result reaches the ToolMessage (text as content,
+ * the CallToolResult as artifact), its status messages arrive as custom events, a failed task is an error the
+ * framework raises, an inline tool is a plain tool, the same tool-call id never runs the tool twice; and an agent
+ * process SIGKILLed while its tool's task runs is replayed by another with the same tool-call id, which gets the
+ * task's real result while the server ran the tool once.
+ */
+import { spawn } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import type { ToolMessage } from '@langchain/core/messages';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+import { langchainTaskTools, TaskToolError } from '../../src/adapters/langchain.js';
+import type { TaskClient } from '../../src/client/index.js';
+import { connectHttpTaskClient } from '../../src/client/index.js';
+import { type ServeProcess, startServe } from '../support/processes.js';
+import { runsOf } from '../support/runLog.js';
+import { waitFor } from '../support/waitFor.js';
+
+const ADAPTER = fileURLToPath(new URL('../../dist/adapters/langchain.js', import.meta.url));
+const CLIENT = fileURLToPath(new URL('../../dist/client/index.js', import.meta.url));
+
+let dir: string;
+let runLog: string;
+let server: ServeProcess;
+let client: TaskClient;
+
+beforeAll(async () => {
+  dir = mkdtempSync(join(tmpdir(), 'closeout-langchain-'));
+  runLog = join(dir, 'runs.jsonl');
+  server = await startServe(['--store', join(dir, 'server.db')], 15_000, { CLOSEOUT_RUN_LOG: runLog });
+  client = await connectHttpTaskClient(server.url, { ledger: join(dir, 'ledger.db') });
+});
+
+afterAll(async () => {
+  await client?.close();
+  await server?.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+async function toolNamed(name: string) {
+  const [found] = await langchainTaskTools(client, { tools: [name] });
+  expect(found?.name).toBe(name);
+  return found!;
+}
+
+describe('closeout/langchain', { timeout: 90_000 }, () => {
+  it("turns the server's tools into LangChain tools with their names, descriptions and schemas", async () => {
+    const tools = await langchainTaskTools(client);
+    expect(tools.map((each) => each.name).sort()).toEqual(
+      ['approve_deploy', 'batch_job', 'echo', 'export_report', 'flaky_upstream', 'render_job'].sort(),
+    );
+    const batch = tools.find((each) => each.name === 'batch_job')!;
+    expect(batch.description).toMatch(/batch of items/);
+    expect(batch.schema).toMatchObject({ type: 'object', properties: { items: { type: 'integer' } } });
+  });
+
+  it('runs a task tool: the result is the ToolMessage, progress arrives as custom events, a replay runs nothing', async () => {
+    const batch = await toolNamed('batch_job');
+    const progress: Array<{ statusMessage: string }> = [];
+    const call = { name: 'batch_job', args: { items: 3, stepMs: 200 }, id: 'call-1', type: 'tool_call' as const };
+    const message = (await batch.invoke(call, {
+      callbacks: [
+        {
+          handleCustomEvent: (name: string, data: unknown) => {
+            if (name === 'closeout_progress') progress.push(data as { statusMessage: string });
+          },
+        },
+      ],
+    })) as ToolMessage;
+    expect(message.content).toBe('Processed 3 items');
+    expect(message.tool_call_id).toBe('call-1');
+    expect(message.artifact).toMatchObject({ structuredContent: { processed: 3, attempt: 1 } });
+    expect(progress.some((update) => /Processed \d of 3 items/.test(update.statusMessage))).toBe(true);
+
+    const replayed = (await batch.invoke(call)) as ToolMessage;
+    expect(replayed.content).toBe('Processed 3 items');
+    const taskId = (await client.get('langchain:call-1'))?.taskId;
+    expect(taskId).toBeDefined();
+    expect(runsOf(runLog, taskId!)).toHaveLength(1);
+  });
+
+  it('raises a failed task as an error with its JSON-RPC code, and runs an inline tool as a plain tool', async () => {
+    const flaky = await toolNamed('flaky_upstream');
+    const failure = await flaky
+      .invoke({ name: 'flaky_upstream', args: {}, id: 'call-2', type: 'tool_call' })
+      .catch((error: unknown) => error);
+    expect(failure).toBeInstanceOf(TaskToolError);
+    expect(failure).toMatchObject({ kind: 'failed', code: expect.any(Number) });
+    const echo = await toolNamed('echo');
+    const echoed = (await echo.invoke({
+      name: 'echo',
+      args: { text: 'hi' },
+      id: 'call-3',
+      type: 'tool_call',
+    })) as ToolMessage;
+    expect(echoed.content).toContain('hi');
+  });
+
+  it('gives an agent replayed after a SIGKILL the real result of the task its first run started, run once', async () => {
+    const agent = spawn(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        `
+        const { connectHttpTaskClient } = await import(${JSON.stringify(CLIENT)});
+        const { langchainTaskTools } = await import(${JSON.stringify(ADAPTER)});
+        const client = await connectHttpTaskClient(${JSON.stringify(server.url)}, { ledger: ${JSON.stringify(join(dir, 'ledger.db'))} });
+        const [batch] = await langchainTaskTools(client, { tools: ['batch_job'] });
+        await batch.invoke({ name: 'batch_job', args: { items: 10, stepMs: 300 }, id: 'crash-1', type: 'tool_call' });
+        `,
+      ],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    );
+    let stderr = '';
+    agent.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const taskId = await waitFor(
+      'the agent to have its task in the ledger',
+      async () => (await client.get('langchain:crash-1'))?.taskId,
+      30_000,
+      50,
+    );
+    agent.kill('SIGKILL');
+    await new Promise((resolve) => agent.once('exit', resolve));
+    expect(stderr).toBe('');
+
+    const batch = await toolNamed('batch_job');
+    const message = (await batch.invoke({
+      name: 'batch_job',
+      args: { items: 10, stepMs: 300 },
+      id: 'crash-1',
+      type: 'tool_call',
+    })) as ToolMessage;
+    expect(message.content).toBe('Processed 10 items');
+    expect(runsOf(runLog, taskId)).toHaveLength(1);
+  });
+});
