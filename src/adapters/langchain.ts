@@ -12,9 +12,9 @@
 import { dispatchCustomEvent } from '@langchain/core/callbacks/dispatch';
 import type { DynamicStructuredTool, ToolRunnableConfig } from '@langchain/core/tools';
 import { tool } from '@langchain/core/tools';
-import type { Tool } from '@modelcontextprotocol/client';
 
 import type { TaskClient } from '../client/index.js';
+import { listAllTools } from '../client/listTools.js';
 import type { JsonObject } from '../protocol/index.js';
 import { callAsTool, type OnAbort, textOf } from './taskOutcome.js';
 
@@ -32,13 +32,7 @@ export async function langchainTaskTools(
   client: TaskClient,
   options: LangChainTaskToolsOptions = {},
 ): Promise<DynamicStructuredTool[]> {
-  const listed: Tool[] = [];
-  let cursor: string | undefined;
-  do {
-    const page = await client.client.listTools(cursor === undefined ? undefined : { cursor });
-    listed.push(...page.tools);
-    cursor = page.nextCursor;
-  } while (cursor !== undefined && listed.length < 10_000);
+  const listed = await listAllTools(client.client);
   const wanted = options.tools === undefined ? undefined : new Set(options.tools);
   return listed
     .filter((each) => wanted === undefined || wanted.has(each.name))

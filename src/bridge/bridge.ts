@@ -24,6 +24,7 @@ import { serveStdio } from '@modelcontextprotocol/server/stdio';
 
 import type { TaskClient, TaskHandle, TaskInputContext, TaskRecord } from '../client/index.js';
 import { connectHttpTaskClient, isTaskHandle, TaskClientError } from '../client/index.js';
+import { listAllTools } from '../client/listTools.js';
 import { canonicalJson } from '../protocol/canonicalJson.js';
 import type { JsonObject } from '../protocol/index.js';
 import { stdioServerTransport } from '../server/stdio.js';
@@ -162,14 +163,7 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
 
   async function upstreamTools(): Promise<Tool[]> {
     try {
-      const tools: Tool[] = [];
-      let cursor: string | undefined;
-      do {
-        const page = await client.client.listTools(cursor === undefined ? undefined : { cursor });
-        tools.push(...page.tools);
-        cursor = page.nextCursor;
-      } while (cursor !== undefined && tools.length < 10_000);
-      return tools;
+      return await listAllTools(client.client);
     } catch (error) {
       log(`the upstream server's tools could not be listed: ${error instanceof Error ? error.message : String(error)}`);
       return [];

@@ -11,6 +11,7 @@ import { InvalidArgumentError } from 'commander';
 import type { TaskClient, TaskHandle } from '../client/index.js';
 import { isTaskHandle } from '../client/index.js';
 import { displayLedgerLocation } from '../client/ledger/ledgerLocation.js';
+import { listAllTools } from '../client/listTools.js';
 import type { JsonObject } from '../protocol/index.js';
 import { parseJsonObject, parseUrl } from './arguments.js';
 import { CliError } from './cliError.js';
@@ -141,14 +142,9 @@ export async function closeOutAnswer(
 async function assertToolExists(client: TaskClient, url: string, tool: string): Promise<void> {
   // a server that does not advertise tools (the SDK then answers an empty list) gets the call as it is
   if (client.client.getServerCapabilities()?.tools === undefined) return;
-  const names: string[] = [];
+  let names: string[];
   try {
-    let cursor: string | undefined;
-    do {
-      const page = await client.client.listTools(cursor === undefined ? undefined : { cursor });
-      names.push(...page.tools.map((t) => t.name));
-      cursor = page.nextCursor;
-    } while (cursor !== undefined && names.length < 10_000);
+    names = (await listAllTools(client.client)).map((t) => t.name);
   } catch {
     return; // a server that does not list its tools gets the call as it is
   }

@@ -7,15 +7,13 @@ import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/cli
 import type { Command } from 'commander';
 
 import { DEFAULT_CLIENT_INFO } from '../client/connect.js';
+import { listAllTools } from '../client/listTools.js';
 import { parseUrl } from './arguments.js';
 import type { JsonFlags, TokenFlags } from './commonOptions.js';
 import { addJsonOption, addTokenOption } from './commonOptions.js';
 import { explainConnectError } from './explain.js';
 import { Output } from './output.js';
 import { serverLine } from './serverText.js';
-
-/** The most tools read from one server (pages of `tools/list`), so a server that pages for ever cannot hold the CLI. */
-const MAX_TOOLS = 10_000;
 
 type ToolsFlags = JsonFlags & TokenFlags;
 
@@ -75,14 +73,7 @@ async function listTools(url: string, token: string | undefined): Promise<Tool[]
     throw explainConnectError(url, error);
   }
   try {
-    const tools: Tool[] = [];
-    let cursor: string | undefined;
-    do {
-      const page = await client.listTools(cursor === undefined ? undefined : { cursor });
-      tools.push(...page.tools);
-      cursor = page.nextCursor;
-    } while (cursor !== undefined && tools.length < MAX_TOOLS);
-    return tools;
+    return await listAllTools(client);
   } catch (error) {
     throw explainConnectError(url, error);
   } finally {
