@@ -6,12 +6,12 @@
 import type { Client } from '@modelcontextprotocol/client';
 
 import { newLeaseHolder } from '../shared/lease/leaseHolder.js';
+import type { TaskClientEvent, TaskClientOptions } from './clientOptions.js';
 import { TaskClientError } from './errors.js';
 import type { Ledger, RecordedError, TaskRecord } from './ledger/ledger.js';
 import { credentialFingerprint } from './ledgerKeys.js';
 import type { SchedulerClock } from './scheduler.js';
 import { STEADY_CLOCK, SYSTEM_CLOCK } from './scheduler.js';
-import type { TaskClientEvent, TaskClientOptions } from './taskClient.js';
 import type { TaskHandle } from './taskHandle.js';
 import { ClientTelemetry } from './telemetry.js';
 
