@@ -10,8 +10,8 @@ import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
 const dist = (file) => pathToFileURL(join(process.argv[2], 'dist', file)).href;
-const { openSqliteFile } = await import(dist('sqliteFile.js'));
-const { startCheckpointer } = await import(dist('sqliteCheckpointer.js'));
+const { openSqliteFile } = await import(dist('shared/sqlite/sqliteFile.js'));
+const { startCheckpointer } = await import(dist('server/store/sqliteCheckpointer.js'));
 
 const ROUNDS = 60;
 const dir = mkdtempSync(join(tmpdir(), 'closeout-churn-'));
