@@ -109,6 +109,7 @@ const PUBLIC: Record<'client' | 'server' | 'protocol', { values: string[]; types
       'StoredInput',
       'StoredStep',
       'StoredTask',
+      'TaskActivity',
       'TaskCheckpoint',
       'TaskContext',
       'TaskHandler',

@@ -12,7 +12,14 @@ import { parse as parseConnectionString } from 'pg-connection-string';
 
 import { conformanceDiagnostics, registerConformanceTools } from '../demo/conformanceTools.js';
 import { registerDemoTools } from '../demo/demoTools.js';
-import { openTaskStore, serveTaskServer, serveTaskServerStdio, TaskServer, type TaskStore } from '../server/index.js';
+import {
+  openTaskStore,
+  serveTaskServer,
+  serveTaskServerStdio,
+  type TaskActivity,
+  TaskServer,
+  type TaskStore,
+} from '../server/index.js';
 import { isPostgresUrl } from '../shared/postgres/connectionString.js';
 import { isTransientPgError } from '../shared/postgres/transaction.js';
 import { parseNonNegativeInt, parsePort, parsePositiveInt } from './arguments.js';
@@ -20,6 +27,7 @@ import { CliError } from './cliError.js';
 import { describeServerError } from './doctorProbe.js';
 import { chain } from './explain.js';
 import { type MetricsEndpoint, serveMetrics } from './metricsEndpoint.js';
+import { activityLine, type LogFormat } from './serveActivity.js';
 
 interface ServeFlags {
   port: number;
@@ -36,6 +44,8 @@ interface ServeFlags {
   metricsHost: string;
   serviceName: string;
   stdio?: boolean;
+  logFormat: LogFormat;
+  quiet?: boolean;
 }
 
 export function registerServe(program: Command): void {
@@ -93,6 +103,12 @@ export function registerServe(program: Command): void {
     )
     .option('--metrics-host <host>', 'interface the metrics listen on', '127.0.0.1')
     .option('--service-name <name>', 'service.name of the metrics (target_info), to tell instances apart', 'closeout')
+    .addOption(
+      new Option('--log-format <format>', 'the task activity log on stderr: text, or json (one object per line)')
+        .choices(['text', 'json'])
+        .default('text'),
+    )
+    .option('--quiet', 'no task activity log (errors and the start line still go to stderr)')
     .action(async (flags: ServeFlags, command: Command) => {
       // a host starts a stdio server in whatever working directory it likes: its store lives in the user's own
       if (flags.stdio && command.getOptionValueSource('store') === 'default') {
@@ -114,6 +130,9 @@ export function registerServe(program: Command): void {
         leaseMs: flags.leaseMs,
         retentionMs: flags.retentionMs,
         unlimitedRetentionMs: flags.unlimitedRetentionMs,
+        ...(!flags.quiet && {
+          onActivity: (activity: TaskActivity) => console.error(activityLine(activity, flags.logFormat)),
+        }),
       });
       const onerror = (error: Error) => console.error(`[closeout serve] ${describeServerError(error.message)}`);
       // the conformance set also serves the plain diagnostic tools of the suite's server-stateless scenario, on the SDK

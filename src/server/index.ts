@@ -31,7 +31,7 @@ export type {
   TerminalOutcome,
 } from './store/taskStore.js';
 export { OpenTaskLimitError, StepLimitError, StoredTaskLimitError } from './store/taskStore.js';
-export type { RegisteredTaskTool, TaskServerOptions } from './taskServer.js';
+export type { RegisteredTaskTool, TaskActivity, TaskServerOptions } from './taskServer.js';
 export { INTERRUPTED_MESSAGE, TaskServer } from './taskServer.js';
 export type {
   AbortCause,

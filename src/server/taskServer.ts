@@ -74,6 +74,12 @@ export interface TaskServerOptions extends Partial<TaskLimits> {
   instanceId?: string;
   /** Called with errors that have no caller to go to (a failed sweep, a store error in a background write). */
   onError?: (error: Error) => void;
+  /**
+   * Told of each task event an operator cares about: created, finished (status, how long since creation), taken over
+   * after a restart or from another instance (and what became of it), expired, purged. Never arguments or results.
+   * `closeout serve` logs them.
+   */
+  onActivity?: (activity: TaskActivity) => void;
   /** Push streams (`subscriptions/listen` with `notifications.taskIds`): buffer, periodic check, keep-alive. */
   push?: TaskPushOptions;
   /** The clock, for tests. Default: the store's (TaskStore.now) where it has one, else the host's. */
@@ -116,6 +122,9 @@ interface RunningTask {
   abortedAt: number | undefined;
   /** Starts the handler; set while the run waits for a renewal to prove its lease (see launchWhileHeld). */
   start: (() => void) | undefined;
+  /** The task's creation time and this run's attempt, for the activity log. */
+  createdAt: number;
+  attempt: number;
 }
 
 /** Between two tries of a handler's write while the store is unreachable. */
@@ -128,6 +137,28 @@ const REPEAT_REPORT_MS = 5000;
 /** Messages of the -32602 answers: the same for an unknown id and for another principal's task. */
 const TASK_NOT_FOUND = 'Failed to retrieve task: Task not found';
 const TASK_EXPIRED = 'Failed to retrieve task: Task has expired';
+
+/** A task event for an operator's log (TaskServerOptions.onActivity): ids, tools, statuses and counts only. */
+export type TaskActivity =
+  | { type: 'created'; taskId: string; tool: string }
+  | {
+      type: 'finished';
+      taskId: string;
+      tool: string;
+      status: 'completed' | 'failed' | 'cancelled';
+      attempt: number;
+      /** Since the task was created. */
+      durationMs: number;
+    }
+  | {
+      type: 'taken-over';
+      taskId: string;
+      tool: string;
+      /** `rerun`: a resumable task runs again here; `interrupted`: failed as interrupted; `continued`: this instance's own. */
+      outcome: 'rerun' | 'interrupted' | 'cancelled' | 'continued';
+    }
+  | { type: 'expired'; count: number }
+  | { type: 'purged'; count: number };
 
 export const INTERRUPTED_MESSAGE = 'Task interrupted by a server restart before it finished';
 
@@ -153,6 +184,7 @@ export class TaskServer {
   private readonly unlimitedRetentionMs: number;
   private readonly cancelGraceMs: number;
   private readonly onError: (error: Error) => void;
+  private readonly onActivity: ((activity: TaskActivity) => void) | undefined;
   private readonly now: () => number;
   private sweepTimer: NodeJS.Timeout | undefined;
   /** The lease loop's tick in flight (renew, fallback signals, takeover). */
@@ -183,6 +215,7 @@ export class TaskServer {
     this.unlimitedRetentionMs = options.unlimitedRetentionMs ?? 7 * 24 * HOUR_MS;
     this.cancelGraceMs = options.cancelGraceMs ?? 5000;
     this.onError = options.onError ?? ((error) => console.error(`[closeout] ${error.message}`));
+    this.onActivity = options.onActivity;
     // a store that instances on several hosts share keeps the time they agree on (docs/DESIGN.md, "Rules learned in
     // the field", 2); a store of one host runs on its clock
     const store = options.store;
@@ -337,8 +370,10 @@ export class TaskServer {
       this.creating.delete(taskId);
     }
     const { task, created } = stored;
-    if (created) this.launchWhileHeld(tool, reclaimed ? { ...task, ...reclaimed } : task);
-    else assertSameCall(task, tool.name, args, idempotencyKey);
+    if (created) {
+      this.activity({ type: 'created', taskId, tool: tool.name });
+      this.launchWhileHeld(tool, reclaimed ? { ...task, ...reclaimed } : task);
+    } else assertSameCall(task, tool.name, args, idempotencyKey);
     return { resultType: 'task', ...this.taskFields(task, now) };
   }
 
@@ -576,6 +611,8 @@ export class TaskServer {
       heldUntil: performance.now() + Math.min(this.leaseMs, (task.leaseExpiresAt ?? 0) - this.now()),
       abortedAt: undefined,
       start: undefined,
+      createdAt: task.createdAt,
+      attempt: task.attempt,
     };
     // one live run per task in this instance: a re-claim stops the run that held the old fence (docs/DESIGN.md, "Rules
     // learned in the field", 9)
@@ -684,7 +721,18 @@ export class TaskServer {
     try {
       for (let delay = RETRY_MIN_MS; outcome; delay = Math.min(delay * 2, RETRY_MAX_MS)) {
         try {
-          if (await this.store.finish(run.lease, outcome, this.now())) this.changed(run.lease.taskId);
+          const now = this.now();
+          if (await this.store.finish(run.lease, outcome, now)) {
+            this.changed(run.lease.taskId);
+            this.activity({
+              type: 'finished',
+              taskId: run.lease.taskId,
+              tool: run.toolName,
+              status: outcome.status,
+              attempt: run.attempt,
+              durationMs: now - run.createdAt,
+            });
+          }
           return;
         } catch (error) {
           this.reportRepeated(error);
@@ -983,6 +1031,7 @@ export class TaskServer {
           this.proven(ownRun, sentAt);
           this.begin(ownRun);
           this.telemetry.leaseTakeover(task.toolName, 'continued');
+          this.activity({ type: 'taken-over', taskId: task.taskId, tool: task.toolName, outcome: 'continued' });
         } else if (task.cancelRequested) {
           const finished = await this.store.finish(
             lease,
@@ -991,9 +1040,11 @@ export class TaskServer {
           );
           if (finished) this.changed(task.taskId);
           this.telemetry.leaseTakeover(task.toolName, 'cancelled');
+          this.activity({ type: 'taken-over', taskId: task.taskId, tool: task.toolName, outcome: 'cancelled' });
         } else if (tool?.resumable && task.resumable) {
           this.launchWhileHeld(tool, task);
           this.telemetry.leaseTakeover(task.toolName, 'rerun');
+          this.activity({ type: 'taken-over', taskId: task.taskId, tool: task.toolName, outcome: 'rerun' });
         } else {
           const message = tool
             ? INTERRUPTED_MESSAGE
@@ -1005,6 +1056,7 @@ export class TaskServer {
           );
           if (finished) this.changed(task.taskId);
           this.telemetry.leaseTakeover(task.toolName, 'interrupted');
+          this.activity({ type: 'taken-over', taskId: task.taskId, tool: task.toolName, outcome: 'interrupted' });
         }
       }
       if (claimed.length < 100 || this.closed || this.gate.clock() - tickStartedAt > this.leaseMs / 3) return;
@@ -1023,15 +1075,30 @@ export class TaskServer {
         const expired = await this.store.expireOverdue(now, SWEEP_PAGE);
         for (const taskId of expired) this.abortIfRunning(taskId, 'expired');
         this.changed(expired);
+        if (expired.length > 0) this.activity({ type: 'expired', count: expired.length });
         if (expired.length < SWEEP_PAGE || this.closed) break;
         await yieldToServing();
       }
       const startedAt = performance.now();
       const options = { limit: SWEEP_PAGE, unlimitedRetentionMs: this.unlimitedRetentionMs };
-      while ((await this.store.purge(now, this.retentionMs, options)) >= SWEEP_PAGE && !this.closed) {
-        if (performance.now() - startedAt > this.leaseMs / 3) break;
+      let purged = 0;
+      for (;;) {
+        const count = await this.store.purge(now, this.retentionMs, options);
+        purged += count;
+        if (count < SWEEP_PAGE || this.closed || performance.now() - startedAt > this.leaseMs / 3) break;
         await yieldToServing();
       }
+      if (purged > 0) this.activity({ type: 'purged', count: purged });
+    } catch (error) {
+      this.report(error);
+    }
+  }
+
+  /** Tells `onActivity`; a listener that throws is reported, never in the way of the task. */
+  private activity(activity: TaskActivity): void {
+    if (!this.onActivity) return;
+    try {
+      this.onActivity(activity);
     } catch (error) {
       this.report(error);
     }

@@ -1,0 +1,36 @@
+/**
+ * `closeout serve`'s activity log (TaskServerOptions.onActivity): one line on stderr per task event that matters to an
+ * operator, as text for people or as JSON for log collectors. Ids, tools, statuses, durations and counts only: never
+ * an argument or a result (they may be secret).
+ */
+import type { TaskActivity } from '../server/index.js';
+
+export type LogFormat = 'text' | 'json';
+
+/** The log line of `activity`, or undefined for what text leaves out. */
+export function activityLine(activity: TaskActivity, format: LogFormat, at: Date = new Date()): string {
+  if (format === 'json') return JSON.stringify({ at: at.toISOString(), event: `task.${activity.type}`, ...activity });
+  switch (activity.type) {
+    case 'created':
+      return `closeout serve: task ${activity.taskId} created (${activity.tool})`;
+    case 'finished':
+      return `closeout serve: task ${activity.taskId} ${activity.status} (${activity.tool}, attempt ${activity.attempt}, ${seconds(activity.durationMs)} after creation)`;
+    case 'taken-over':
+      return `closeout serve: task ${activity.taskId} taken over (${activity.tool}): ${TAKEOVER[activity.outcome]}`;
+    case 'expired':
+      return `closeout serve: ${activity.count} task${activity.count === 1 ? '' : 's'} expired (past their TTL)`;
+    case 'purged':
+      return `closeout serve: ${activity.count} finished task${activity.count === 1 ? '' : 's'} purged (retention over)`;
+  }
+}
+
+const TAKEOVER: Record<Extract<TaskActivity, { type: 'taken-over' }>['outcome'], string> = {
+  rerun: 're-run here (resumable)',
+  interrupted: 'failed as interrupted (not resumable)',
+  cancelled: 'cancelled, as its client asked',
+  continued: "this instance's own run goes on",
+};
+
+function seconds(ms: number): string {
+  return ms < 1000 ? `${Math.max(0, Math.round(ms))}ms` : `${(ms / 1000).toFixed(1)}s`;
+}
