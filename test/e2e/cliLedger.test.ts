@@ -193,7 +193,7 @@ describe.concurrent('bad input', { timeout: 60_000 }, () => {
       [['resume', 'no-such-task'], /no task no-such-task in the ledger/],
       [['answer', 'no-such-task', '--decline'], /no task no-such-task in the ledger/],
       [['answer', 'no-such-task'], /stdin is not a terminal: pass --accept JSON, --decline or --dismiss/],
-      [['call', url], /missing required argument 'tool'/],
+      [['cancel'], /missing required argument 'taskId'/],
       [['call', url, 'echo', '--bogus'], /unknown option '--bogus'/],
     ];
     const runs = await Promise.all(cases.map(([args, , own]) => runCli(args, { ledger: own ?? ledger })));
