@@ -24,7 +24,12 @@ import type pg from 'pg';
 import type { InputRequest, InputResponse, TaskStatus } from '../../protocol/index.js';
 import { ConnectionGate } from '../../shared/postgres/connectionGate.js';
 import { isPostgresUrl, passwordsOf, redactConnectionString } from '../../shared/postgres/connectionString.js';
-import { DATABASE_CLOCK_SQL, DatabaseClock } from '../../shared/postgres/databaseClock.js';
+import {
+  DATABASE_CLOCK_SQL,
+  DatabaseClock,
+  renewedLeaseExpirySql,
+  renewedLeaseLength,
+} from '../../shared/postgres/databaseClock.js';
 import { loadPg } from '../../shared/postgres/driver.js';
 import { asError, wrapPostgresError } from '../../shared/postgres/errors.js';
 import { runMigrations } from '../../shared/postgres/migrations.js';
@@ -295,8 +300,15 @@ const SQL = {
               WHERE record_id = $1 AND lease_owner = $2 AND local_state = ${sqlLocalState('tracking')}`,
   trackedAmong: `SELECT record_id FROM closeout_ledger_submissions
                  WHERE record_id = ANY($1::text[]) AND lease_owner = $2 AND local_state = ${sqlLocalState('tracking')}`,
-  renewLeases: `UPDATE closeout_ledger_submissions SET lease_expires_at = $2
-                WHERE lease_owner = $1 AND ${OPEN_TO_DRIVE}`,
+  // the rows locked before the expiry is computed, so it counts from after any wait for a lock (renewedLeaseExpirySql)
+  renewLeases: `WITH held AS MATERIALIZED (
+                  SELECT record_id FROM closeout_ledger_submissions
+                  WHERE lease_owner = $1 AND ${OPEN_TO_DRIVE}
+                  FOR UPDATE
+                )
+                UPDATE closeout_ledger_submissions s SET lease_expires_at = ${renewedLeaseExpirySql('$2', '$3')}
+                FROM held
+                WHERE s.record_id = held.record_id AND s.lease_owner = $1 AND ${OPEN_TO_DRIVE}`,
   release: `UPDATE closeout_ledger_submissions SET lease_owner = NULL, lease_expires_at = NULL
             WHERE record_id = $1 AND lease_owner = $2`,
   releaseAllOf: `UPDATE closeout_ledger_submissions SET lease_owner = NULL, lease_expires_at = NULL
@@ -695,7 +707,13 @@ export class PostgresLedger implements Ledger {
 
   async renewLeases(holder: string, leaseExpiresAt: number): Promise<void> {
     // one statement on the lease connection: neither the pending schedule notes nor the other calls go first
-    await this.guard('renewLeases', () => this.leasePool.query(SQL.renewLeases, [holder, leaseExpiresAt]));
+    await this.guard('renewLeases', () =>
+      this.leasePool.query(SQL.renewLeases, [
+        holder,
+        leaseExpiresAt,
+        renewedLeaseLength(leaseExpiresAt, this.clock.now()),
+      ]),
+    );
   }
 
   async release(recordId: string, holder: string): Promise<void> {

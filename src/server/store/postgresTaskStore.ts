@@ -12,7 +12,12 @@ import type pg from 'pg';
 
 import type { InputRequest, InputResponse, TaskStatus } from '../../protocol/index.js';
 import { passwordsOf } from '../../shared/postgres/connectionString.js';
-import { DATABASE_CLOCK_SQL, DatabaseClock } from '../../shared/postgres/databaseClock.js';
+import {
+  DATABASE_CLOCK_SQL,
+  DatabaseClock,
+  renewedLeaseExpirySql,
+  renewedLeaseLength,
+} from '../../shared/postgres/databaseClock.js';
 import { loadPg } from '../../shared/postgres/driver.js';
 import { asError, wrapPostgresError } from '../../shared/postgres/errors.js';
 import { runMigrations } from '../../shared/postgres/migrations.js';
@@ -465,10 +470,17 @@ export const SQL = {
   notify: `SELECT pg_notify('${TASK_SIGNAL_CHANNEL}', $1)`,
 
   // leases
-  // every lease of the instance in one statement, on the lease connection (see `leasePool`)
-  renew: `UPDATE closeout_tasks t SET lease_expires_at = $1
-          FROM unnest($2::text[], $3::int[]) AS l (task_id, fence)
-          WHERE t.task_id = l.task_id AND t.fence = l.fence AND t.lease_owner = $4 AND ${OPEN}
+  // every lease of the instance in one statement, on the lease connection (see `leasePool`); the rows locked before
+  // the expiry is computed, so it counts from after any wait for a lock (renewedLeaseExpirySql)
+  renew: `WITH held AS MATERIALIZED (
+            SELECT t.task_id FROM closeout_tasks t
+            JOIN unnest($2::text[], $3::int[]) AS l (task_id, fence) ON t.task_id = l.task_id AND t.fence = l.fence
+            WHERE t.lease_owner = $4 AND ${OPEN}
+            FOR UPDATE OF t
+          )
+          UPDATE closeout_tasks t SET lease_expires_at = ${renewedLeaseExpirySql('$1', '$5')}
+          FROM held
+          WHERE t.task_id = held.task_id AND t.lease_owner = $4 AND ${OPEN}
           RETURNING t.task_id, t.fence, t.cancel_requested`,
   answered: `SELECT i.task_id, i.key, i.response
              FROM unnest($1::text[], $2::text[]) AS a (task_id, key)
@@ -1081,7 +1093,13 @@ export class PostgresTaskStore implements TaskStore {
     return this.guard('renewLeases', async () => {
       const { rows } = await this.leasePool.query<{ task_id: string; fence: number; cancel_requested: boolean }>(
         SQL.renew,
-        [until, leases.map((l) => l.taskId), leases.map((l) => l.fence), holder],
+        [
+          until,
+          leases.map((l) => l.taskId),
+          leases.map((l) => l.fence),
+          holder,
+          renewedLeaseLength(until, this.clock.now()),
+        ],
       );
       const renewed = new Map(rows.map((r) => [`${r.fence}:${r.task_id}`, r.cancel_requested]));
       return leases.flatMap((l) => {

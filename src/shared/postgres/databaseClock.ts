@@ -11,6 +11,27 @@ export const CLOCK_SYNC_MS = 60_000;
 /** The statement that reads the database's clock, in milliseconds since the epoch. */
 export const DATABASE_CLOCK_SQL = `SELECT (extract(epoch FROM clock_timestamp()) * 1000)::float8 AS ms`;
 
+/**
+ * A renewed lease's expiry as the renewal's UPDATE writes it: `lengthParameter` milliseconds from when the database
+ * computes the row's new values, and never earlier than `untilParameter`, the expiry the holder computed when it sent
+ * the renewal. The statement must lock its rows before it computes them (a MATERIALIZED CTE `... FOR UPDATE` the
+ * UPDATE joins): an UPDATE that waits for a row lock itself keeps the values it computed before the wait unless the
+ * row changed meanwhile. So a renewal held up behind another transaction's lock for longer than a lease lands with a
+ * whole lease ahead, not already lapsed, and a taker that skips locked rows finds nothing to take the moment the lock
+ * is gone (RELIABILITY.md, "Stalled stores"). A null length writes `untilParameter` as it is (a lease handed back).
+ */
+export function renewedLeaseExpirySql(untilParameter: string, lengthParameter: string): string {
+  return `GREATEST(${untilParameter}::bigint, (extract(epoch FROM clock_timestamp()) * 1000)::bigint + ${lengthParameter}::bigint)`;
+}
+
+/**
+ * The length a renewal's expiry stands for, to pass beside it: `until` measured from `now` (the caller's database
+ * clock), null when `until` is not ahead of it (a lease handed back with an expiry in the past keeps that expiry).
+ */
+export function renewedLeaseLength(until: number, now: number): number | null {
+  return until > now ? until - now : null;
+}
+
 export class DatabaseClock {
   private sample: { databaseMs: number; atMonotonic: number; roundTripMs: number } | undefined;
   private timer: NodeJS.Timeout | undefined;

@@ -166,6 +166,28 @@ describe('PostgresLedger on its database', () => {
     expect((await ledger.get('mine'))?.leaseExpiresAt).toBe(T0 + 60_000);
   });
 
+  it('stamps a renewal held up behind a row lock for longer than a lease from when it ran, not from when it was sent', async () => {
+    // RELIABILITY.md, "Stalled stores": a renewal computed at send time and queued behind another transaction's row
+    // lock for longer than a lease landed already lapsed, and another worker could take the record
+    const ledger = await open();
+    const leaseMs = 1_000;
+    await ledger.recordIntent({ ...submission('mine'), leaseExpiresAt: ledger.now() + leaseMs });
+    await admin.query('BEGIN');
+    await admin.query(`SELECT record_id FROM closeout_ledger_submissions WHERE record_id = 'mine' FOR UPDATE`);
+    const renewal = ledger.renewLeases('p1', ledger.now() + leaseMs);
+    // held for three leases
+    await new Promise((resolve) => setTimeout(resolve, 3 * leaseMs));
+    await admin.query('COMMIT');
+    await renewal;
+    const { rows } = await admin.query<{ ahead: number }>(
+      `SELECT (lease_expires_at - (extract(epoch FROM clock_timestamp()) * 1000))::float8 AS ahead
+       FROM closeout_ledger_submissions WHERE record_id = 'mine'`,
+    );
+    // a lease from when the renewal ran: most of a lease still ahead (before, two leases behind)
+    expect(rows[0]!.ahead).toBeGreaterThan(leaseMs / 2);
+    expect(rows[0]!.ahead).toBeLessThanOrEqual(leaseMs + 50);
+  });
+
   it('fails a write during a database outage with a transient error, and works again after it', async () => {
     // invariant: a database blip is not a death (docs/DESIGN.md rule 3): the caller is told the write may succeed later
     const ledger = await open(database.connectionString, { connectionTimeoutMs: 2000 });

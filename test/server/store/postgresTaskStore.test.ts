@@ -987,6 +987,32 @@ describe('PostgresTaskStore batches and the lease loop', () => {
     for (const t of [a, b]) expect((await store.get(t.taskId))?.status).toBe('completed');
   });
 
+  it('stamps a renewal held up behind a row lock for longer than a lease from when it ran, not from when it was sent', async () => {
+    // RELIABILITY.md, "Stalled stores": a renewal computed at send time and queued behind another transaction's row
+    // lock for longer than a lease landed already lapsed, and a taker that skips locked rows could take the task
+    await store.syncClock();
+    const leaseMs = 1_000;
+    const task = newTask({ createdAt: store.now(), leaseExpiresAt: store.now() + leaseMs });
+    await store.create(task);
+    const held = await holdRow(task.taskId);
+    const renewal = store.renewLeases('instance-a', [{ taskId: task.taskId, fence: 1 }], store.now() + leaseMs);
+    await until('the renewal to wait for the row', async () =>
+      (await waiting()).some((w) => w.lease && w.blockers.includes(held.pid)),
+    );
+    // held for three leases
+    await new Promise((resolve) => setTimeout(resolve, 3 * leaseMs));
+    await held.release();
+    expect((await renewal).map((l) => l.taskId)).toEqual([task.taskId]);
+    const { rows } = await pool.query<{ ahead: number }>(
+      `SELECT (lease_expires_at - (extract(epoch FROM clock_timestamp()) * 1000))::float8 AS ahead
+       FROM closeout_tasks WHERE task_id = $1`,
+      [task.taskId],
+    );
+    // a lease from when the renewal ran: most of a lease still ahead (before, two leases behind)
+    expect(rows[0]!.ahead).toBeGreaterThan(leaseMs / 2);
+    expect(rows[0]!.ahead).toBeLessThanOrEqual(leaseMs + 50);
+  });
+
   it('expires overdue tasks while a batch finishes others of the same principal, the two reaching the counts in opposite orders', async () => {
     // the principal's counts in shards 1, 2 and 3: the batch finishes a task of each, locking their shard rows in
     // order; the expiry sweep (another instance's: its deadlock check comes after 200 ms) ends a task of shard 3 and
