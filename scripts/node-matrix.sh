@@ -2,11 +2,9 @@
 # The Node line matrix: `closeout demo` (a task server, the client, a detach and a resume from a fresh process) run
 # several times in a row on each Node line that package.json's `engines` admits besides the machine's own, each Node
 # from the npm registry's `node` package and better-sqlite3 compiled against that package's own headers, as a user's
-# `npm install` on that line would. The working tree is left alone: each line gets a scratch copy of the package in
-# .tools/node-matrix (gitignored) whose node_modules link to the tree's, except better-sqlite3, which links to a copy
-# compiled for that Node. The Nodes and those builds are kept in a cache outside the tree, shared by the clones of
-# one machine ($CLOSEOUT_NODE_MATRIX_CACHE, default ~/.cache/closeout-node-matrix), one directory per Node version
-# and driver version, each made in a scratch directory and renamed into place whole.
+# `npm install` on that line would (scripts/lib/node-lines.sh). The working tree is left alone: each line gets a
+# scratch copy of the package in .tools/node-matrix (gitignored) whose node_modules link to the tree's, except
+# better-sqlite3, which links to the copy compiled for that Node.
 #
 # Why repeated: a native object the garbage collector frees at the wrong moment aborts a process only now and then
 # (see src/shared/sqlite/sqliteDriver.ts); one run proves little. After the runs, scripts/node-matrix-churn.mjs makes and drops the
@@ -17,7 +15,11 @@
 # be installed or the driver not built for it (nothing was run on that line).
 set -euo pipefail
 
-declare -A NODE_VERSIONS=([22]=22.23.3 [24]=24.21.0 [26]=26.10.0)
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TOOLS="$ROOT/.tools/node-matrix"
+# shellcheck source=scripts/lib/node-lines.sh
+source "$ROOT/scripts/lib/node-lines.sh"
+
 RUNS=5
 LINES=()
 while (($# > 0)); do
@@ -44,67 +46,11 @@ for line in "${LINES[@]}"; do
   }
 done
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-TOOLS="$ROOT/.tools/node-matrix"
-CACHE="${CLOSEOUT_NODE_MATRIX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/closeout-node-matrix}"
-log() { printf '%s\n' "$*" >&2; }
-
 if [[ ! -f "$ROOT/dist/cli/main.js" ]] || [[ -n "$(find "$ROOT/src" -newer "$ROOT/dist/cli/main.js" -print -quit)" ]]; then
   log "node-matrix: building (dist/ is missing or older than src/)"
   (cd "$ROOT" && npm run --silent build) >&2
 fi
-DRIVER_VERSION=$(node -p 'require(process.argv[1]).version' "$ROOT/node_modules/better-sqlite3/package.json")
-mkdir -p "$CACHE" "$TOOLS"
-
-# node@VERSION in $CACHE/node-VERSION. The `node` package fetches its binary in a preinstall script, which npm runs
-# for a dependency only when `allowScripts` names it (as in scripts/conformance.sh).
-install_node() {
-  local version=$1 dir="$CACHE/node-$1"
-  [[ "$("$dir/node_modules/node/bin/node" --version 2>/dev/null)" == "v$version" ]] && return 0
-  log "node-matrix: installing node@$version into $dir"
-  local scratch
-  scratch=$(mktemp -d "$CACHE/.node-$version.XXXXXX")
-  printf '{\n  "name": "closeout-node-%s",\n  "private": true,\n  "dependencies": { "node": "%s" },\n  "allowScripts": { "node": true }\n}\n' \
-    "$version" "$version" >"$scratch/package.json"
-  if npm install --prefix "$scratch" --no-audit --no-fund --ignore-scripts=false --loglevel=error >/dev/null &&
-    [[ "$("$scratch/node_modules/node/bin/node" --version 2>/dev/null)" == "v$version" ]]; then
-    rm -rf "$dir"
-    mv "$scratch" "$dir" 2>/dev/null || rm -rf "$scratch" # another clone's install got there first
-  else
-    rm -rf "$scratch"
-  fi
-  [[ "$("$dir/node_modules/node/bin/node" --version 2>/dev/null)" == "v$version" ]]
-}
-
-# better-sqlite3 (with the two packages it loads its binary with) compiled against node@VERSION's own headers
-# (--nodedir: nothing is downloaded), in $CACHE/better-sqlite3-DRIVER-node-VERSION/node_modules.
-build_driver() {
-  local version=$1 dir="$CACHE/better-sqlite3-$DRIVER_VERSION-node-$1"
-  [[ -f "$dir/node_modules/better-sqlite3/build/Release/better_sqlite3.node" ]] && return 0
-  local headers
-  headers=$(echo "$CACHE/node-$version"/node_modules/node/node_modules/node-linux-*)
-  [[ -f "$headers/include/node/node.h" ]] || {
-    log "node-matrix: no headers in the node@$version package ($headers)"
-    return 1
-  }
-  log "node-matrix: compiling better-sqlite3 $DRIVER_VERSION for node $version (about a minute and a half)"
-  local scratch
-  scratch=$(mktemp -d "$CACHE/.better-sqlite3-node-$version.XXXXXX")
-  mkdir -p "$scratch/node_modules"
-  cp -R "$ROOT/node_modules/better-sqlite3" "$ROOT/node_modules/bindings" "$ROOT/node_modules/file-uri-to-path" \
-    "$scratch/node_modules/"
-  rm -rf "$scratch/node_modules/better-sqlite3/build"
-  # npm_config_nodedir: a nodedir in the user's npmrc would otherwise win over a command-line flag
-  if ! (cd "$scratch/node_modules/better-sqlite3" && npm_config_nodedir="$headers" npm run --silent build-release) \
-    >"$scratch/build.log" 2>&1; then
-    log "node-matrix: the build failed; the end of its log:"
-    tail -n 20 "$scratch/build.log" >&2
-    rm -rf "$scratch"
-    return 1
-  fi
-  rm -rf "$scratch/node_modules/better-sqlite3/build/Release/obj.target" "$scratch/node_modules/better-sqlite3/build/Release/.deps"
-  mv "$scratch" "$dir" 2>/dev/null || rm -rf "$scratch" # another clone's build got there first
-}
+mkdir -p "$TOOLS"
 
 # The scratch package for one Node: dist/ and package.json fresh from the tree, node_modules linking to the tree's,
 # better-sqlite3 to the build for that Node.
@@ -121,7 +67,7 @@ prepare_package() {
     [[ "$name" == better-sqlite3 || "$name" == .bin || "$name" == .package-lock.json ]] && continue
     ln -s "$entry" "$pkg/node_modules/$name"
   done
-  ln -s "$CACHE/better-sqlite3-$DRIVER_VERSION-node-$version/node_modules/better-sqlite3" "$pkg/node_modules/better-sqlite3"
+  ln -s "$(driver_modules "$version")/better-sqlite3" "$pkg/node_modules/better-sqlite3"
 }
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/closeout-node-matrix.XXXXXX")
@@ -137,7 +83,7 @@ for line in "${LINES[@]}"; do
   fi
   prepare_package "$version"
   pkg="$TOOLS/package-node-$version"
-  node_bin="$CACHE/node-$version/node_modules/node/bin/node"
+  node_bin=$(node_bin "$version")
   passed=0
   for run in $(seq 1 "$RUNS"); do
     dir="$WORK/node-$version-run-$run"

@@ -8,12 +8,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { argumentsDigest } from '../src/client/argumentsDigest.js';
 import { LEDGER_SCHEMA_VERSION, SqliteLedger } from '../src/client/ledger/sqliteLedger.js';
 import { SqliteTaskStore, STORE_SCHEMA_VERSION } from '../src/server/store/sqliteTaskStore.js';
+import { openDatabase } from '../src/shared/sqlite/sqliteDriver.js';
 
 const FIXTURES = fileURLToPath(new URL('./fixtures/schemas/', import.meta.url));
 const ENDPOINT = 'http://127.0.0.1:3000/mcp';
@@ -28,7 +28,7 @@ function copyOf(fixture: string): string {
 }
 
 function inspect(path: string): { version: number; foreignKeyErrors: unknown[]; submissionsSql: string | undefined } {
-  const db = new Database(path, { readonly: true });
+  const db = openDatabase(path, { readonly: true });
   try {
     return {
       version: db.pragma('user_version', { simple: true }) as number,

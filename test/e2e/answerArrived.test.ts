@@ -17,10 +17,11 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { SqliteLedger } from '../../src/client/index.js';
+import { openDatabase } from '../../src/shared/sqlite/sqliteDriver.js';
 import type { FixtureServer } from '../client/fixtures/tasksFixtureServer.js';
 import { startTasksFixture } from '../client/fixtures/tasksFixtureServer.js';
 import { startCli } from '../support/cli.js';
@@ -66,7 +67,7 @@ async function ledgerRecords(path: string) {
 }
 
 function serverTasks(path: string): Array<{ task_id: string; status: string; attempt: number }> {
-  const db = new Database(path, { readonly: true });
+  const db = openDatabase(path, { readonly: true });
   try {
     return db.prepare(`SELECT task_id, status, attempt FROM tasks`).all() as Array<{
       task_id: string;
@@ -118,7 +119,7 @@ async function lockedOnToolsCall(ledgerPath: string) {
   const fixture: FixtureServer = await startTasksFixture({
     beforeAnswer: (request) => {
       if (request.method !== 'tools/call' || holder) return;
-      holder = new Database(ledgerPath);
+      holder = openDatabase(ledgerPath);
       holder.exec('BEGIN IMMEDIATE');
     },
   });

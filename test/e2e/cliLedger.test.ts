@@ -7,9 +7,9 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
+import { openDatabase } from '../../src/shared/sqlite/sqliteDriver.js';
 import { type CliRun, jsonDocument, runCli } from '../support/cli.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
 
@@ -226,7 +226,7 @@ describe.concurrent('bad input', { timeout: 60_000 }, () => {
     const ledger = newLedger();
     await runCli(['call', url, 'echo', '--arg', 'text=before'], { ledger });
     const state = await ledgerState(ledger);
-    const holder = new Database(ledger);
+    const holder = openDatabase(ledger);
     holder.exec('BEGIN EXCLUSIVE');
     try {
       const run = await runCli(['call', url, 'echo', '--arg', 'text=while locked'], { ledger });

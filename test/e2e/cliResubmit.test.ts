@@ -5,10 +5,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { SqliteLedger } from '../../src/client/index.js';
+import { openDatabase } from '../../src/shared/sqlite/sqliteDriver.js';
 import { jsonLines, runCli } from '../support/cli.js';
 import { startClientWorker } from '../support/clientWorker.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
@@ -33,7 +33,7 @@ afterEach(async () => {
 });
 
 function serverTasks(): Array<{ task_id: string; status: string; attempt: number }> {
-  const db = new Database(join(dir, 'server.db'), { readonly: true });
+  const db = openDatabase(join(dir, 'server.db'), { readonly: true });
   try {
     return db.prepare(`SELECT task_id, status, attempt FROM tasks`).all() as Array<{
       task_id: string;

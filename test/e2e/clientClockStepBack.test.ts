@@ -8,10 +8,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import Database from 'better-sqlite3';
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 
 import { SqliteLedger } from '../../src/client/index.js';
+import { openDatabase } from '../../src/shared/sqlite/sqliteDriver.js';
 import { type ClientWorker, startClientWorker } from '../support/clientWorker.js';
 import { fakeClock } from '../support/faketime.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
@@ -79,7 +79,7 @@ describe('a client process whose wall clock stepped back, then SIGKILLed', () =>
     expect(resumed).toMatchObject({ taskIds: [taskId], leasedElsewhere: [] });
     expect(await second.next('outcome', 60_000)).toMatchObject({ taskId, kind: 'completed' });
     // the tool ran once, on its first attempt
-    const store = new Database(join(dir, 'server.db'), { readonly: true });
+    const store = openDatabase(join(dir, 'server.db'), { readonly: true });
     try {
       expect(store.prepare(`SELECT task_id, attempt FROM tasks`).all()).toEqual([{ task_id: taskId, attempt: 1 }]);
     } finally {

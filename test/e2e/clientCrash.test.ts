@@ -7,10 +7,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import Database from 'better-sqlite3';
 import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 
 import { SqliteLedger } from '../../src/client/index.js';
+import { openDatabase } from '../../src/shared/sqlite/sqliteDriver.js';
 import { type ClientWorker, startClientWorker } from '../support/clientWorker.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
 
@@ -45,7 +45,7 @@ function startWorker(options: Record<string, unknown>): ClientWorker {
 
 /** The server's own record of what ran: one row per task it created, with how many times a handler started. */
 function serverTasks(): Array<{ task_id: string; tool_name: string; status: string; attempt: number }> {
-  const db = new Database(join(dir, 'server.db'), { readonly: true });
+  const db = openDatabase(join(dir, 'server.db'), { readonly: true });
   try {
     return db.prepare(`SELECT task_id, tool_name, status, attempt FROM tasks`).all() as Array<{
       task_id: string;

@@ -9,9 +9,9 @@ import { createServer, type IncomingMessage, request, type Server } from 'node:h
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
 
+import { openDatabase } from '../../src/shared/sqlite/sqliteDriver.js';
 import { type CliOptions, jsonDocument, jsonLines, runCli as run } from '../support/cli.js';
 import { freePort } from '../support/postgres.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
@@ -126,7 +126,7 @@ describe('credentials and secrets', { timeout: 180_000 }, () => {
       outcome: 'completed',
     });
     // the record keeps a fingerprint of the credential, never the token: not in a column, not in any page of the files
-    const db = new Database(ledger, { readonly: true });
+    const db = openDatabase(ledger, { readonly: true });
     try {
       const rows = db.prepare('SELECT credential FROM submissions').all() as { credential: string | null }[];
       expect(rows.length).toBeGreaterThan(0);
@@ -207,7 +207,7 @@ describe('credentials and secrets', { timeout: 180_000 }, () => {
     expect(first.code, first.stderr).toBe(0);
     expect(second.code, second.stderr).toBe(0);
     expect(second.stdout.trim()).not.toBe(first.stdout.trim());
-    const db = new Database(store, { readonly: true });
+    const db = openDatabase(store, { readonly: true });
     try {
       const keys = (db.prepare('SELECT idempotency_key FROM tasks').all() as { idempotency_key: string }[]).map(
         (row) => row.idempotency_key,

@@ -7,10 +7,10 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import Database from 'better-sqlite3';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
+import { openDatabase } from '../../src/shared/sqlite/sqliteDriver.js';
 import { type StartedPostgres, startPostgres } from '../support/postgres.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
 import { rpc } from '../support/rpc.js';
@@ -35,7 +35,7 @@ const SECRET = {
 /** Runs one statement on the server's store from outside, as an operator would. */
 async function alterStore(kind: 'sqlite' | 'postgres', store: string, sql: string): Promise<void> {
   if (kind === 'sqlite') {
-    const db = new Database(store);
+    const db = openDatabase(store);
     try {
       db.exec(sql);
     } finally {

@@ -22,12 +22,12 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { isDeepStrictEqual } from 'node:util';
 
-import Database from 'better-sqlite3';
 import pg from 'pg';
 
 import type { TaskRecord } from '../../src/client/index.js';
 import { PostgresLedger, SqliteLedger } from '../../src/client/index.js';
 import { INTERRUPTED_MESSAGE } from '../../src/server/taskServer.js';
+import { openDatabase } from '../../src/shared/sqlite/sqliteDriver.js';
 import { ChaosProxy, type ChaosRates } from '../support/chaosProxy.js';
 import { type FakeClock, fakeClock } from '../support/faketime.js';
 import { type StartedPostgres, startPostgres } from '../support/postgres.js';
@@ -1061,7 +1061,7 @@ class BackendRun {
     };
     let raw: Raw[];
     if (this.kind === 'sqlite') {
-      const db = new Database(this.store, { readonly: true });
+      const db = openDatabase(this.store, { readonly: true });
       try {
         raw = db.prepare(`SELECT ${columns} FROM tasks`).all() as Raw[];
       } finally {

@@ -9,8 +9,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import Database from 'better-sqlite3';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+
+import { openDatabase } from '../../src/shared/sqlite/sqliteDriver.js';
 
 const BUILT_STORE = fileURLToPath(new URL('../../dist/server/store/sqliteTaskStore.js', import.meta.url));
 const PROCESSES = 4;
@@ -45,7 +46,7 @@ describe('SqliteTaskStore opened by several processes at once', () => {
   it('migrates a new file once, and every process opens it', async () => {
     dir = mkdtempSync(join(tmpdir(), 'closeout-sqlite-migrate-'));
     const path = join(dir, 'server.db');
-    const holder = new Database(path);
+    const holder = openDatabase(path);
     holder.pragma('journal_mode = WAL');
     holder.exec('BEGIN IMMEDIATE');
     const processes = Array.from({ length: PROCESSES }, () => openStoreProcess(path));
@@ -56,7 +57,7 @@ describe('SqliteTaskStore opened by several processes at once', () => {
     holder.close();
     expect(await Promise.all(processes.map((p) => p.exited))).toEqual(Array(PROCESSES).fill('ok'));
 
-    const db = new Database(path, { readonly: true });
+    const db = openDatabase(path, { readonly: true });
     try {
       expect(db.pragma('user_version', { simple: true })).toBeGreaterThan(0);
       expect(db.prepare(`SELECT COUNT(*) AS n FROM tasks`).get()).toEqual({ n: 0 });

@@ -7,13 +7,14 @@ import { createHash } from 'node:crypto';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as z from 'zod/v4';
 
 import { MAX_REQUEST_JSON_DEPTH } from '../../src/server/jsonDepthGuard.js';
 import { DEFAULT_LIMITS } from '../../src/server/limits.js';
+import { openDatabase } from '../../src/shared/sqlite/sqliteDriver.js';
 import { PROTOCOL_VERSION, rpc, type RpcResponse, TASKS } from '../support/rpc.js';
 import { startTestServer, type TestServer } from '../support/testServer.js';
 import { waitFor } from '../support/waitFor.js';
@@ -221,7 +222,7 @@ beforeAll(async () => {
     },
     { server: { onError: (error) => storeErrors.push(error) }, serve: { tokens: { [ALICE]: 'alice', [BOB]: 'bob' } } },
   );
-  db = new Database(server.store.path);
+  db = openDatabase(server.store.path);
   const create = async (name: string, args: Record<string, unknown> = {}) =>
     (
       await rpc(

@@ -1,6 +1,6 @@
 // Resource limits (docs/operations.md, "Limits"), each provoked over real HTTP on a real SQLite file: a refusal names the limit
 // and what to do, and nothing over a limit reaches the store.
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as z from 'zod/v4';
 
@@ -8,6 +8,7 @@ import { DEFAULT_LIMITS, measureJson } from '../../src/server/limits.js';
 import { SqliteTaskStore } from '../../src/server/store/sqliteTaskStore.js';
 import { OPEN_STATUS_SQL } from '../../src/server/store/statusSql.js';
 import { TaskServer } from '../../src/server/taskServer.js';
+import { openDatabase } from '../../src/shared/sqlite/sqliteDriver.js';
 import { rpc } from '../support/rpc.js';
 import { startTestServer, type TestServer } from '../support/testServer.js';
 import { waitFor } from '../support/waitFor.js';
@@ -77,7 +78,7 @@ beforeAll(async () => {
     },
     { server: LIMITS, serve: { tokens: { [ALICE]: 'alice', [BOB]: 'bob' } } },
   );
-  db = new Database(server.store.path);
+  db = openDatabase(server.store.path);
 });
 afterAll(async () => {
   db.close();

@@ -4,15 +4,14 @@
  */
 import { join } from 'node:path';
 
-import Database from 'better-sqlite3';
-
 import { SqliteTaskStore } from '../../src/server/store/sqliteTaskStore.js';
+import { openDatabase } from '../../src/shared/sqlite/sqliteDriver.js';
 
 export async function sqliteStoreHolding(dir: string, held: number, holder: string): Promise<SqliteTaskStore> {
   const path = join(dir, `held-${held}.db`);
   await new SqliteTaskStore(path).close();
   const now = Date.now();
-  const seed = new Database(path);
+  const seed = openDatabase(path);
   seed
     .prepare(
       `WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ? - 1)

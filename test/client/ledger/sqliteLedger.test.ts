@@ -4,11 +4,12 @@ import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import type { NewSubmission } from '../../../src/client/index.js';
 import { argumentsDigest, LEDGER_SCHEMA_VERSION, SqliteLedger } from '../../../src/client/index.js';
+import { openDatabase } from '../../../src/shared/sqlite/sqliteDriver.js';
 import { describeLedgerContract } from './contract.js';
 
 describeLedgerContract('SqliteLedger', async () => {
@@ -19,7 +20,7 @@ describeLedgerContract('SqliteLedger', async () => {
     ledger,
     openSecond: async (options) => new SqliteLedger(path, options),
     execRaw: async (sql) => {
-      const raw = new Database(path);
+      const raw = openDatabase(path);
       try {
         raw.prepare(sql).run();
       } finally {
@@ -69,7 +70,7 @@ function submission(overrides: Partial<NewSubmission> = {}): NewSubmission {
 describe('SqliteLedger file', () => {
   it('creates the file owner-only and records its schema version', async () => {
     expect(statSync(path).mode & 0o777).toBe(0o600);
-    const raw = new Database(path, { readonly: true });
+    const raw = openDatabase(path, { readonly: true });
     expect(raw.pragma('user_version', { simple: true })).toBe(LEDGER_SCHEMA_VERSION);
     expect(raw.pragma('journal_mode', { simple: true })).toBe('wal');
     raw.close();
@@ -82,7 +83,7 @@ describe('SqliteLedger file', () => {
 
   it('refuses a ledger written by a newer schema', async () => {
     await ledger.dispose();
-    const raw = new Database(path);
+    const raw = openDatabase(path);
     raw.pragma(`user_version = ${LEDGER_SCHEMA_VERSION + 1}`);
     raw.close();
     expect(() => new SqliteLedger(path)).toThrow(/newer than this build/);
@@ -209,7 +210,7 @@ describe('SqliteLedger leases and a process of the build before schema 5', () =>
     );
     await ledger.commitTask('held', 'new', observed('task-held'), claimedAt, claimedAt + 60_000);
     await ledger.renewLeases('new', Date.now() + 60_000);
-    const old = new Database(path);
+    const old = openDatabase(path);
     try {
       const claim = old.prepare(OLD_CLAIM);
       const oldClaim = () => {
@@ -277,7 +278,7 @@ describe('SqliteLedger schedule notes', () => {
     await ledger.commitTask('mixed', 'p1', observed('task-mixed'), T0);
     ledger.noteSchedule('mixed', 'p1', { polledAt: T0 + 100, nextPollAt: T0 + 1_100, observedAgeMs: 500 });
     await ledger.renewLeases('p1', T0 + 60_000);
-    const old = new Database(path);
+    const old = openDatabase(path);
     try {
       // what a build before schema 7 writes for its note: the record's own columns
       const oldNote = old.prepare(
@@ -332,7 +333,7 @@ describe('SqliteLedger group commit', () => {
   // every commit is an fsync at synchronous=FULL: a burst of submissions wrote three each (intent, sent, taskId), and
   // spent most of its CPU in them (bench/RESULTS.md, section 27)
   it('commits the writes of one turn of the event loop in one transaction', async () => {
-    const observer = new Database(path);
+    const observer = openDatabase(path);
     try {
       walFrames(observer, 'TRUNCATE');
       const ids = Array.from({ length: 16 }, (_, i) => `burst-${i}`);
@@ -373,7 +374,7 @@ describe('SqliteLedger group commit', () => {
     // as a full disk may at the commit: a small write of the same turn (an immediate result's close-out) must not be
     // lost with a large one, nor stored while its caller is told it failed
     await ledger.recordIntent(submission({ recordId: 'small' }));
-    const other = new Database(path);
+    const other = openDatabase(path);
     try {
       other.exec(`CREATE TRIGGER whole_rollback BEFORE INSERT ON submissions WHEN NEW.record_id = 'rolls-back'
                   BEGIN SELECT RAISE(ROLLBACK, 'the whole transaction rolled back'); END`);
@@ -411,7 +412,7 @@ describe('SqliteLedger group commit', () => {
 
   it('fails every write of a group whose commit cannot take the lock, and stores none of them', async () => {
     const busy = new SqliteLedger(path, { busyTimeoutMs: 100 });
-    const holder = new Database(path);
+    const holder = openDatabase(path);
     try {
       holder.prepare('BEGIN IMMEDIATE').run();
       const outcomes = await Promise.allSettled([
@@ -451,7 +452,7 @@ async function walBytesOf(
   const ledger = new SqliteLedger(file, { synchronous: 'normal' });
   try {
     await fill(ledger);
-    const raw = new Database(file);
+    const raw = openDatabase(file);
     try {
       raw.pragma('wal_checkpoint(TRUNCATE)');
       await write(ledger, file);

@@ -10,13 +10,15 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { startCheckpointer } from '../../../src/server/store/sqliteCheckpointer.js';
+import { openDatabase } from '../../../src/shared/sqlite/sqliteDriver.js';
 
 const run = promisify(execFile);
 const DIST_CHECKPOINTER = fileURLToPath(new URL('../../../dist/server/store/sqliteCheckpointer.js', import.meta.url));
+const DIST_DRIVER = fileURLToPath(new URL('../../../dist/shared/sqlite/sqliteDriver.js', import.meta.url));
 
 let dir: string;
 
@@ -37,7 +39,7 @@ function fill(db: Database.Database, rows: number): void {
 
 function open(name: string): { db: Database.Database; path: string } {
   const path = join(dir, name);
-  const db = new Database(path);
+  const db = openDatabase(path);
   db.pragma('journal_mode = WAL');
   db.pragma('synchronous = NORMAL');
   return { db, path };
@@ -85,7 +87,7 @@ describe('startCheckpointer', () => {
     fill(served.db, 600);
     const walBytes = () => statSync(`${served.path}-wal`, { throwIfNoEntry: false })?.size ?? 0;
     expect(walBytes()).toBeGreaterThan(restartBytes);
-    const holder = new Database(served.path);
+    const holder = openDatabase(served.path);
     holder.exec('BEGIN IMMEDIATE');
     const checkpointer = startCheckpointer(served.db, served.path, 50, restartBytes);
     try {
@@ -170,9 +172,9 @@ describe('startCheckpointer', () => {
   it('lets a process await stop() at top level and then exit by itself', async () => {
     const path = join(dir, 'stop.db');
     const script = `
-      import Database from 'better-sqlite3';
+      import { openDatabase } from ${JSON.stringify(DIST_DRIVER)};
       import { startCheckpointer } from ${JSON.stringify(DIST_CHECKPOINTER)};
-      const db = new Database(${JSON.stringify(path)});
+      const db = openDatabase(${JSON.stringify(path)});
       db.pragma('journal_mode = WAL');
       const checkpointer = startCheckpointer(db, ${JSON.stringify(path)}, 50);
       db.exec('CREATE TABLE t (v TEXT)');
@@ -190,9 +192,9 @@ describe('startCheckpointer', () => {
   it('does not keep a process alive that is otherwise done', async () => {
     const path = join(dir, 'alive.db');
     const script = `
-      import Database from 'better-sqlite3';
+      import { openDatabase } from ${JSON.stringify(DIST_DRIVER)};
       import { startCheckpointer } from ${JSON.stringify(DIST_CHECKPOINTER)};
-      const db = new Database(${JSON.stringify(path)});
+      const db = openDatabase(${JSON.stringify(path)});
       db.pragma('journal_mode = WAL');
       startCheckpointer(db, ${JSON.stringify(path)}, 50);
       db.exec('CREATE TABLE t (v TEXT)');

@@ -2,11 +2,12 @@ import { mkdtemp, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import Database from 'better-sqlite3';
+import type Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { SqliteTaskStore } from '../../../src/server/store/sqliteTaskStore.js';
 import { OpenTaskLimitError } from '../../../src/server/store/taskStore.js';
+import { openDatabase } from '../../../src/shared/sqlite/sqliteDriver.js';
 import { newTask } from '../../support/newTask.js';
 import { describeTaskStoreContract } from './contract.js';
 
@@ -50,7 +51,7 @@ describe('SqliteTaskStore per-principal counts', () => {
       await store.expireOverdue(now + 10);
       await store.purge(now + 20, 5, { limit: 100 });
       const counted = () => {
-        const db = new Database(path, { readonly: true });
+        const db = openDatabase(path, { readonly: true });
         try {
           const actual = db
             .prepare(
@@ -162,7 +163,7 @@ describe('SqliteTaskStore group commit', () => {
     // every commit is an fsync at synchronous=FULL: sixteen requests arriving together cost one, not sixteen (RESULTS
     // section 1, b/a); with the automatic checkpoint on the serving connection, nothing resets the log in between
     const store = new SqliteTaskStore(path, { backgroundCheckpoints: false });
-    const observer = new Database(path);
+    const observer = openDatabase(path);
     try {
       walFrames(observer, 'TRUNCATE');
       const now = Date.now();
@@ -225,7 +226,7 @@ describe('SqliteTaskStore group commit', () => {
   it('fails every write of a group, storing none, when its commit cannot have the write lock', async () => {
     // a real lock: another connection holds the file's write transaction past the store's busy timeout
     const store = new SqliteTaskStore(path, { busyTimeoutMs: 100 });
-    const other = new Database(path);
+    const other = openDatabase(path);
     try {
       const now = Date.now();
       other.exec('BEGIN IMMEDIATE');
@@ -263,7 +264,7 @@ describe('SqliteTaskStore group commit', () => {
     // middle of a group: the writes before it are undone with it, so each is run again alone, and only the failing
     // one fails (its neighbours must neither be lost with it nor stored while their callers are told they failed)
     const store = new SqliteTaskStore(path);
-    const other = new Database(path);
+    const other = openDatabase(path);
     try {
       const now = Date.now();
       const held = (await store.create(newTask(now, { taskId: 'held' }))).task;

@@ -5,7 +5,6 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { SqliteLedger } from '../../../src/client/ledger/sqliteLedger.js';
@@ -20,6 +19,7 @@ import {
 import { MIGRATIONS as POSTGRES_MIGRATIONS } from '../../../src/server/store/postgresTaskStore.js';
 import { SqliteTaskStore } from '../../../src/server/store/sqliteTaskStore.js';
 import { ANY_STATUS_SQL, OPEN_STATUS_SQL, TERMINAL_STATUS_SQL } from '../../../src/server/store/statusSql.js';
+import { openDatabase } from '../../../src/shared/sqlite/sqliteDriver.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'closeout-status-sql-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -35,7 +35,7 @@ function statusSets(sql: string): string[][] {
 function sqliteSchema(open: (path: string) => { dispose: () => Promise<void> }, file: string) {
   const path = join(dir, file);
   const opened = open(path);
-  const db = new Database(path, { readonly: true });
+  const db = openDatabase(path, { readonly: true });
   try {
     return {
       db,

@@ -4,11 +4,11 @@ import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
 
 import { SqliteLedger } from '../../../src/client/ledger/sqliteLedger.js';
 import { SqliteTaskStore } from '../../../src/server/store/sqliteTaskStore.js';
+import { openDatabase } from '../../../src/shared/sqlite/sqliteDriver.js';
 import { openSqliteFile } from '../../../src/shared/sqlite/sqliteFile.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'closeout-sqlite-file-'));
@@ -33,7 +33,7 @@ describe('openSqliteFile', () => {
     ] as const) {
       const path = join(dir, name);
       await (dispose as (x: unknown) => Promise<void>)(open(path));
-      const raw = new Database(path);
+      const raw = openDatabase(path);
       raw.pragma('user_version = 999');
       raw.close();
       expect(() => open(path)).toThrow(/schema version 999, newer than this build knows/);

@@ -6,11 +6,11 @@ import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
 import { SqliteLedger } from '../../../src/client/ledger/sqliteLedger.js';
 import { SqliteTaskStore } from '../../../src/server/store/sqliteTaskStore.js';
+import { openDatabase } from '../../../src/shared/sqlite/sqliteDriver.js';
 import { WAL_SIZE_LIMIT_BYTES } from '../../../src/shared/sqlite/sqliteFile.js';
 
 const MiB = 1024 * 1024;
@@ -78,7 +78,7 @@ describe('SqliteLedger write-ahead log', () => {
     const path = join(dir, 'ledger.db');
     // the WAL's size is the point here, not the fsyncs: normal keeps the burst quick
     const ledger = new SqliteLedger(path, { synchronous: 'normal' });
-    const reader = new Database(path, { readonly: true });
+    const reader = openDatabase(path, { readonly: true });
     let records = 0;
     const record = async () => {
       const now = Date.now();
