@@ -19,6 +19,9 @@ import { runMigrations } from '../../shared/postgres/migrations.js';
 import { connectionConfig, guardPool, statementTimeouts } from '../../shared/postgres/pool.js';
 import { inTransaction } from '../../shared/postgres/transaction.js';
 import { EXPIRED_MESSAGE_FORMAT, SWEEP_PAGE, TOMBSTONE_RETENTION_MS } from './housekeeping.js';
+import { countPostgresTasks, listPostgresTasks } from './listing/postgres.js';
+import type { TaskCounts, TaskListPage, TaskListQuery } from './listing/query.js';
+import { TaskListQueryError } from './listing/query.js';
 import type { PendingCreate, PendingFinish } from './postgres/batches.js';
 import {
   asJson,
@@ -46,8 +49,6 @@ import {
 } from './postgres/quotaShards.js';
 import type { StepRow, StepTotals, TaskRow } from './postgres/rows.js';
 import { parseSignal, signalPayload, toStep, toTask } from './postgres/rows.js';
-import { countPostgresTasks, listPostgresTasks } from './listing/postgres.js';
-import type { TaskCounts, TaskListPage, TaskListQuery } from './listing/query.js';
 import { PostgresListener } from './postgresListener.js';
 import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from './statusSql.js';
 import type {
