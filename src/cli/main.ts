@@ -32,6 +32,8 @@ const COMMANDS: Record<string, () => Promise<(program: Command) => void>> = {
   cancel: async () => (await import('./cancel.js')).registerCancel,
   demo: async () => (await import('./demo.js')).registerDemo,
   bridge: async () => (await import('./bridge.js')).registerBridge,
+  tasks: async () => (await import('./tasks.js')).registerTasks,
+  task: async () => (await import('./taskShow.js')).registerTaskShow,
 };
 
 // stdout carries the command's own output (with --json, JSON only): whatever a library logs goes to stderr

@@ -8,7 +8,6 @@ import { dirname, join, resolve } from 'node:path';
 import { InMemoryServerEventBus } from '@modelcontextprotocol/server';
 import type { Command } from 'commander';
 import { InvalidArgumentError, Option } from 'commander';
-import { parse as parseConnectionString } from 'pg-connection-string';
 
 import { conformanceDiagnostics, registerConformanceTools } from '../demo/conformanceTools.js';
 import { registerDemoTools } from '../demo/demoTools.js';
@@ -28,6 +27,7 @@ import { describeServerError } from './doctorProbe.js';
 import { chain } from './explain.js';
 import { type MetricsEndpoint, serveMetrics } from './metricsEndpoint.js';
 import { activityLine, type LogFormat } from './serveActivity.js';
+import { describeStoreLocation } from './storeLocation.js';
 
 interface ServeFlags {
   port: number;
@@ -236,26 +236,6 @@ function assertStoreFolder(location: string): void {
       `cannot create the store ${location}: the folder ${folder} does not exist; create it, or pass --store with a path in an existing folder`,
     );
   }
-}
-
-/**
- * The store's location as logged. A PostgreSQL connection string is parsed the way pg parses it (pg-connection-string)
- * and the line is rebuilt from its user, host, port and database only: a password can hide in the authority, in the
- * query, percent-encoded or behind any letter case of the scheme, and none of them is ever printed.
- */
-export function describeStoreLocation(location: string): string {
-  if (!isPostgresUrl(location)) return location;
-  let config: ReturnType<typeof parseConnectionString>;
-  try {
-    config = parseConnectionString(location);
-  } catch {
-    return 'a postgres:// URL (unparsable)';
-  }
-  const user = config.user ? `${config.user}@` : '';
-  const port = config.port ? `:${config.port}` : '';
-  const host = config.host?.includes(':') ? `[${config.host}]` : (config.host ?? '');
-  const secret = config.password ? ' (password hidden)' : '';
-  return `postgres://${user}${host}${port}/${config.database ?? ''}${secret}`;
 }
 
 function parseToolSet(value: string): 'demo' | 'conformance' {

@@ -12,6 +12,8 @@ export type { AttachOptions, PrincipalResolver } from './sdkGlue.js';
 export { attachTasks, defaultPrincipal } from './sdkGlue.js';
 export type { StdioServeOptions, StdioTaskServer } from './stdio.js';
 export { serveTaskServerStdio } from './stdio.js';
+export type { TaskCounts, TaskListPage, TaskListQuery, TaskSummary } from './store/listing/query.js';
+export { TaskListQueryError } from './store/listing/query.js';
 export { openTaskStore } from './store/openTaskStore.js';
 export { type PostgresPool, PostgresTaskStore, type PostgresTaskStoreOptions } from './store/postgresTaskStore.js';
 export { SqliteTaskStore, type SqliteTaskStoreOptions } from './store/sqliteTaskStore.js';

@@ -2,7 +2,7 @@
 // (test/e2e/serveStoreRedaction.test.ts proves it on a real database for the forms that can connect there).
 import { describe, expect, it } from 'vitest';
 
-import { describeStoreLocation } from '../../src/cli/serve.js';
+import { describeStoreLocation } from '../../src/cli/storeLocation.js';
 
 describe('describeStoreLocation', () => {
   it.each([

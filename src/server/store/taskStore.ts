@@ -6,6 +6,7 @@
  */
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
 import type { TraceCarrier } from '../../protocol/traceContext.js';
+import type { TaskCounts, TaskListPage, TaskListQuery } from './listing/query.js';
 
 /** One entry of a task's `inputRequests`, kept for the task's life so keys are never reused and answers replay. */
 export interface StoredInput {
@@ -357,6 +358,16 @@ export interface TaskStore {
    * purged ids are left out.
    */
   taskOwners?(taskIds: string[]): Promise<TaskOwner[]>;
+
+  /**
+   * For operators only, never served over MCP (callers must not enumerate tasks): one page of every principal's tasks
+   * that `query` selects, newest first, on indexes (src/server/store/listing/query.ts). Throws TaskListQueryError for
+   * a query it refuses.
+   */
+  listTasks?(query?: TaskListQuery): Promise<TaskListPage>;
+
+  /** For operators only, as `listTasks`: how many tasks of each status `query` selects (its limit and cursor unused). */
+  countTasks?(query?: TaskListQuery): Promise<TaskCounts>;
 }
 
 export interface TaskOwner {

@@ -1,0 +1,341 @@
+/**
+ * The operators' listing of a task store: which tasks it holds, newest first, filtered, a page at a time, and how many
+ * of each status. It reads every principal's tasks, so it is never served over MCP (the tasks extension has no
+ * `tasks/list`: a caller must not enumerate tasks, spec "Security"); it is for the operator's own tools (`closeout
+ * tasks`, the console). This module checks a query and builds its SQL for both stores; `sqlite.ts` and `postgres.ts`
+ * run it.
+ */
+import type { TaskStatus } from '../../../protocol/index.js';
+import { TASK_STATUSES } from '../../../protocol/status.js';
+import { unstorableField, unstorableText } from '../../../protocol/storableText.js';
+import { sqlStatus } from '../statusSql.js';
+
+/** Which tasks to list or count. Every filter given must hold (AND); none given: every task. */
+export interface TaskListQuery {
+  /** One status or several (any of them). */
+  status?: TaskStatus | readonly TaskStatus[] | undefined;
+  toolName?: string | undefined;
+  /** The caller's principal the task belongs to (`StoredTask.principal`). */
+  principal?: string | undefined;
+  /** Created at or after this time (epoch ms). */
+  createdFrom?: number | undefined;
+  /** Created before this time (epoch ms). */
+  createdBefore?: number | undefined;
+  /** The task id starts with this (case-sensitive). */
+  taskIdPrefix?: string | undefined;
+  /** Tasks per page, 1 to MAX_LIST_LIMIT; default DEFAULT_LIST_LIMIT. Not used by `countTasks`. */
+  limit?: number | undefined;
+  /** `nextCursor` of the page before; absent for the first page. Not used by `countTasks`. */
+  cursor?: string | undefined;
+}
+
+/** A task as listed: what an operator scans a list for, without its arguments, result or inputs (`get` has those). */
+export interface TaskSummary {
+  taskId: string;
+  principal: string;
+  toolName: string;
+  status: TaskStatus;
+  statusMessage: string | undefined;
+  createdAt: number;
+  lastUpdatedAt: number;
+  ttlMs: number | null;
+  /** How many times a handler was started for the task. */
+  attempt: number;
+  cancelRequested: boolean;
+  leaseHolder: string | undefined;
+  leaseExpiresAt: number | undefined;
+}
+
+/** One page of a listing, newest first (by `createdAt`, then `taskId`). */
+export interface TaskListPage {
+  tasks: TaskSummary[];
+  /** Pass as `cursor` for the next page; undefined on the last page. */
+  nextCursor: string | undefined;
+}
+
+/** How many tasks match a query, per status (every status present, 0 when none). */
+export type TaskCounts = Record<TaskStatus, number>;
+
+export const DEFAULT_LIST_LIMIT = 50;
+export const MAX_LIST_LIMIT = 1000;
+
+/** A listing query the store refuses: says which field is wrong and why. Nothing was read. */
+export class TaskListQueryError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'TaskListQueryError';
+  }
+}
+
+/** Where a page ended: the last task listed. */
+interface Position {
+  createdAt: number;
+  taskId: string;
+}
+
+/** A query checked: statuses as a list of known ones, the cursor decoded. */
+interface CheckedQuery {
+  statuses: readonly TaskStatus[] | undefined;
+  toolName: string | undefined;
+  principal: string | undefined;
+  createdFrom: number | undefined;
+  createdBefore: number | undefined;
+  taskIdPrefix: string | undefined;
+  limit: number;
+  after: Position | undefined;
+}
+
+/** Text a filter may hold: a string both stores can compare (no NUL, no lone surrogate). */
+function checkedText(field: string, value: unknown): string | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'string') throw new TaskListQueryError(`${field} must be a string`);
+  const refused = unstorableField(field, value);
+  if (refused !== undefined) throw new TaskListQueryError(refused);
+  return value;
+}
+
+function checkedTime(field: string, value: unknown): number | undefined {
+  if (value === undefined) return undefined;
+  if (typeof value !== 'number' || !Number.isSafeInteger(value)) {
+    throw new TaskListQueryError(`${field} must be a time in ms since the epoch (an integer)`);
+  }
+  return value;
+}
+
+function checkedStatuses(value: TaskListQuery['status']): readonly TaskStatus[] | undefined {
+  if (value === undefined) return undefined;
+  const statuses: readonly unknown[] = typeof value === 'string' ? [value] : value;
+  if (!Array.isArray(statuses) || statuses.length === 0) {
+    throw new TaskListQueryError(`status must be one of ${TASK_STATUSES.join(', ')}, or a non-empty list of them`);
+  }
+  for (const status of statuses) {
+    if (!TASK_STATUSES.includes(status as TaskStatus)) {
+      throw new TaskListQueryError(`unknown status ${JSON.stringify(status)}: expected ${TASK_STATUSES.join(', ')}`);
+    }
+  }
+  return [...new Set(statuses as TaskStatus[])];
+}
+
+/** Checks every field of a query; throws TaskListQueryError naming the first one that is wrong. */
+export function checkQuery(query: TaskListQuery): CheckedQuery {
+  const limit = query.limit ?? DEFAULT_LIST_LIMIT;
+  if (!Number.isSafeInteger(limit) || limit < 1 || limit > MAX_LIST_LIMIT) {
+    throw new TaskListQueryError(`limit must be an integer from 1 to ${MAX_LIST_LIMIT}`);
+  }
+  const prefix = checkedText('taskIdPrefix', query.taskIdPrefix);
+  return {
+    statuses: checkedStatuses(query.status),
+    toolName: checkedText('toolName', query.toolName),
+    principal: checkedText('principal', query.principal),
+    createdFrom: checkedTime('createdFrom', query.createdFrom),
+    createdBefore: checkedTime('createdBefore', query.createdBefore),
+    taskIdPrefix: prefix === '' ? undefined : prefix,
+    limit,
+    after: query.cursor === undefined ? undefined : decodeCursor(query.cursor),
+  };
+}
+
+/** The cursor after `task`: opaque to callers (base64url of a small JSON array), stable across stores. */
+export function encodeCursor(task: Position): string {
+  return Buffer.from(JSON.stringify([task.createdAt, task.taskId]), 'utf8').toString('base64url');
+}
+
+function decodeCursor(cursor: unknown): Position {
+  const invalid = () => new TaskListQueryError('cursor is not one a listing returned (pass nextCursor as it came)');
+  if (typeof cursor !== 'string' || !/^[A-Za-z0-9_-]+$/.test(cursor)) throw invalid();
+  let value: unknown;
+  try {
+    value = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
+  } catch {
+    throw invalid();
+  }
+  if (
+    !Array.isArray(value) ||
+    value.length !== 2 ||
+    !Number.isSafeInteger(value[0]) ||
+    typeof value[1] !== 'string' ||
+    unstorableText(value[1]) !== undefined
+  ) {
+    throw invalid();
+  }
+  return { createdAt: value[0] as number, taskId: value[1] };
+}
+
+/**
+ * The least string greater than every string that starts with `prefix`, in code point order (SQLite's BINARY
+ * collation and PostgreSQL's "C" both compare UTF-8 bytes, which is code point order): the prefix with its last code
+ * point raised by one. Undefined when there is none (a prefix of only U+10FFFF).
+ */
+export function prefixEnd(prefix: string): string | undefined {
+  const points = [...prefix].map((c) => c.codePointAt(0)!);
+  while (points.length > 0 && points.at(-1) === 0x10ffff) points.pop();
+  if (points.length === 0) return undefined;
+  let last = points.pop()! + 1;
+  if (last === 0xd800) last = 0xe000; // past the surrogates, which no well-formed string holds
+  return String.fromCodePoint(...points, last);
+}
+
+/** What differs between the stores' SQL. */
+export interface ListingDialect {
+  /** The tasks table. */
+  table: string;
+  /** The placeholder of the n-th value (1-based). */
+  placeholder: (n: number) => string;
+  /** The task id as compared for a prefix: in code point order, on an index. */
+  taskIdInCodePointOrder: string;
+}
+
+/** An SQL statement and its values. */
+export interface Statement {
+  text: string;
+  values: unknown[];
+}
+
+/** The columns a summary is read from. */
+const SUMMARY_COLUMNS = `task_id, owner, tool_name, status, status_message, created_at, last_updated_at, ttl_ms, attempt,
+  cancel_requested, lease_owner, lease_expires_at`;
+
+/** Newest first; the task id breaks ties, so the order is total and a cursor never skips or repeats a task. */
+const NEWEST_FIRST = 'ORDER BY created_at DESC, task_id DESC';
+
+/**
+ * The conditions of every filter but status, and the cursor's, as SQL on `values` (appended to). Each is a range or an
+ * equality on a column the listing indexes lead with, or on `created_at` after one of them.
+ */
+function filterConditions(q: CheckedQuery, dialect: ListingDialect, values: unknown[], cursor: boolean): string[] {
+  const value = (v: unknown) => {
+    values.push(v);
+    return dialect.placeholder(values.length);
+  };
+  const conditions: string[] = [];
+  if (q.principal !== undefined) conditions.push(`owner = ${value(q.principal)}`);
+  if (q.toolName !== undefined) conditions.push(`tool_name = ${value(q.toolName)}`);
+  if (q.createdFrom !== undefined) conditions.push(`created_at >= ${value(q.createdFrom)}`);
+  if (q.createdBefore !== undefined) conditions.push(`created_at < ${value(q.createdBefore)}`);
+  if (q.taskIdPrefix !== undefined) {
+    conditions.push(`${dialect.taskIdInCodePointOrder} >= ${value(q.taskIdPrefix)}`);
+    const end = prefixEnd(q.taskIdPrefix);
+    if (end !== undefined) conditions.push(`${dialect.taskIdInCodePointOrder} < ${value(end)}`);
+  }
+  if (cursor && q.after !== undefined) {
+    conditions.push(`(created_at, task_id) < (${value(q.after.createdAt)}, ${value(q.after.taskId)})`);
+  }
+  return conditions;
+}
+
+/** Whether a filter with an index of its own narrows the query: a principal, a tool, a task id prefix. */
+function isNarrowed(q: CheckedQuery): boolean {
+  return q.principal !== undefined || q.toolName !== undefined || q.taskIdPrefix !== undefined;
+}
+
+function statusIn(statuses: readonly TaskStatus[]): string {
+  return `status IN (${statuses.map(sqlStatus).join(', ')})`;
+}
+
+function where(conditions: string[]): string {
+  return conditions.length === 0 ? '' : `WHERE ${conditions.join(' AND ')}`;
+}
+
+/**
+ * One page, one row more than the limit (to know whether another page follows). Without a principal, tool or id
+ * prefix to narrow by, it reads each status apart, newest first on the (status, created_at, task_id) index, at most a
+ * page of each, and merges them: a page costs the same at 100,000 tasks as at 100. With one, the store's planner picks
+ * the index on it (owner, tool_name: each followed by created_at, task_id; the task id's own) and checks the rest.
+ */
+export function listStatement(query: TaskListQuery, dialect: ListingDialect): Statement & { limit: number } {
+  const q = checkQuery(query);
+  const values: unknown[] = [];
+  const conditions = filterConditions(q, dialect, values, true);
+  values.push(q.limit + 1);
+  const limit = dialect.placeholder(values.length);
+  if (isNarrowed(q)) {
+    if (q.statuses !== undefined) conditions.push(statusIn(q.statuses));
+    return {
+      text: `SELECT ${SUMMARY_COLUMNS} FROM ${dialect.table} ${where(conditions)} ${NEWEST_FIRST} LIMIT ${limit}`,
+      values,
+      limit: q.limit,
+    };
+  }
+  const branches = (q.statuses ?? TASK_STATUSES).map(
+    (status) =>
+      `SELECT * FROM (SELECT ${SUMMARY_COLUMNS} FROM ${dialect.table}
+         ${where([`status = ${sqlStatus(status)}`, ...conditions])} ${NEWEST_FIRST} LIMIT ${limit}) AS s_${status}`,
+  );
+  return {
+    text: `SELECT * FROM (${branches.join(' UNION ALL ')}) AS page ${NEWEST_FIRST} LIMIT ${limit}`,
+    values,
+    limit: q.limit,
+  };
+}
+
+/**
+ * The count of each status asked for (all by default). Narrowed by a principal, tool or id prefix: one statement on
+ * that index. By creation time alone: a branch per status, a range of the (status, created_at, task_id) index each.
+ * Otherwise every task of the statuses counts, in one pass (over that index where the planner finds it cheaper).
+ */
+export function countStatement(query: TaskListQuery, dialect: ListingDialect): Statement {
+  const q = checkQuery({ ...query, limit: undefined, cursor: undefined });
+  const values: unknown[] = [];
+  const conditions = filterConditions(q, dialect, values, false);
+  const statuses = q.statuses ?? TASK_STATUSES;
+  if (isNarrowed(q) || conditions.length === 0) {
+    if (q.statuses !== undefined) conditions.push(statusIn(q.statuses));
+    return {
+      text: `SELECT status, COUNT(*) AS n FROM ${dialect.table} ${where(conditions)} GROUP BY status`,
+      values,
+    };
+  }
+  const branches = statuses.map(
+    (status) =>
+      `SELECT ${sqlStatus(status)} AS status, COUNT(*) AS n FROM ${dialect.table}
+         ${where([`status = ${sqlStatus(status)}`, ...conditions])}`,
+  );
+  return { text: branches.join(' UNION ALL '), values };
+}
+
+/** A row of the listing; BIGINT arrives from PostgreSQL as a string, booleans from SQLite as 0 or 1. */
+export interface SummaryRow {
+  task_id: string;
+  owner: string;
+  tool_name: string;
+  status: TaskStatus;
+  status_message: string | null;
+  created_at: number | string;
+  last_updated_at: number | string;
+  ttl_ms: number | string | null;
+  attempt: number;
+  cancel_requested: number | boolean;
+  lease_owner: string | null;
+  lease_expires_at: number | string | null;
+}
+
+function toSummary(row: SummaryRow): TaskSummary {
+  return {
+    taskId: row.task_id,
+    principal: row.owner,
+    toolName: row.tool_name,
+    status: row.status,
+    statusMessage: row.status_message ?? undefined,
+    createdAt: Number(row.created_at),
+    lastUpdatedAt: Number(row.last_updated_at),
+    ttlMs: row.ttl_ms === null ? null : Number(row.ttl_ms),
+    attempt: Number(row.attempt),
+    cancelRequested: row.cancel_requested === true || row.cancel_requested === 1,
+    leaseHolder: row.lease_owner ?? undefined,
+    leaseExpiresAt: row.lease_expires_at === null ? undefined : Number(row.lease_expires_at),
+  };
+}
+
+/** The page the rows of `listStatement` make (they hold at most one more than `limit`). */
+export function toPage(rows: SummaryRow[], limit: number): TaskListPage {
+  const tasks = rows.slice(0, limit).map(toSummary);
+  const last = tasks.at(-1);
+  return { tasks, nextCursor: rows.length > limit && last ? encodeCursor(last) : undefined };
+}
+
+/** The counts the rows of `countStatement` make, every status present. */
+export function toCounts(rows: Array<{ status: TaskStatus; n: number | string }>): TaskCounts {
+  const counts = Object.fromEntries(TASK_STATUSES.map((status) => [status, 0])) as TaskCounts;
+  for (const row of rows) counts[row.status] = Number(row.n);
+  return counts;
+}
