@@ -5,7 +5,6 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import Database from 'better-sqlite3';
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 
@@ -17,6 +16,7 @@ import { sqliteCountStatement, sqliteListStatement, sqlitePlan } from '../../../
 import { PostgresTaskStore } from '../../../src/server/store/postgresTaskStore.js';
 import { SqliteTaskStore } from '../../../src/server/store/sqliteTaskStore.js';
 import type { NewTask, TaskStore } from '../../../src/server/store/taskStore.js';
+import { openDatabase } from '../../../src/shared/sqlite/sqliteDriver.js';
 import { newTask } from '../../support/newTask.js';
 import { type StartedPostgres, startPostgres } from '../../support/postgres.js';
 
@@ -348,7 +348,7 @@ describe('the listing at 100,000 tasks', () => {
     const dir = await mkdtemp(join(tmpdir(), 'closeout-listing-plan-'));
     const path = join(dir, 'tasks.db');
     const store = new SqliteTaskStore(path);
-    const db = new Database(path);
+    const db = openDatabase(path);
     try {
       // written in SQL rather than through create: 100,000 creates would make the test slow, not the listing
       db.exec(`WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ${BULK_ROWS - 1})
