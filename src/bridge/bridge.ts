@@ -22,16 +22,25 @@ import type { ServerContext } from '@modelcontextprotocol/server';
 import { McpServer } from '@modelcontextprotocol/server';
 import { serveStdio } from '@modelcontextprotocol/server/stdio';
 
-import type { TaskClient, TaskHandle, TaskInputContext, TaskRecord } from '../client/index.js';
-import { connectHttpTaskClient, isTaskHandle, TaskClientError } from '../client/index.js';
+import type {
+  ConnectTaskClientOptions,
+  TaskClient,
+  TaskHandle,
+  TaskInputContext,
+  TaskRecord,
+} from '../client/index.js';
+import { connectHttpTaskClient, connectStdioTaskClient, isTaskHandle, TaskClientError } from '../client/index.js';
 import { listAllTools } from '../client/listTools.js';
 import { canonicalJson } from '../protocol/canonicalJson.js';
 import type { JsonObject } from '../protocol/index.js';
 import { stdioServerTransport } from '../server/stdio.js';
 
 export interface BridgeOptions {
-  /** The upstream MCP server's Streamable HTTP endpoint. */
-  upstream: string;
+  /**
+   * The upstream MCP server: its Streamable HTTP endpoint, or the command of a stdio server, which the bridge starts
+   * (and starts again when it exits) with its stderr on the bridge's.
+   */
+  upstream: string | StdioUpstream;
   /** The ledger: a SQLite file path or a `postgres://` URL. */
   ledger: string;
   /** How long a call waits for its task before it answers with the task's id. Default 55 s. */
@@ -44,6 +53,15 @@ export interface BridgeOptions {
   stdout?: NodeJS.WritableStream;
   /** Where the bridge reports (never stdout). Default stderr. */
   log?: (line: string) => void;
+}
+
+/** A stdio server the bridge starts as its upstream. */
+export interface StdioUpstream {
+  command: string;
+  args?: string[];
+  /** Its environment; default the bridge's own. */
+  env?: Record<string, string>;
+  cwd?: string;
 }
 
 export interface RunningBridge {
@@ -110,16 +128,31 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
   /** Input keys put to a host's elicitation now (task id and key): the call waits for the host's answer. */
   const forwarded = new Set<string>();
 
-  const client = await connectHttpTaskClient(options.upstream, {
+  const connectOptions: ConnectTaskClientOptions = {
     ledger: options.ledger,
-    ...(options.token ? { requestInit: { headers: { authorization: `Bearer ${options.token}` } } } : {}),
     inputHandlers: {
       elicitation: (request, context) => askHost(request.params as ElicitParams, context, waiting, forwarded),
     },
     onEvent: (event) => {
       if (event.type === 'error') log(`record ${event.recordId}: ${event.error.message}`);
     },
-  });
+  };
+  const upstream = options.upstream;
+  const client =
+    typeof upstream === 'string'
+      ? await connectHttpTaskClient(upstream, {
+          ...connectOptions,
+          ...(options.token ? { requestInit: { headers: { authorization: `Bearer ${options.token}` } } } : {}),
+        })
+      : await connectStdioTaskClient(
+          // the upstream's stderr is the bridge's (the host's log); its stdout is the bridge's to read
+          { ...upstream, env: upstream.env ?? stringEnvironment(), stderr: 'inherit' },
+          connectOptions,
+        ).catch((error: unknown) => {
+          const command = [upstream.command, ...(upstream.args ?? [])].join(' ');
+          const reason = error instanceof Error ? error.message : String(error);
+          throw new Error(`the upstream server \`${command}\` could not be started: ${reason}`, { cause: error });
+        });
   // the tasks an earlier bridge process left open are followed again (the upstream may still be down: they are
   // followed once it answers)
   void client
@@ -388,4 +421,11 @@ function text(value: string): CallToolResult {
 
 function errorText(value: string): CallToolResult {
   return { content: [{ type: 'text', text: value }], isError: true };
+}
+
+/** This process's environment without unset entries, as a spawned server's. */
+function stringEnvironment(): Record<string, string> {
+  return Object.fromEntries(
+    Object.entries(process.env).filter((entry): entry is [string, string] => entry[1] !== undefined),
+  );
 }

@@ -1,6 +1,7 @@
 /**
- * `closeout bridge URL`: a stdio MCP server for hosts without the Tasks extension, calling URL's tools through a
- * durable ledger (src/bridge/bridge.ts). stdout carries JSON-RPC only; the bridge reports on stderr.
+ * `closeout bridge URL` (or `closeout bridge -- COMMAND [ARG...]`, a stdio upstream): a stdio MCP server for hosts
+ * without the Tasks extension, calling the upstream's tools through a durable ledger (src/bridge/bridge.ts). stdout
+ * carries JSON-RPC only; the bridge and a stdio upstream report on stderr.
  */
 import { homedir } from 'node:os';
 import { join } from 'node:path';
@@ -8,7 +9,9 @@ import { join } from 'node:path';
 import type { Command } from 'commander';
 import { InvalidArgumentError } from 'commander';
 
+import type { StdioUpstream } from '../bridge/bridge.js';
 import { parseUrl } from './arguments.js';
+import { CliError } from './cliError.js';
 import type { TokenFlags } from './commonOptions.js';
 import { addTokenOption } from './commonOptions.js';
 
@@ -22,9 +25,13 @@ export function registerBridge(program: Command): void {
   const command = program
     .command('bridge')
     .description(
-      'Serve URL’s tools over stdio to a host without Tasks: a long call answers with its task id, closeout_wait gets the result',
+      'Serve an upstream server’s tools over stdio to a host without Tasks: a long call answers with its task id, closeout_wait gets the result',
     )
-    .argument('<url>', 'the upstream server’s MCP endpoint, e.g. https://tools.example.com/mcp', parseUrl)
+    .usage('[options] URL | [options] -- COMMAND [ARG...]')
+    .argument(
+      '<upstream...>',
+      'the upstream server: its MCP endpoint (https://tools.example.com/mcp), or after -- the command that starts it over stdio',
+    )
     .option(
       '--ledger <path>',
       'the bridge’s ledger (SQLite file or postgres:// URL)',
@@ -33,16 +40,21 @@ export function registerBridge(program: Command): void {
     .option('--wait <seconds>', 'how long a call waits for its task before answering with its id', parseSeconds, 55)
     .option('--no-dedupe', 'a host retrying a call (same tool and arguments, within 10 minutes) gets a new task');
   addTokenOption(command);
-  command.action(async (url: string, flags: BridgeFlags) => {
+  command.action(async (words: string[], flags: BridgeFlags) => {
+    const upstream = parseUpstream(words);
+    if (typeof upstream !== 'string' && flags.token !== undefined) {
+      throw new CliError('--token is for an upstream URL; a stdio upstream gets its secrets from its own environment');
+    }
+    const shown = typeof upstream === 'string' ? upstream : [upstream.command, ...(upstream.args ?? [])].join(' ');
     const { startBridge } = await import('../bridge/bridge.js');
     const bridge = await startBridge({
-      upstream: url,
+      upstream,
       ledger: flags.ledger!,
       waitMs: flags.wait * 1000,
       ...(flags.dedupe ? {} : { dedupeWindowMs: 0 }),
       token: flags.token ?? process.env['CLOSEOUT_TOKEN'],
     });
-    process.stderr.write(`closeout bridge: ${url} over stdio, ledger ${flags.ledger}\n`);
+    process.stderr.write(`closeout bridge: ${shown} over stdio, ledger ${flags.ledger}\n`);
     const stop = async () => {
       await bridge.close().catch(() => undefined);
       process.exit(0);
@@ -58,4 +70,21 @@ function parseSeconds(value: string): number {
   const seconds = Number(value);
   if (!Number.isFinite(seconds) || seconds < 0) throw new InvalidArgumentError('expected a number of seconds, e.g. 55');
   return seconds;
+}
+
+/**
+ * One word with `://` is the upstream's URL (http or https); anything else is the command of a stdio upstream and its
+ * arguments (after `--`, so that its options are not read as the bridge's).
+ */
+function parseUpstream(words: string[]): string | StdioUpstream {
+  const [first, ...rest] = words;
+  if (first === undefined) throw new CliError('expected the upstream server: a URL, or -- and a command');
+  if (words.length === 1 && first.includes('://')) {
+    try {
+      return parseUrl(first);
+    } catch (error) {
+      throw new CliError(`bridge: ${(error as Error).message}`);
+    }
+  }
+  return { command: first, args: rest };
 }

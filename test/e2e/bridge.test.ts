@@ -58,6 +58,17 @@ function textOf(result: unknown): string {
   return ((result as CallToolResult).content ?? []).map((c) => (c.type === 'text' ? c.text : '')).join('\n');
 }
 
+/** A 3-step batch_job through the bridge: its result inline, and its status messages as progress on the way. */
+async function expectShortTaskInline(client: Client): Promise<void> {
+  const progress: string[] = [];
+  const result = await client.callTool(
+    { name: 'batch_job', arguments: { items: 3, stepMs: 300 } },
+    { onprogress: (p) => progress.push(p.message ?? '') },
+  );
+  expect(textOf(result)).toContain('Processed 3 items');
+  expect(progress.some((message) => /Processed \d of 3 items/.test(message))).toBe(true);
+}
+
 function taskIdIn(text: string): string {
   const id = /Task (\S+) /.exec(text)?.[1];
   expect(id, text).toBeDefined();
@@ -70,13 +81,7 @@ describe('closeout bridge', { timeout: 120_000 }, () => {
     const { tools } = await client.listTools();
     const names = tools.map((tool) => tool.name);
     expect(names).toEqual(expect.arrayContaining(['batch_job', 'approve_deploy', 'closeout_wait', 'closeout_tasks']));
-    const progress: string[] = [];
-    const result = await client.callTool(
-      { name: 'batch_job', arguments: { items: 3, stepMs: 300 } },
-      { onprogress: (p) => progress.push(p.message ?? '') },
-    );
-    expect(textOf(result)).toContain('Processed 3 items');
-    expect(progress.some((message) => /Processed \d of 3 items/.test(message))).toBe(true);
+    await expectShortTaskInline(client);
   });
 
   it('answers a long task with its id; after a SIGKILL a new bridge returns its real result', async () => {
@@ -148,5 +153,60 @@ describe('closeout bridge', { timeout: 120_000 }, () => {
     const result = (await client.callTool({ name: 'batch_job', arguments: { items: 1 } })) as CallToolResult;
     expect(result.isError).toBe(true);
     expect(textOf(result)).toMatch(/upstream server cannot be reached/);
+  });
+});
+
+describe('closeout bridge over a stdio upstream', { timeout: 120_000 }, () => {
+  /** A host that starts `closeout bridge -- node closeout serve --stdio`: the bridge starts its upstream itself. */
+  async function stdioHost(ledger: string, wait = 3) {
+    const upstreamCommand = [process.execPath, CLI, 'serve', '--stdio', '--store', join(dir, 'stdio-server.db')];
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [CLI, 'bridge', '--ledger', ledger, '--wait', String(wait), '--', ...upstreamCommand],
+      stderr: 'pipe',
+    });
+    const client = new Client({ name: 'test-host', version: '1.0.0' });
+    await client.connect(transport);
+    hosts.push({ client, transport });
+    return { client, transport };
+  }
+
+  it('answers a short task inline with progress, from a server it started over stdio', async () => {
+    const { client } = await stdioHost(join(dir, 'stdio-short.db'));
+    const names = (await client.listTools()).tools.map((tool) => tool.name);
+    expect(names).toEqual(expect.arrayContaining(['batch_job', 'closeout_wait']));
+    await expectShortTaskInline(client);
+  });
+
+  it('answers a long task with its id; after a SIGKILL of the bridge, a new one and its new upstream return the result', async () => {
+    const ledger = join(dir, 'stdio-long.db');
+    const first = await stdioHost(ledger);
+    const text = textOf(await first.client.callTool({ name: 'batch_job', arguments: { items: 12, stepMs: 500 } }));
+    expect(text).toMatch(/closeout_wait/);
+    const taskId = taskIdIn(text);
+    // the bridge dies at once; its upstream sees its stdin close and hands its running task back to the store
+    process.kill(first.transport.pid!, 'SIGKILL');
+    const second = await stdioHost(ledger);
+    let result = await second.client.callTool({ name: 'closeout_wait', arguments: { taskId, seconds: 40 } });
+    if (/still/.test(textOf(result))) {
+      result = await second.client.callTool({ name: 'closeout_wait', arguments: { taskId, seconds: 40 } });
+    }
+    expect(textOf(result)).toContain('Processed 12 items');
+    // the new upstream process took the task up from the store: a second attempt, resumed where the first stopped
+    expect((result as CallToolResult).structuredContent).toMatchObject({ processed: 12, attempt: 2 });
+  });
+
+  it('says clearly when the upstream command cannot be started', async () => {
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [CLI, 'bridge', '--ledger', join(dir, 'stdio-missing.db'), '--', join(dir, 'no-such-server')],
+      stderr: 'pipe',
+    });
+    let stderr = '';
+    transport.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const client = new Client({ name: 'test-host', version: '1.0.0' });
+    await expect(client.connect(transport)).rejects.toThrow();
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    expect(stderr).toMatch(/the upstream server `\S*no-such-server` could not be started: .*ENOENT/);
   });
 });
