@@ -8,7 +8,8 @@
  * extension, so an optional task tool answers inline and a task-required tool is refused with a clear error; at the
  * modern era it declares `io.modelcontextprotocol/tasks` but no elicitation, so the server creates tasks, the
  * Inspector follows them to their end, and a tool that asks for input of an undeclared kind ends its task failed with
- * -32021 (src/server/inputCapabilities.ts; README "Input only of declared kinds") instead of waiting for ever.
+ * -32021 (src/server/inputCapabilities.ts; README "Input only of declared kinds") instead of waiting for ever. The
+ * same holds over stdio, the Inspector starting `closeout serve --stdio` itself (the cases marked stdio).
  * Usage: node scripts/conformance/inspector.mjs NODE22 INSPECTOR_LAUNCHER
  */
 import { execFile, spawn } from 'node:child_process';
@@ -58,10 +59,18 @@ function startServer() {
 /** The Inspector run in progress, stopped with the server when this script is stopped. */
 let running;
 
-/** One `inspector --cli` run: its exit status and the JSON objects it printed (stdout, then stderr). */
-function inspector(url, era, tool, args) {
-  const argv = [launcher, '--cli', url, '--method', 'tools/call', '--tool-name', tool];
+/**
+ * One `inspector --cli` run: its exit status and the JSON objects it printed (stdout, then stderr). Over `http` it
+ * calls the server at `url`; over `stdio` it starts `closeout serve --stdio` on the same store itself, as a host does.
+ */
+function inspector(url, transport, era, tool, args) {
+  const argv = [launcher, '--cli', '--method', 'tools/call', '--tool-name', tool];
   argv.push('--tool-args-json', JSON.stringify(args), '--protocol-era', era, '--format', 'json');
+  if (transport === 'stdio') {
+    argv.push('--', process.execPath, join(ROOT, 'dist/cli/main.js'), 'serve', '--stdio', '--store', store);
+  } else {
+    argv.push(url);
+  }
   // HOME and the catalog paths in the temporary folder: the Inspector writes its catalog and config there
   const env = {
     ...process.env,
@@ -108,7 +117,7 @@ const text = (result) => result?.content?.find((block) => block.type === 'text')
  * The cases: label, era, tool, arguments, and a check of the run and of the tasks it created (a list of
  * problems, empty when it passed).
  */
-const CASES = [
+const HTTP_CASES = [
   {
     label: 'legacy era: an optional task tool answers inline',
     era: 'legacy',
@@ -186,6 +195,21 @@ const CASES = [
   },
 ];
 
+/** Over stdio, the cases whose tasks a host most depends on: inline at the legacy era, tasks and refused input at the modern. */
+const STDIO_LABELS = [
+  'legacy era: an optional task tool answers inline',
+  'modern era: a completed task, followed to its result',
+  'modern era: input asked of a client without elicitation',
+];
+const CASES = [
+  ...HTTP_CASES.map((c) => ({ ...c, transport: 'http' })),
+  ...HTTP_CASES.filter((c) => STDIO_LABELS.includes(c.label)).map((c) => ({
+    ...c,
+    transport: 'stdio',
+    label: `over stdio, ${c.label}`,
+  })),
+];
+
 const version = JSON.parse(readFileSync(join(dirname(dirname(dirname(dirname(launcher)))), 'package.json'), 'utf8'));
 const server = startServer();
 // stopped from outside (conformance.sh's traps, ^C): stop the server too, and leave no temporary folder behind
@@ -203,7 +227,7 @@ try {
   for (const c of CASES) {
     const t0 = Date.now();
     const before = tasksOf(c.tool).length;
-    const run = await inspector(url, c.era, c.tool, c.args);
+    const run = await inspector(url, c.transport, c.era, c.tool, c.args);
     const created = tasksOf(c.tool).slice(before);
     const problems = c.check(run, created).filter(Boolean);
     const label = `inspector ${version.version} ${c.tool}, ${c.label}`;
