@@ -10,11 +10,11 @@ import { toNodeHandler } from '@modelcontextprotocol/node';
 import type { AuthInfo, McpHttpHandler, McpRequestContext, ServerEventBus } from '@modelcontextprotocol/server';
 import { createMcpHandler, McpServer } from '@modelcontextprotocol/server';
 
-import { CLIENT_CAPABILITIES_META_KEY, SUBSCRIPTIONS_LISTEN_METHOD } from '../protocol/constants.js';
+import { CLIENT_CAPABILITIES_META_KEY } from '../protocol/constants.js';
 import { guardJsonDepth } from './jsonDepthGuard.js';
 import { type AttachOptions, attachTasks, declaresTasksIn, defaultPrincipal } from './sdkGlue.js';
 import { mayBeTaskGet, taskGetFastPath } from './taskGetFastPath.js';
-import type { ListenRequest } from './taskPush.js';
+import { taskListenOf } from './taskPush.js';
 import type { TaskServer } from './taskServer.js';
 
 const DEFAULT_SERVER_INFO = { name: 'closeout', version: '0.1.0' };
@@ -64,7 +64,7 @@ export function createTaskMcpHandler(tasks: TaskServer, options: TaskHandlerOpti
       // refused before a server was built (a bad version, header or envelope): the SDK's refusal stands
       if (accepted.principal === undefined) return sdkAnswer;
       await sdkAnswer.body?.cancel().catch(() => {});
-      const meta = (listen.params as { _meta?: Record<string, unknown> })._meta;
+      const meta = listen.params._meta;
       const res = servingResponse.getStore();
       return tasks.push.listen(
         listen,
@@ -78,16 +78,6 @@ export function createTaskMcpHandler(tasks: TaskServer, options: TaskHandlerOpti
   };
   // hostile nesting is refused before the SDK's recursive validation can overflow the stack
   return guardJsonDepth(withPush);
-}
-
-/** The body as a `subscriptions/listen` request that asks for task notifications, or undefined. */
-function taskListenOf(body: unknown): ListenRequest | undefined {
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) return undefined;
-  const { method, id, params } = body as { method?: unknown; id?: unknown; params?: unknown };
-  if (method !== SUBSCRIPTIONS_LISTEN_METHOD || (typeof id !== 'string' && typeof id !== 'number')) return undefined;
-  const notifications = (params as { notifications?: unknown } | undefined)?.notifications;
-  if (typeof notifications !== 'object' || notifications === null || !('taskIds' in notifications)) return undefined;
-  return { id, params: params as ListenRequest['params'] };
 }
 
 export interface ServeOptions extends TaskHandlerOptions {

@@ -4,7 +4,8 @@
  * it makes gets the Tasks extension through `attachTasks`. A host starts and kills such a server many times a day: the
  * tasks live in the store, so the next process on the same store knows every task the last one created.
  *
- * Nothing but JSON-RPC goes to stdout; report with `onerror` (stderr by default). A host that closes stdin ends the
+ * Push (`subscriptions/listen` with task notifications) is served on the same channel (stdioPush.ts). Nothing but
+ * JSON-RPC goes to stdout; report with `onerror` (stderr by default). A host that closes stdin ends the
  * connection; `closed` then resolves, and the caller closes the TaskServer (its running tasks are handed back for
  * the next start to take up).
  */
@@ -12,7 +13,8 @@ import { McpServer } from '@modelcontextprotocol/server';
 import { serveStdio, StdioServerTransport } from '@modelcontextprotocol/server/stdio';
 
 import type { TaskHandlerOptions } from './http.js';
-import { attachTasks } from './sdkGlue.js';
+import { attachTasks, defaultPrincipal } from './sdkGlue.js';
+import { TaskListenTransport } from './stdioPush.js';
 import type { TaskServer } from './taskServer.js';
 
 export interface StdioServeOptions extends Pick<TaskHandlerOptions, 'serverInfo' | 'principal' | 'onerror'> {
@@ -56,7 +58,10 @@ export async function serveTaskServerStdio(
 ): Promise<StdioTaskServer> {
   const info = options.serverInfo ?? { name: 'closeout', version: '0.1.0' };
   await tasks.start();
-  const { transport, closed } = stdioServerTransport(options.stdin, options.stdout);
+  const { transport: stdio, closed } = stdioServerTransport(options.stdin, options.stdout);
+  // push on the one channel (stdioPush.ts); a stdio connection has no credentials: one principal for all its tasks
+  const principal = (options.principal ?? defaultPrincipal)({ authInfo: undefined });
+  const transport = new TaskListenTransport(stdio, tasks, principal, info);
   const handle = serveStdio(
     () => {
       const mcp = new McpServer(info);

@@ -10,6 +10,7 @@
  */
 import {
   SUBSCRIPTION_ID_META_KEY,
+  SUBSCRIPTIONS_LISTEN_METHOD,
   TASK_STATUS_NOTIFICATION_METHOD,
   TASKS_EXTENSION_ID,
 } from '../protocol/constants.js';
@@ -39,7 +40,17 @@ export interface TaskPushOptions {
 /** The `params` of a `subscriptions/listen` request, as far as push reads them. */
 export interface ListenRequest {
   id: string | number;
-  params: { notifications?: { taskIds?: unknown } };
+  params: { notifications?: { taskIds?: unknown }; _meta?: Record<string, unknown> };
+}
+
+/** The message as a `subscriptions/listen` request that asks for task notifications, or undefined. */
+export function taskListenOf(message: unknown): ListenRequest | undefined {
+  if (typeof message !== 'object' || message === null || Array.isArray(message)) return undefined;
+  const { method, id, params } = message as { method?: unknown; id?: unknown; params?: unknown };
+  if (method !== SUBSCRIPTIONS_LISTEN_METHOD || (typeof id !== 'string' && typeof id !== 'number')) return undefined;
+  const notifications = (params as { notifications?: unknown } | undefined)?.notifications;
+  if (typeof notifications !== 'object' || notifications === null || !('taskIds' in notifications)) return undefined;
+  return { id, params: params as ListenRequest['params'] };
 }
 
 /** Ends the HTTP exchange a stream is served on at once (the socket too), when the serving layer can. */

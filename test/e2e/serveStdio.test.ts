@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 
 import type { CallToolResult } from '@modelcontextprotocol/client';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it, vi } from 'vitest';
 
 import type { TaskClient } from '../../src/client/index.js';
 import { connectStdioTaskClient, isTaskHandle } from '../../src/client/index.js';
@@ -48,6 +48,31 @@ describe('closeout serve --stdio', { timeout: 90_000 }, () => {
       const deploy = await tasks.callTool('approve_deploy', { env: 'qa' });
       if (!isTaskHandle(deploy)) throw new Error('approve_deploy answered without a task');
       expect(textOf(await deploy.result())).toContain('Deployed to qa (over stdio)');
+    } finally {
+      await tasks.close();
+    }
+  });
+
+  it('pushes task status on subscriptions/listen over the one channel: a client that polls every 30 s closes out in seconds', async () => {
+    const tasks = await connectStdioTaskClient(
+      { command: process.execPath, args: [CLI, 'serve', '--stdio', '--store', join(dir, 'push.db')], stderr: 'ignore' },
+      // no poll sooner than 30 s apart, so an early close-out can only have come by push
+      {
+        ledger: join(dir, 'push-ledger.db'),
+        pollPolicy: { floorMs: 30_000, defaultIntervalMs: 30_000, capMs: 30_000 },
+      },
+    );
+    try {
+      const started = Date.now();
+      const batch = await tasks.callTool('batch_job', { items: 4, stepMs: 500 });
+      if (!isTaskHandle(batch)) throw new Error('batch_job answered without a task');
+      const messages: string[] = [];
+      batch.onChange((record) => record.statusMessage && messages.push(record.statusMessage));
+      await vi.waitFor(() => expect(tasks.pushState().mode).toBe('push'), { timeout: 10_000, interval: 50 });
+      expect(textOf(await batch.result())).toBe('Processed 4 items');
+      expect(Date.now() - started).toBeLessThan(20_000);
+      // the progress on the way came by push too
+      expect(messages.some((message) => /Processed \d of 4 items/.test(message))).toBe(true);
     } finally {
       await tasks.close();
     }
