@@ -40,6 +40,8 @@ describe(`chaos soak (${config.name})`, () => {
       expect(report.faults.clientPauses).toBeGreaterThan(0);
       expect(report.faults.resumeRaces).toBeGreaterThan(0);
       expect(report.faults.clockSteps).toBeGreaterThan(0);
+      // a store stalled past a lease on every backend (each fault kind runs once on each first)
+      expect(report.faults.storeStalls).toBeGreaterThanOrEqual(config.backends.length);
       expect(report.namespacedStarts).toBeGreaterThan(0);
       if (config.backends.includes('postgres-fleet')) {
         // a fleet on one PostgreSQL ledger: a killed or paused worker's records were closed out by another worker

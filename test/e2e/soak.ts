@@ -30,6 +30,7 @@ import { INTERRUPTED_MESSAGE } from '../../src/server/taskServer.js';
 import { openDatabase } from '../../src/shared/sqlite/sqliteDriver.js';
 import { ChaosProxy, type ChaosRates } from '../support/chaosProxy.js';
 import { type FakeClock, fakeClock } from '../support/faketime.js';
+import { holdWriteLock } from '../support/ledgerLock.js';
 import { type StartedPostgres, startPostgres } from '../support/postgres.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
 import { inNewPidNamespace, requirePidNamespaces } from '../support/processWrappers.js';
@@ -61,6 +62,11 @@ export interface SoakConfig {
   killEveryMs: number;
   /** How long PostgreSQL stays down in one outage. */
   databaseOutageMs: number;
+  /**
+   * How long a store stalls (every PostgreSQL process SIGSTOPped; another process holding the SQLite file's write
+   * lock): longer than a server lease, so a lease lapses while its holder lives (RELIABILITY.md, "Stalled stores").
+   */
+  storeStallMs: number;
   /** After the faults stop, how long the clients have to close out everything. */
   settleTimeoutMs: number;
   serverLeaseMs: number;
@@ -96,6 +102,7 @@ export const SHORT: SoakConfig = {
   faultsForMs: 20_000,
   killEveryMs: 1_200,
   databaseOutageMs: 3_000,
+  storeStallMs: 4_500,
   settleTimeoutMs: 45_000,
   serverLeaseMs: 3_000,
   clientLeaseMs: 2_000,
@@ -131,7 +138,8 @@ type FaultKind =
   | 'resume-race'
   | 'clock-step'
   | 'connection-drops'
-  | 'database-outage';
+  | 'database-outage'
+  | 'store-stall';
 
 const FAULT_WEIGHTS: Array<[FaultKind, number]> = [
   ['kill-server', 30],
@@ -141,6 +149,7 @@ const FAULT_WEIGHTS: Array<[FaultKind, number]> = [
   ['clock-step', 8],
   ['connection-drops', 8],
   ['database-outage', 4],
+  ['store-stall', 4],
 ];
 
 const POSTGRES_FAULTS = new Set<FaultKind>(['connection-drops', 'database-outage']);
@@ -190,6 +199,7 @@ export interface SoakReport {
     clockSteps: number;
     connectionDrops: number;
     databaseOutages: number;
+    storeStalls: number;
     droppedBefore: number;
     droppedAfter: number;
     delayed: number;
@@ -308,6 +318,7 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
       clockSteps: sum((r) => r.clockSteps),
       connectionDrops: sum((r) => r.connectionDrops),
       databaseOutages: sum((r) => r.databaseOutages),
+      storeStalls: sum((r) => r.storeStalls),
       droppedBefore: sum((r) => r.proxy.droppedBefore),
       droppedAfter: sum((r) => r.proxy.droppedAfter),
       delayed: sum((r) => r.proxy.delayed),
@@ -322,6 +333,7 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
       faults.clockSteps +
       faults.connectionDrops +
       faults.databaseOutages +
+      faults.storeStalls +
       faults.droppedBefore +
       faults.droppedAfter +
       faults.delayed +
@@ -360,6 +372,7 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
           r.clockSteps +
           r.connectionDrops +
           r.databaseOutages +
+          r.storeStalls +
           r.proxyFaults,
         recovered: r.recovered.size,
         lost: r.lost.length,
@@ -403,7 +416,7 @@ export function formatReport(report: SoakReport): string[] {
     `faults injected: ${faults.total} (server processes killed ${faults.serverKills}, client processes killed ${faults.clientKills}, ` +
       `client processes paused past their lease ${faults.clientPauses}, second processes racing resumeAll ${faults.resumeRaces}, ` +
       `client clock steps ${faults.clockSteps}, PostgreSQL connection drops ${faults.connectionDrops}, ` +
-      `PostgreSQL outages ${faults.databaseOutages}, ` +
+      `PostgreSQL outages ${faults.databaseOutages}, stores stalled past a lease (PostgreSQL frozen, SQLite write lock held) ${faults.storeStalls}, ` +
       `connections dropped before the server ${faults.droppedBefore}, answers dropped after it ${faults.droppedAfter}, ` +
       `answers delayed ${faults.delayed}, answers stalled past the client's timeout ${faults.stalled})`,
     `recovered: ${recovered.total} (resubmitted after a lost answer ${recovered.resubmitted}, resumed by a restarted client ` +
@@ -459,6 +472,7 @@ interface BackendResult {
   clockSteps: number;
   connectionDrops: number;
   databaseOutages: number;
+  storeStalls: number;
   namespacedStarts: number;
   proxy: ChaosProxy['counts'];
   proxyFaults: number;
@@ -496,6 +510,8 @@ class BackendRun {
   private connectionDrops = 0;
   private databaseOutages = 0;
   private outageRunning = false;
+  private storeStalls = 0;
+  private stallRunning = false;
   private readonly restarts = new Set<Promise<void>>();
   private readonly violations: string[] = [];
   private readonly runLog: string;
@@ -573,6 +589,8 @@ class BackendRun {
         return this.dropConnections();
       case 'database-outage':
         return this.stopDatabase();
+      case 'store-stall':
+        return this.stallStore();
     }
   }
 
@@ -709,7 +727,7 @@ class BackendRun {
 
   /** PostgreSQL stopped for some seconds and started again: instances must neither die nor run anything twice. */
   stopDatabase(): void {
-    if (!this.postgres || this.outageRunning) return;
+    if (!this.postgres || this.outageRunning || this.stallRunning) return;
     this.outageRunning = true;
     this.databaseOutages++;
     this.note('database outage', 0);
@@ -717,6 +735,29 @@ class BackendRun {
       this.postgres.outage(this.config.databaseOutageMs).finally(() => {
         this.outageRunning = false;
         this.note('database back', 0);
+      }),
+    );
+  }
+
+  /**
+   * The store answers late instead of failing, for longer than a lease: PostgreSQL frozen (every process SIGSTOPped),
+   * or another process holding the SQLite file's write lock. No live holder may lose a task to it.
+   */
+  stallStore(): void {
+    if (this.stallRunning || this.outageRunning) return;
+    this.stallRunning = true;
+    this.storeStalls++;
+    this.note(this.postgres ? 'database frozen' : 'write lock held', 0);
+    const stall = async () => {
+      if (this.postgres) return this.postgres.freeze(this.config.storeStallMs);
+      const lock = await holdWriteLock(this.store);
+      await new Promise((resolve) => setTimeout(resolve, this.config.storeStallMs));
+      await lock.release();
+    };
+    this.track(
+      stall().finally(() => {
+        this.stallRunning = false;
+        this.note('store answers again', 0);
       }),
     );
   }
@@ -994,6 +1035,7 @@ class BackendRun {
       clockSteps: this.clockSteps,
       connectionDrops: this.connectionDrops,
       databaseOutages: this.databaseOutages,
+      storeStalls: this.storeStalls,
       namespacedStarts: this.namespacedStarts,
       proxy: { ...this.proxy.counts },
       proxyFaults: this.proxy.faults,
