@@ -8,6 +8,7 @@ import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 
 import type { CallToolResult } from '@modelcontextprotocol/client';
@@ -216,8 +217,4 @@ function runFresh(args: string[], onLine: (line: string) => void): Promise<numbe
       resolve(code ?? EXIT.usage);
     });
   });
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }

@@ -4,6 +4,7 @@
 import { existsSync, mkdirSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 import { InMemoryServerEventBus } from '@modelcontextprotocol/server';
 import type { Command } from 'commander';
@@ -221,7 +222,7 @@ async function openWhenReachable(
         );
         told = true;
       }
-      await new Promise((resolve) => setTimeout(resolve, pauseMs));
+      await sleep(pauseMs);
       pauseMs = Math.min(5000, pauseMs * 2);
     }
   }

@@ -3,6 +3,8 @@
  * answers reads from the store, takes over orphans after a crash, expires and purges. The store is the only home of
  * task state; this class holds only what a live handler needs (its abort controller and input waiters).
  */
+import { setTimeout as sleep } from 'node:timers/promises';
+
 import { CallToolResultSchema } from '@modelcontextprotocol/core';
 import type { CallToolResult } from '@modelcontextprotocol/server';
 import { ProtocolError, ProtocolErrorCode } from '@modelcontextprotocol/server';
@@ -1158,10 +1160,6 @@ function errorMessage(error: unknown): string {
 /** The runs as the open-tasks gauge counts them (read only when a metrics reader collects). */
 function* runViews(running: Map<string, RunningTask>): Iterable<RunView> {
   for (const run of running.values()) yield { toolName: run.toolName, waitingForInput: run.waiters.size > 0 };
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 /** Lets requests waiting on the event loop run between two steps of a sweep. */
