@@ -47,6 +47,14 @@ import type {
   TaskRecord,
 } from './ledger.js';
 import { localStateIn, sqlLocalState } from './localStateSql.js';
+import type {
+  RecordCounts,
+  RecordListingDialect,
+  RecordListPage,
+  RecordListQuery,
+  RecordSummaryRow,
+} from './recordListing.js';
+import { recordCountStatement, recordListStatement, toRecordCounts, toRecordPage } from './recordListing.js';
 import type { HistoryLine, HistoryRow, InputRow, PendingNote, SubmissionRow as Row } from './records.js';
 import {
   applyNote,
@@ -155,7 +163,25 @@ const MIGRATIONS: readonly string[] = [
   // 1 -> 2: the call's W3C trace context (and baggage), JSON text: a worker that resumes the record joins its trace
   // (docs/operations.md, "Observability")
   `ALTER TABLE closeout_ledger_submissions ADD COLUMN trace_context TEXT;`,
+  // 2 -> 3: the records listed for people (recordListing.ts), newest first: all of them, within a local state and
+  // status, within a tool; and found by task id prefix (in byte order, "C", whatever the database's collation),
+  // correlation id or idempotency key, whatever the server
+  `CREATE INDEX closeout_ledger_listing ON closeout_ledger_submissions (submitted_at, record_id);
+   CREATE INDEX closeout_ledger_listing_state
+     ON closeout_ledger_submissions (local_state, status, submitted_at, record_id);
+   CREATE INDEX closeout_ledger_listing_tool ON closeout_ledger_submissions (tool_name, submitted_at, record_id);
+   CREATE INDEX closeout_ledger_listing_task ON closeout_ledger_submissions (task_id COLLATE "C");
+   CREATE INDEX closeout_ledger_listing_correlation ON closeout_ledger_submissions (correlation_id);
+   CREATE INDEX closeout_ledger_listing_key ON closeout_ledger_submissions (idempotency_key);`,
 ];
+
+/** The listing's SQL on this ledger (recordListing.ts). */
+const POSTGRES_LISTING: RecordListingDialect = {
+  table: 'closeout_ledger_submissions',
+  placeholder: (n) => `$${n}`,
+  // the database's collation may order by language rules, where a prefix is no range: "C" compares bytes
+  taskIdInCodePointOrder: 'task_id COLLATE "C"',
+};
 
 /** The ledger schema version this build writes. */
 export const POSTGRES_LEDGER_SCHEMA_VERSION = MIGRATIONS.length;
@@ -773,6 +799,20 @@ export class PostgresLedger implements Ledger {
       ]);
       return rows.map((row) => this.toRecord(row));
     });
+  }
+
+  async listRecords(query: RecordListQuery = {}): Promise<RecordListPage> {
+    const { text, values, limit } = recordListStatement(query, POSTGRES_LISTING);
+    return this.guard('listRecords', async () =>
+      toRecordPage((await this.query<RecordSummaryRow>(text, values)).rows, limit),
+    );
+  }
+
+  async countRecords(query: RecordListQuery = {}): Promise<RecordCounts> {
+    const { text, values } = recordCountStatement(query, POSTGRES_LISTING);
+    return this.guard('countRecords', async () =>
+      toRecordCounts((await this.query<Parameters<typeof toRecordCounts>[0][number]>(text, values)).rows),
+    );
   }
 
   async history(recordId: string): Promise<HistoryEntry[]> {
