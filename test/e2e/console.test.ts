@@ -246,6 +246,78 @@ describe.skipIf(missing !== undefined)('the console in Chromium, over a real ser
     }
   });
 
+  it('cancels every open task a filter selects, in the ledger and in the store, after a confirmation', async () => {
+    const long = ['--args', '{"pages":300,"pageMs":200}'];
+    const fromLedger = [
+      await detachedCall(ledger, serve.url, 'export_report', ...long),
+      await detachedCall(ledger, serve.url, 'export_report', ...long),
+    ];
+    await page.goto(`${console_.url}#/ledger?tool=export_report&status=working`);
+    await page.waitForSelector(`table.tasks a[title="${fromLedger[0]}"]`);
+    await page.waitForSelector(`table.tasks a[title="${fromLedger[1]}"]`);
+    await listed(page, 2);
+    await page.click('button:has-text("Cancel 2 open")');
+    // nothing is cancelled before the confirmation
+    expect(await serverStatus(serve.url, fromLedger[0]!)).toBe('working');
+    await page.click('button:has-text("Yes, cancel them")');
+    await page.waitForSelector('text=2 of 2 cancelled');
+    for (const taskId of fromLedger) {
+      await waitFor(
+        `${taskId} to be cancelled on the server`,
+        async () => ((await serverStatus(serve.url, taskId)) === 'cancelled' ? true : undefined),
+        20_000,
+      );
+    }
+    await listed(page, 0);
+
+    const fromStore: string[] = [];
+    for (let i = 0; i < 2; i += 1) {
+      const created = await rpc(serve.url, 'tools/call', {
+        name: 'export_report',
+        arguments: { pages: 300, pageMs: 200 },
+      });
+      fromStore.push(created.result?.['taskId'] as string);
+    }
+    await page.goto(`${console_.url}#/store?tool=export_report&status=working`);
+    await page.waitForSelector(`table.tasks tbody tr[data-id="${fromStore[0]}"]`);
+    await page.waitForSelector(`table.tasks tbody tr[data-id="${fromStore[1]}"]`);
+    await listed(page, 2);
+    await page.click('button:has-text("Cancel 2 open")');
+    await page.click('button:has-text("Yes, cancel them")');
+    await page.waitForSelector('text=2 of 2 cancelled');
+    for (const taskId of fromStore) {
+      await waitFor(
+        `${taskId} to be cancelled by its server`,
+        async () => ((await serverStatus(serve.url, taskId)) === 'cancelled' ? true : undefined),
+        20_000,
+      );
+    }
+  });
+
+  it('resubmits a failed call after a confirmation: a new task on the server, linked both ways', async () => {
+    await page.goto(`${console_.url}#/ledger?tool=flaky_upstream`);
+    await listed(page, 1);
+    const oldTaskId = await page.getAttribute('table.tasks td.id a', 'title');
+    const oldId = await page.getAttribute('table.tasks tbody tr', 'data-id');
+    await page.click('table.tasks td.id a');
+    await page.click('button:has-text("Resubmit")');
+    await page.click('button:has-text("Yes, resubmit")');
+    // the page moves to the new record, which the server ran (and failed again, as flaky_upstream does)
+    await page.waitForSelector('article.detail >> text=resubmitted from', { timeout: 20_000 });
+    await page.waitForSelector('article.detail h2 .s-failed', { timeout: 20_000 });
+    expect(page.url()).not.toMatch(new RegExp(`/${oldId}$`));
+    expect(await page.textContent('article.detail')).toContain(`resubmitted from${oldId}`);
+    const newId = decodeURIComponent(page.url().split('/').pop()!);
+    await page.goto(`${console_.url}#/ledger/${encodeURIComponent(oldId!)}`);
+    await page.waitForSelector(`article.detail >> text=resubmitted as${newId}`);
+    await page.goto(`${console_.url}#/ledger?tool=flaky_upstream`);
+    await listed(page, 2);
+    const taskIds = await page.$$eval('table.tasks td.id a', (as) => as.map((a) => a.getAttribute('title')));
+    expect(taskIds[1]).toBe(oldTaskId);
+    expect(taskIds[0]).not.toBe(oldTaskId);
+    expect(await serverStatus(serve.url, taskIds[0]!)).toBe('failed');
+  });
+
   it('logged no error in the page all along', () => {
     expect(errors).toEqual([]);
   });
