@@ -480,3 +480,38 @@ describe.skipIf(missing !== undefined)('the console’s token and host checks', 
     expect(await status(`evil.example:${port}`)).toBe(403);
   });
 });
+
+describe.skipIf(missing !== undefined)('from `closeout demo --keep` to its console', () => {
+  let kept: string | undefined;
+  let console_: ConsoleProcess | undefined;
+
+  afterAll(async () => {
+    await console_?.stop();
+    if (kept) rmSync(kept, { recursive: true, force: true });
+  });
+
+  it('runs the one command the demo prints, and the page lists the demo’s tasks from its ledger and its store', async () => {
+    const demo = await runCli(['demo', '--keep'], { timeoutMs: 90_000 });
+    expect(demo.code, demo.stderr).toBe(0);
+    kept = /^kept (\S+) /m.exec(demo.stdout)?.[1];
+    const command = /^closeout console (.+)$/m.exec(demo.stdout)?.[1];
+    expect(command, demo.stdout).toBeDefined();
+    console_ = await startConsole(command!.trim().split(/\s+/));
+    for (const source of ['ledger', 'store']) {
+      // a page of its own for each: a hash change on one page could still show the other source's rows
+      const page = await browser.newPage();
+      const errors = collectErrors(page);
+      try {
+        await page.goto(`${console_.url}#/${source}`);
+        await page.waitForSelector('table.tasks tbody tr');
+        expect(await page.textContent('nav.sources [aria-current="page"]')).toBe(
+          source === 'ledger' ? 'Client ledger' : 'Server store',
+        );
+        expect(await rows(page), source).toContainEqual({ status: 'completed', tool: 'batch_job' });
+        expect(errors).toEqual([]);
+      } finally {
+        await page.close();
+      }
+    }
+  }, 120_000);
+});
