@@ -3,16 +3,22 @@
 // input answered in the page's form reaches the server's task (tasks/update) and the task completes; a cancel reaches
 // the server, from the ledger (tasks/cancel) and from the store; a task finishing elsewhere shows within a second with
 // no reload; the page logs no error; and 100,000 stored records list in under a second, on a ledger and on a store.
+import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
+import type { Server } from 'node:http';
 import { request } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 
 import Database from 'better-sqlite3';
+import express from 'express';
 import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { SqliteLedger } from '../../src/client/ledger/sqliteLedger.js';
+import type { ConsoleHandler, ConsoleOptions } from '../../src/console/index.js';
 import { SqliteTaskStore } from '../../src/server/store/sqliteTaskStore.js';
 import { collectErrors, type ConsoleProcess, findChromium, launchChromium, startConsole } from '../support/browser.js';
 import { jsonLines, runCli, startCli } from '../support/cli.js';
@@ -56,6 +62,23 @@ async function rows(page: Page): Promise<Array<{ status: string; tool: string }>
       tool: tr.querySelector('td:nth-child(3)')?.textContent?.trim() ?? '',
     })),
   );
+}
+
+/** A store file with these tasks in it (rows written in SQL: no server needs to run them). */
+async function storeWith(path: string, tasks: Array<{ id: string; tool: string; status: string; at: number }>) {
+  await new SqliteTaskStore(path).close();
+  const db = new Database(path);
+  try {
+    addTasks(db, tasks);
+  } finally {
+    db.close();
+  }
+}
+
+function addTasks(db: Database.Database, tasks: Array<{ id: string; tool: string; status: string; at: number }>) {
+  const insert = db.prepare(`INSERT INTO tasks (task_id, owner, tool_name, arguments, status, created_at,
+    last_updated_at, ttl_ms, expires_at, poll_interval_ms, resumable) VALUES (?, 'p', ?, '{}', ?, ?, ?, NULL, NULL, 1000, 0)`);
+  for (const task of tasks) insert.run(task.id, task.tool, task.status, task.at, task.at);
 }
 
 /** Waits until the page lists exactly `n` rows (locators, not a string to evaluate: the page's CSP refuses eval). */
@@ -405,12 +428,7 @@ describe.skipIf(missing !== undefined)('the console’s token and host checks', 
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'closeout-console-token-'));
     const store = join(dir, 'server.db');
-    await new SqliteTaskStore(store).close();
-    const s = new Database(store);
-    s.exec(`INSERT INTO tasks (task_id, owner, tool_name, arguments, status, created_at, last_updated_at, ttl_ms,
-      expires_at, poll_interval_ms, resumable) VALUES ('task-secret-1', 'p', 'tool-a', '{}', 'working', 1, 1, NULL,
-      NULL, 1000, 0)`);
-    s.close();
+    await storeWith(store, [{ id: 'task-secret-1', tool: 'tool-a', status: 'working', at: 1 }]);
     // a token given on loopback is required as one made up for another interface is (cli consoleToken decides which)
     guarded = await startConsole(['--store', store, '--token', TOKEN]);
     open = await startConsole(['--store', store]);
@@ -514,4 +532,68 @@ describe.skipIf(missing !== undefined)('from `closeout demo --keep` to its conso
       }
     }
   }, 120_000);
+});
+
+describe.skipIf(missing !== undefined)('createConsoleHandler mounted in an Express app', () => {
+  let dir: string;
+  let store: SqliteTaskStore;
+  let server: Server;
+  let base: string;
+  let close: () => Promise<void>;
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'closeout-console-express-'));
+    const path = join(dir, 'server.db');
+    await storeWith(path, [{ id: 'task-in-express', tool: 'tool-a', status: 'working', at: 1 }]);
+    store = new SqliteTaskStore(path);
+    // the built package's entry point, as an application imports it: the page's files are in dist
+    const entry = pathToFileURL(join(import.meta.dirname, '../../dist/console/index.js')).href;
+    const { createConsoleHandler } = (await import(entry)) as {
+      createConsoleHandler: (options: ConsoleOptions) => ConsoleHandler;
+    };
+    const handler = createConsoleHandler({ store, storeShown: 'the app’s store' });
+    close = () => handler.close();
+    const app = express();
+    app.use('/ops/console', handler);
+    app.get('/', (_req, res) => res.send('the app itself'));
+    server = app.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  }, 60_000);
+
+  afterAll(async () => {
+    await close?.();
+    server?.closeAllConnections();
+    await new Promise((resolve) => server?.close(resolve));
+    await store?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('serves the console under its prefix, live, next to the app’s own routes', async () => {
+    const page = await browser.newPage();
+    const errors = collectErrors(page);
+    try {
+      // without the trailing slash the page's relative links would miss the prefix: it is redirected to it
+      await page.goto(`${base}/ops/console`);
+      expect(new URL(page.url()).pathname).toBe('/ops/console/');
+      await page.waitForSelector('table.tasks tbody tr[data-id="task-in-express"]');
+      expect(await page.textContent('header')).toContain('the app’s store');
+      expect(await (await fetch(`${base}/`)).text()).toBe('the app itself');
+      // a change to the store shows without a reload (the live stream goes through Express too)
+      const writer = new Database(join(dir, 'server.db'));
+      try {
+        addTasks(writer, [{ id: 'task-added-later', tool: 'tool-b', status: 'completed', at: 2 }]);
+      } finally {
+        writer.close();
+      }
+      await page.waitForSelector('table.tasks tbody tr[data-id="task-added-later"]', { timeout: 10_000 });
+      expect(await rows(page)).toEqual([
+        { status: 'completed', tool: 'tool-b' },
+        { status: 'working', tool: 'tool-a' },
+      ]);
+      expect(errors).toEqual([]);
+    } finally {
+      await page.close();
+    }
+  });
 });
