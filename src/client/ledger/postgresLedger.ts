@@ -677,7 +677,7 @@ export class PostgresLedger implements Ledger {
   async claim(recordId: string, holder: string, leaseExpiresAt: number, now: number): Promise<boolean> {
     return this.transaction('claim', async (client) => {
       const { rows } = await client.query<ClaimedRow>(SQL.claimOne, [recordId, holder, leaseExpiresAt, now]);
-      await this.noteAttached(client, rows, now);
+      await this.noteAttached(client, rows);
       return rows.length === 1;
     });
   }
@@ -686,14 +686,18 @@ export class PostgresLedger implements Ledger {
     if (recordIds.length === 0) return [];
     return this.transaction('claimAll', async (client) => {
       const { rows } = await client.query<ClaimedRow>(SQL.claim, [[...recordIds], holder, leaseExpiresAt, now]);
-      await this.noteAttached(client, rows, now);
+      await this.noteAttached(client, rows);
       const claimed = new Set(rows.map((row) => row.record_id));
       return recordIds.filter((recordId) => claimed.has(recordId));
     });
   }
 
-  /** A history line for every claimed record that was detached: it is tracked again. */
-  private async noteAttached(client: pg.PoolClient, rows: readonly ClaimedRow[], at: number): Promise<void> {
+  /**
+   * A history line for every claimed record that was detached: it is tracked again, dated by the ledger's clock (a
+   * claim's `now` is the bound its lease lapsed before, 1 for a client that has not reached its server yet).
+   */
+  private async noteAttached(client: pg.PoolClient, rows: readonly ClaimedRow[]): Promise<void> {
+    const at = this.now();
     for (const row of rows) {
       if (row.previous_state !== 'detached') continue;
       await this.appendHistory(client, {

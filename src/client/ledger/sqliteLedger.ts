@@ -707,8 +707,10 @@ export class SqliteLedger implements Ledger {
       const detached = this.stmt.detachedAmong.all(ids) as SubmissionRow[];
       const taken = new Set(this.stmt.claim.all({ recordIds: ids, holder, leaseExpiresAt, now }) as string[]);
       if (taken.size === 0) return [];
+      // dated by the ledger's clock: `now` is the bound a lease lapsed before (1 for a client not yet at its server)
+      const at = this.now();
       for (const before of detached) {
-        if (taken.has(before.record_id)) this.appendLocalChange(before, 'tracking', now, 'attached');
+        if (taken.has(before.record_id)) this.appendLocalChange(before, 'tracking', at, 'attached');
       }
       // one write of the holder's row for all of them
       this.stmt.setHolder.run(holder, leaseExpiresAt);
