@@ -30,7 +30,7 @@ const chromium = findChromium();
 const missing = 'missing' in chromium ? chromium.missing : undefined;
 if (missing) console.warn(`skipping the console's browser tests: ${missing}`);
 
-/** Where the README's screenshots are written when CONSOLE_SCREENSHOTS names a folder (docs/). */
+/** Where docs/cli.md's screenshots are written when CONSOLE_SCREENSHOTS names a folder (docs/). */
 const SCREENSHOTS = process.env['CONSOLE_SCREENSHOTS'];
 
 let browser: Browser;
@@ -128,6 +128,7 @@ describe.skipIf(missing !== undefined)('the console in Chromium, over a real ser
       { status: 'completed', tool: 'batch_job' },
     ]);
     expect(await page.textContent('.counts')).toMatch(/all 2.*completed 1.*failed 1/s);
+    if (SCREENSHOTS) await page.screenshot({ path: join(SCREENSHOTS, 'console-list.png') });
     await page.click('nav.sources >> text=Server store');
     await page.waitForSelector('table.tasks tbody tr >> text=anonymous');
     expect(await rows(page)).toEqual([
@@ -150,6 +151,33 @@ describe.skipIf(missing !== undefined)('the console in Chromium, over a real ser
     await page.press('#tool', 'Enter');
     await listed(page, 1);
     expect(await rows(page)).toEqual([{ status: 'completed', tool: 'batch_job' }]);
+  });
+
+  it('is usable from the keyboard, on a phone-sized screen', async () => {
+    const phone = await browser.newPage({ viewport: { width: 390, height: 844 } });
+    const phoneErrors = collectErrors(phone);
+    try {
+      await phone.goto(`${console_.url}#/ledger`);
+      await listed(phone, 2);
+      // nothing wider than the screen: no sideways scrolling of the page
+      expect(await phone.$eval('html', (html) => html.scrollWidth - html.clientWidth)).toBeLessThanOrEqual(0);
+      const failedTask = (await phone.getAttribute('table.tasks tbody tr[data-status="failed"] td.id a', 'title'))!;
+      // `/` goes to the search, Enter applies it
+      await phone.keyboard.press('/');
+      expect(await phone.$eval(':focus', (element) => element.id)).toBe('search');
+      await phone.keyboard.type(failedTask.slice(0, 12));
+      await phone.keyboard.press('Enter');
+      await listed(phone, 1);
+      // a row's link opens the detail, Escape goes back to the list
+      await phone.focus('table.tasks td.id a');
+      await phone.keyboard.press('Enter');
+      await phone.waitForSelector('article.detail h2 .s-failed');
+      await phone.keyboard.press('Escape');
+      await phone.waitForSelector('table.tasks tbody tr[data-status="failed"]');
+      expect(phoneErrors).toEqual([]);
+    } finally {
+      await phone.close();
+    }
   });
 
   it('answers an input in the form: it reaches the server’s task, which completes', async () => {
