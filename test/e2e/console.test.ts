@@ -2,7 +2,10 @@
 // real `closeout call`s: the list shows the ledger's tasks and the store's; a status or tool filter narrows it; an
 // input answered in the page's form reaches the server's task (tasks/update) and the task completes; a cancel reaches
 // the server, from the ledger (tasks/cancel) and from the store; a task finishing elsewhere shows within a second with
-// no reload; the page logs no error; and 100,000 stored records list in under a second, on a ledger and on a store.
+// no reload; bulk cancel and resubmit, after a confirmation, reach the server; keyboard and a phone-sized screen; the
+// page logs no error; 100,000 stored records list in under a second, on a ledger and on a store; a token is required
+// when one is set, and without one only loopback host names are served; `closeout demo --keep` prints the command
+// that opens its console; and createConsoleHandler works mounted under a prefix in Express.
 import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import type { Server } from 'node:http';
@@ -192,6 +195,16 @@ describe.skipIf(missing !== undefined)('the console in Chromium, over a real ser
     await page.click('button:has-text("Yes, follow it")');
     await page.waitForSelector('form.answer', { timeout: 15_000 });
     expect(await page.isChecked('form.answer input[name="approve"]')).toBe(true);
+    // an answer that does not fit the form is refused by the console too (not only by the page), and nothing is kept
+    const recordId = decodeURIComponent(page.url().split('/').pop()!);
+    const refused = await fetch(`${console_.url}api/ledger/tasks/${encodeURIComponent(recordId)}/answer`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ key: 'approval', response: { action: 'accept', content: { approve: 'yes' } } }),
+    });
+    expect(refused.status).toBe(400);
+    expect(((await refused.json()) as { error: string }).error).toMatch(/^the answer does not fit the form: .*approve/);
+    expect(await serverStatus(serve.url, taskId)).toBe('input_required');
     await page.fill('form.answer input[name="note"]', 'checked by the console test');
     if (SCREENSHOTS) await page.screenshot({ path: join(SCREENSHOTS, 'console-answer.png'), fullPage: true });
     await page.click('button:has-text("Send answer")');
