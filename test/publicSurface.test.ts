@@ -9,7 +9,7 @@ import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
 
-const PUBLIC: Record<'client' | 'server' | 'protocol', { values: string[]; types: string[] }> = {
+const PUBLIC: Record<'client' | 'server' | 'protocol' | 'console', { values: string[]; types: string[] }> = {
   client: {
     values: [
       'DEFAULT_CLIENT_INFO',
@@ -198,6 +198,10 @@ const PUBLIC: Record<'client' | 'server' | 'protocol', { values: string[]; types
       'UpdateTaskParams',
       'WorkingTask',
     ],
+  },
+  console: {
+    values: ['createConsoleHandler'],
+    types: ['ConsoleHandler', 'ConsoleOptions'],
   },
 };
 

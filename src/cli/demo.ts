@@ -188,8 +188,10 @@ async function runDemo(flags: DemoFlags): Promise<void> {
     await session.close();
     await serving.close();
     await store.close();
-    if (flags.keep) out.line(c.dim(`\nkept ${dir} (server.db, ledger.db)`));
-    else rmSync(dir, { recursive: true, force: true });
+    if (flags.keep) {
+      out.line(c.dim(`\nkept ${dir} (server.db, ledger.db); see both in a web page with`));
+      out.line(c.dim(`closeout console --ledger ${ledgerPath} --store ${storePath}`));
+    } else rmSync(dir, { recursive: true, force: true });
   }
   if (problems.length > 0) throw new CliError(`the demo did not go as expected: ${problems.join('; ')}`);
   out.line(`\n${c.green('✔ demo finished')}: try it on your own server with \`closeout serve\` and \`closeout call\``);

@@ -34,6 +34,7 @@ const COMMANDS: Record<string, () => Promise<(program: Command) => void>> = {
   bridge: async () => (await import('./bridge.js')).registerBridge,
   tasks: async () => (await import('./tasks.js')).registerTasks,
   task: async () => (await import('./taskShow.js')).registerTaskShow,
+  console: async () => (await import('./console.js')).registerConsole,
 };
 
 // stdout carries the command's own output (with --json, JSON only): whatever a library logs goes to stderr

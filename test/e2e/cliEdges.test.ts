@@ -112,10 +112,14 @@ describe('closeout at its edges', { timeout: 120_000 }, () => {
     const folderOf = (run: CliRun) => /ledger\s+(\S+)[/\\]ledger\.db/.exec(run.stdout)![1]!;
     expect(existsSync(folderOf(plain))).toBe(false);
     expect(plain.stdout).not.toContain('closeout show TASK_ID');
+    expect(plain.stdout).not.toContain('closeout console');
     const keptFolder = folderOf(kept);
     try {
       expect(existsSync(join(keptFolder, 'ledger.db'))).toBe(true);
       expect(kept.stdout).toContain(`closeout show TASK_ID --ledger ${join(keptFolder, 'ledger.db')}`);
+      expect(kept.stdout).toContain(
+        `closeout console --ledger ${join(keptFolder, 'ledger.db')} --store ${join(keptFolder, 'server.db')}`,
+      );
     } finally {
       rmSync(keptFolder, { recursive: true, force: true });
     }

@@ -149,6 +149,7 @@ describe('README.md examples', () => {
       'bridge',
       'tasks',
       'task',
+      'console',
     ];
     expect([...entries.keys()].sort()).toEqual([...commands].sort());
     const helps = await Promise.all(

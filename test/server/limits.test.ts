@@ -6,9 +6,9 @@ import * as z from 'zod/v4';
 
 import { DEFAULT_LIMITS, measureJson } from '../../src/server/limits.js';
 import { SqliteTaskStore } from '../../src/server/store/sqliteTaskStore.js';
-import { OPEN_STATUS_SQL } from '../../src/server/store/statusSql.js';
 import { TaskServer } from '../../src/server/taskServer.js';
 import { openDatabase } from '../../src/shared/sqlite/sqliteDriver.js';
+import { OPEN_STATUS_SQL } from '../../src/shared/statusSql.js';
 import { rpc } from '../support/rpc.js';
 import { startTestServer, type TestServer } from '../support/testServer.js';
 import { waitFor } from '../support/waitFor.js';

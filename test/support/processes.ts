@@ -29,7 +29,18 @@ export async function startServe(
   env: Record<string, string> = {},
   launch: (argv: string[]) => string[] = (argv) => argv,
 ): Promise<ServeProcess> {
-  const [command, ...rest] = launch([process.execPath, CLI, 'serve', '--port', '0', ...args]);
+  return startListening('serve', args, timeoutMs, env, launch);
+}
+
+/** Starts `closeout NAME --port 0 ARGS` (serve, console: each prints its URL first) and resolves with that URL. */
+export async function startListening(
+  name: 'serve' | 'console',
+  args: string[],
+  timeoutMs: number,
+  env: Record<string, string> = {},
+  launch: (argv: string[]) => string[] = (argv) => argv,
+): Promise<ServeProcess> {
+  const [command, ...rest] = launch([process.execPath, CLI, name, '--port', '0', ...args]);
   const child = spawn(command!, rest, {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, ...env },
@@ -40,7 +51,7 @@ export async function startServe(
     let out = '';
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
-      reject(new Error(`closeout serve printed no URL in ${timeoutMs} ms: ${err}`));
+      reject(new Error(`closeout ${name} printed no URL in ${timeoutMs} ms: ${err}`));
     }, timeoutMs);
     child.stdout!.on('data', (chunk: Buffer) => {
       out += chunk.toString();
@@ -52,7 +63,7 @@ export async function startServe(
     });
     child.once('exit', (code) => {
       clearTimeout(timer);
-      reject(new Error(`closeout serve exited with ${code}: ${err}`));
+      reject(new Error(`closeout ${name} exited with ${code}: ${err}`));
     });
   });
   const ended = async (signal: NodeJS.Signals) => {

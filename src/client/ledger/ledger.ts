@@ -10,20 +10,10 @@
  */
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
 import type { TraceCarrier } from '../../protocol/traceContext.js';
+import type { LocalState } from './localState.js';
+import type { RecordCounts, RecordListPage, RecordListQuery } from './recordListing.js';
 
-/**
- * Where a submission stands from the client's point of view.
- * - `submitting`: the intent is recorded; `tools/call` may or may not have reached the server yet.
- * - `tracking`: a taskId is committed and the task is not terminal; some process follows it.
- * - `terminal`: closed out: an immediate result, a terminal task status, or a `tools/call` that failed outright.
- * - `expired`: the handle is no longer usable (-32602 from `tasks/get`, or the TTL passed by this client's own clock)
- *   (docs/REQUIREMENTS.md S13); it may be checked again, and is tracked again when the server still knows the task.
- * - `unknown-outcome`: `tools/call` was sent and no answer was recorded; never re-sent silently.
- * - `detached`: the application let go of the handle; the task is still open and any process may pick it up.
- */
-export const LOCAL_STATES = ['submitting', 'tracking', 'terminal', 'expired', 'unknown-outcome', 'detached'] as const;
-
-export type LocalState = (typeof LOCAL_STATES)[number];
+export { LOCAL_STATES, type LocalState } from './localState.js';
 
 /** States in which a task is still open on the server and somebody should follow it. */
 export const FOLLOWABLE_STATES: readonly LocalState[] = ['tracking', 'detached'];
@@ -322,6 +312,14 @@ export interface Ledger {
   findByIdempotencyKey(endpoint: string, idempotencyKey: string): Promise<TaskRecord | undefined>;
   list(filter?: LedgerFilter): Promise<TaskRecord[]>;
   history(recordId: string): Promise<HistoryEntry[]>;
+
+  /**
+   * For people (the console): one page of the records `query` selects, newest first, on the ledger's listing indexes
+   * (src/client/ledger/recordListing.ts). Throws RecordListQueryError for a query it refuses.
+   */
+  listRecords?(query?: RecordListQuery): Promise<RecordListPage>;
+  /** For people, as `listRecords`: how many records of each status the query's tool and search select. */
+  countRecords?(query?: RecordListQuery): Promise<RecordCounts>;
 
   /** The ledger's own random secret (created with the ledger): keys fingerprints and wire idempotency keys. */
   secret(): Promise<Uint8Array>;

@@ -4,7 +4,7 @@
  * is built as literal text: a partial index serves a query only when the query repeats the index's own predicate,
  * which parameters would not.
  */
-import type { LocalState } from './ledger.js';
+import type { LocalState } from './localState.js';
 
 /** One local state as an SQL string literal, checked against `LocalState` at compile time. */
 export function sqlLocalState(state: LocalState): string {

@@ -52,6 +52,14 @@ import type {
   TaskRecord,
 } from './ledger.js';
 import { localStateIn, sqlLocalState } from './localStateSql.js';
+import type {
+  RecordCounts,
+  RecordListingDialect,
+  RecordListPage,
+  RecordListQuery,
+  RecordSummaryRow,
+} from './recordListing.js';
+import { recordCountStatement, recordListStatement, toRecordCounts, toRecordPage } from './recordListing.js';
 import type { HistoryLine, HistoryRow, InputRow, PendingNote, SubmissionRow as Row } from './records.js';
 import {
   applyNote,
@@ -160,7 +168,25 @@ const MIGRATIONS: readonly string[] = [
   // 1 -> 2: the call's W3C trace context (and baggage), JSON text: a worker that resumes the record joins its trace
   // (docs/operations.md, "Observability")
   `ALTER TABLE closeout_ledger_submissions ADD COLUMN trace_context TEXT;`,
+  // 2 -> 3: the records listed for people (recordListing.ts), newest first: all of them, within a local state and
+  // status, within a tool; and found by task id prefix (in byte order, "C", whatever the database's collation),
+  // correlation id or idempotency key, whatever the server
+  `CREATE INDEX closeout_ledger_listing ON closeout_ledger_submissions (submitted_at, record_id);
+   CREATE INDEX closeout_ledger_listing_state
+     ON closeout_ledger_submissions (local_state, status, submitted_at, record_id);
+   CREATE INDEX closeout_ledger_listing_tool ON closeout_ledger_submissions (tool_name, submitted_at, record_id);
+   CREATE INDEX closeout_ledger_listing_task ON closeout_ledger_submissions (task_id COLLATE "C");
+   CREATE INDEX closeout_ledger_listing_correlation ON closeout_ledger_submissions (correlation_id);
+   CREATE INDEX closeout_ledger_listing_key ON closeout_ledger_submissions (idempotency_key);`,
 ];
+
+/** The listing's SQL on this ledger (recordListing.ts). */
+const POSTGRES_LISTING: RecordListingDialect = {
+  table: 'closeout_ledger_submissions',
+  placeholder: (n) => `$${n}`,
+  // the database's collation may order by language rules, where a prefix is no range: "C" compares bytes
+  taskIdInCodePointOrder: 'task_id COLLATE "C"',
+};
 
 /** The ledger schema version this build writes. */
 export const POSTGRES_LEDGER_SCHEMA_VERSION = MIGRATIONS.length;
@@ -663,7 +689,7 @@ export class PostgresLedger implements Ledger {
   async claim(recordId: string, holder: string, leaseExpiresAt: number, now: number): Promise<boolean> {
     return this.transaction('claim', async (client) => {
       const { rows } = await client.query<ClaimedRow>(SQL.claimOne, [recordId, holder, leaseExpiresAt, now]);
-      await this.noteAttached(client, rows, now);
+      await this.noteAttached(client, rows);
       return rows.length === 1;
     });
   }
@@ -672,14 +698,18 @@ export class PostgresLedger implements Ledger {
     if (recordIds.length === 0) return [];
     return this.transaction('claimAll', async (client) => {
       const { rows } = await client.query<ClaimedRow>(SQL.claim, [[...recordIds], holder, leaseExpiresAt, now]);
-      await this.noteAttached(client, rows, now);
+      await this.noteAttached(client, rows);
       const claimed = new Set(rows.map((row) => row.record_id));
       return recordIds.filter((recordId) => claimed.has(recordId));
     });
   }
 
-  /** A history line for every claimed record that was detached: it is tracked again. */
-  private async noteAttached(client: pg.PoolClient, rows: readonly ClaimedRow[], at: number): Promise<void> {
+  /**
+   * A history line for every claimed record that was detached: it is tracked again, dated by the ledger's clock (a
+   * claim's `now` is the bound its lease lapsed before, 1 for a client that has not reached its server yet).
+   */
+  private async noteAttached(client: pg.PoolClient, rows: readonly ClaimedRow[]): Promise<void> {
+    const at = this.now();
     for (const row of rows) {
       if (row.previous_state !== 'detached') continue;
       await this.appendHistory(client, {
@@ -791,6 +821,20 @@ export class PostgresLedger implements Ledger {
       ]);
       return rows.map((row) => this.toRecord(row));
     });
+  }
+
+  async listRecords(query: RecordListQuery = {}): Promise<RecordListPage> {
+    const { text, values, limit } = recordListStatement(query, POSTGRES_LISTING);
+    return this.guard('listRecords', async () =>
+      toRecordPage((await this.query<RecordSummaryRow>(text, values)).rows, limit),
+    );
+  }
+
+  async countRecords(query: RecordListQuery = {}): Promise<RecordCounts> {
+    const { text, values } = recordCountStatement(query, POSTGRES_LISTING);
+    return this.guard('countRecords', async () =>
+      toRecordCounts((await this.query<Parameters<typeof toRecordCounts>[0][number]>(text, values)).rows),
+    );
   }
 
   async history(recordId: string): Promise<HistoryEntry[]> {

@@ -31,6 +31,14 @@ import type {
   TaskRecord,
 } from './ledger.js';
 import { localStateIn, sqlLocalState } from './localStateSql.js';
+import type {
+  RecordCounts,
+  RecordListingDialect,
+  RecordListPage,
+  RecordListQuery,
+  RecordSummaryRow,
+} from './recordListing.js';
+import { recordCountStatement, recordListStatement, toRecordCounts, toRecordPage } from './recordListing.js';
 import type { HistoryLine, HistoryRow, InputRow, PendingNote, SubmissionRow as Row } from './records.js';
 import {
   applyNote,
@@ -174,6 +182,14 @@ const MIGRATIONS: readonly Migration[] = [
    CREATE TRIGGER schedule_notes_untracked AFTER UPDATE OF local_state ON submissions
      WHEN NEW.local_state <> 'tracking'
      BEGIN UPDATE schedule_notes SET noted_next_poll_at = NULL WHERE record_id = NEW.record_id; END;`,
+  // 7 -> 8: the records listed for people (recordListing.ts), newest first: all of them, within a local state and
+  // status, within a tool; and found by task id prefix, correlation id or idempotency key, whatever the server
+  `CREATE INDEX submissions_listing ON submissions (submitted_at, record_id);
+   CREATE INDEX submissions_listing_state ON submissions (local_state, status, submitted_at, record_id);
+   CREATE INDEX submissions_listing_tool ON submissions (tool_name, submitted_at, record_id);
+   CREATE INDEX submissions_listing_task ON submissions (task_id);
+   CREATE INDEX submissions_listing_correlation ON submissions (correlation_id);
+   CREATE INDEX submissions_listing_key ON submissions (idempotency_key);`,
 ];
 
 /**
@@ -198,6 +214,19 @@ const RECORD_COLUMNS = `*, ${LEASE_UNTIL} AS lease_until`;
 
 /** The records with their schedule notes (schema 7). */
 const RECORDS = `submissions LEFT JOIN schedule_notes USING (record_id)`;
+
+/** The listing's SQL on this ledger (recordListing.ts): named values, each used by every branch that needs it. */
+export const SQLITE_LISTING: RecordListingDialect = {
+  table: 'submissions',
+  placeholder: (n) => `@p${n}`,
+  // BINARY collation: UTF-8 bytes, code point order
+  taskIdInCodePointOrder: 'task_id',
+};
+
+/** A statement's values as better-sqlite3 binds named parameters. */
+function namedValues(values: unknown[]): Record<string, unknown> {
+  return Object.fromEntries(values.map((value, i) => [`p${i + 1}`, value]));
+}
 
 /** Holder rows this long past their end are deleted: by then every record they covered has run out on its own. */
 const FORGET_HOLDERS_AFTER_MS = 24 * 3_600_000;
@@ -678,8 +707,10 @@ export class SqliteLedger implements Ledger {
       const detached = this.stmt.detachedAmong.all(ids) as SubmissionRow[];
       const taken = new Set(this.stmt.claim.all({ recordIds: ids, holder, leaseExpiresAt, now }) as string[]);
       if (taken.size === 0) return [];
+      // dated by the ledger's clock: `now` is the bound a lease lapsed before (1 for a client not yet at its server)
+      const at = this.now();
       for (const before of detached) {
-        if (taken.has(before.record_id)) this.appendLocalChange(before, 'tracking', now, 'attached');
+        if (taken.has(before.record_id)) this.appendLocalChange(before, 'tracking', at, 'attached');
       }
       // one write of the holder's row for all of them
       this.stmt.setHolder.run(holder, leaseExpiresAt);
@@ -808,6 +839,16 @@ export class SqliteLedger implements Ledger {
 
   async history(recordId: string): Promise<HistoryEntry[]> {
     return (this.stmt.history.all(recordId) as HistoryRow[]).map(toHistoryEntry);
+  }
+
+  async listRecords(query: RecordListQuery = {}): Promise<RecordListPage> {
+    const { text, values, limit } = recordListStatement(query, SQLITE_LISTING);
+    return toRecordPage(this.db.prepare(text).all(namedValues(values)) as RecordSummaryRow[], limit);
+  }
+
+  async countRecords(query: RecordListQuery = {}): Promise<RecordCounts> {
+    const { text, values } = recordCountStatement(query, SQLITE_LISTING);
+    return toRecordCounts(this.db.prepare(text).all(namedValues(values)) as Parameters<typeof toRecordCounts>[0]);
   }
 
   /** One machine's ledger: its processes share the host's clock (Ledger.now). */

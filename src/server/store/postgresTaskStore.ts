@@ -23,6 +23,7 @@ import { asError, wrapPostgresError } from '../../shared/postgres/errors.js';
 import { runMigrations } from '../../shared/postgres/migrations.js';
 import { connectionConfig, guardPool, statementTimeouts } from '../../shared/postgres/pool.js';
 import { inTransaction } from '../../shared/postgres/transaction.js';
+import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from '../../shared/statusSql.js';
 import { EXPIRED_MESSAGE_FORMAT, SWEEP_PAGE, TOMBSTONE_RETENTION_MS } from './housekeeping.js';
 import { countPostgresTasks, listPostgresTasks } from './listing/postgres.js';
 import type { TaskCounts, TaskListPage, TaskListQuery } from './listing/query.js';
@@ -55,7 +56,6 @@ import {
 import type { StepRow, StepTotals, TaskRow } from './postgres/rows.js';
 import { parseSignal, signalPayload, toStep, toTask } from './postgres/rows.js';
 import { PostgresListener } from './postgresListener.js';
-import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from './statusSql.js';
 import type {
   AwaitedInput,
   JsonValue,

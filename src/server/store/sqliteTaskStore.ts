@@ -9,12 +9,12 @@ import type { InputRequest, InputResponse, TaskStatus } from '../../protocol/ind
 import { openSqliteFile } from '../../shared/sqlite/sqliteFile.js';
 import { SqliteGroupCommit } from '../../shared/sqlite/sqliteGroupCommit.js';
 import type { SqliteSynchronous } from '../../shared/sqlite/sqliteSynchronous.js';
+import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from '../../shared/statusSql.js';
 import { expiredMessage, SWEEP_PAGE, TOMBSTONE_RETENTION_MS } from './housekeeping.js';
 import type { TaskCounts, TaskListPage, TaskListQuery } from './listing/query.js';
 import { countSqliteTasks, listSqliteTasks } from './listing/sqlite.js';
 import type { Checkpointer } from './sqliteCheckpointer.js';
 import { startCheckpointer } from './sqliteCheckpointer.js';
-import { OPEN_STATUS_SQL as OPEN, sqlStatus, TERMINAL_STATUS_SQL as TERMINAL } from './statusSql.js';
 import type { TaskRowColumns } from './taskRows.js';
 import { toStoredStep, toStoredTask } from './taskRows.js';
 import type {

@@ -482,6 +482,20 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       expect((await ledger.history('d')).map((entry) => entry.note ?? '')).toContain('attached');
     });
 
+    it('dates the attached line by the ledger clock, not by the lapse bound a claim is given', async () => {
+      // a client that has not reached its server yet claims with the bound 1 (no lease counts as lapsed): the line
+      // that says the record is tracked again is still dated now (the console's timeline and `show` print it)
+      await ledger.recordIntent(submission({ recordId: 'da' }));
+      await ledger.commitTask('da', 'p1', task({ taskId: 'task-da' }), T0);
+      expect(await ledger.detach('da', 'p1', T0 + 1)).toBe(true);
+      const before = ledger.now();
+      expect(await ledger.claimAll(['da'], 'p2', before + 60_000, 1)).toEqual(['da']);
+      const attached = (await ledger.history('da')).at(-1);
+      expect(attached).toMatchObject({ localState: 'tracking', note: 'attached' });
+      expect(attached!.observedAt).toBeGreaterThanOrEqual(before);
+      expect(attached!.observedAt).toBeLessThanOrEqual(ledger.now());
+    });
+
     it('closes, expires and reopens a record, and records cancel requests and errors from any process', async () => {
       await ledger.recordIntent(submission({ recordId: 'e' }));
       await ledger.commitTask('e', 'p1', task({ taskId: 't-e' }), T0);

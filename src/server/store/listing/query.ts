@@ -7,8 +7,8 @@
  */
 import type { TaskStatus } from '../../../protocol/index.js';
 import { TASK_STATUSES } from '../../../protocol/status.js';
-import { unstorableField, unstorableText } from '../../../protocol/storableText.js';
-import { sqlStatus } from '../statusSql.js';
+import { decodeListingCursor, encodeListingCursor, listingText, prefixEnd } from '../../../shared/listingPages.js';
+import { sqlStatus } from '../../../shared/statusSql.js';
 
 /** Which tasks to list or count. Every filter given must hold (AND); none given: every task. */
 export interface TaskListQuery {
@@ -87,11 +87,9 @@ interface CheckedQuery {
 
 /** Text a filter may hold: a string both stores can compare (no NUL, no lone surrogate). */
 function checkedText(field: string, value: unknown): string | undefined {
-  if (value === undefined) return undefined;
-  if (typeof value !== 'string') throw new TaskListQueryError(`${field} must be a string`);
-  const refused = unstorableField(field, value);
-  if (refused !== undefined) throw new TaskListQueryError(refused);
-  return value;
+  const checked = listingText(field, value);
+  if ('refused' in checked) throw new TaskListQueryError(checked.refused);
+  return checked.text;
 }
 
 function checkedTime(field: string, value: unknown): number | undefined {
@@ -135,44 +133,15 @@ export function checkQuery(query: TaskListQuery): CheckedQuery {
   };
 }
 
-/** The cursor after `task`: opaque to callers (base64url of a small JSON array), stable across stores. */
+/** The cursor after `task` (src/listingPages.ts). */
 export function encodeCursor(task: Position): string {
-  return Buffer.from(JSON.stringify([task.createdAt, task.taskId]), 'utf8').toString('base64url');
+  return encodeListingCursor([task.createdAt, task.taskId]);
 }
 
 function decodeCursor(cursor: unknown): Position {
-  const invalid = () => new TaskListQueryError('cursor is not one a listing returned (pass nextCursor as it came)');
-  if (typeof cursor !== 'string' || !/^[A-Za-z0-9_-]+$/.test(cursor)) throw invalid();
-  let value: unknown;
-  try {
-    value = JSON.parse(Buffer.from(cursor, 'base64url').toString('utf8'));
-  } catch {
-    throw invalid();
-  }
-  if (
-    !Array.isArray(value) ||
-    value.length !== 2 ||
-    !Number.isSafeInteger(value[0]) ||
-    typeof value[1] !== 'string' ||
-    unstorableText(value[1]) !== undefined
-  ) {
-    throw invalid();
-  }
-  return { createdAt: value[0] as number, taskId: value[1] };
-}
-
-/**
- * The least string greater than every string that starts with `prefix`, in code point order (SQLite's BINARY
- * collation and PostgreSQL's "C" both compare UTF-8 bytes, which is code point order): the prefix with its last code
- * point raised by one. Undefined when there is none (a prefix of only U+10FFFF).
- */
-export function prefixEnd(prefix: string): string | undefined {
-  const points = [...prefix].map((c) => c.codePointAt(0)!);
-  while (points.length > 0 && points.at(-1) === 0x10ffff) points.pop();
-  if (points.length === 0) return undefined;
-  let last = points.pop()! + 1;
-  if (last === 0xd800) last = 0xe000; // past the surrogates, which no well-formed string holds
-  return String.fromCodePoint(...points, last);
+  const position = decodeListingCursor(cursor);
+  if (!position) throw new TaskListQueryError('cursor is not one a listing returned (pass nextCursor as it came)');
+  return { createdAt: position[0], taskId: position[1] };
 }
 
 /** What differs between the stores' SQL. */

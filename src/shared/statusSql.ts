@@ -4,8 +4,8 @@
  * serves a query only when the query repeats the index's own predicate, which parameters would not
  * (test/server/store/statusSql.test.ts pins the shipped schemas against these).
  */
-import type { TaskStatus } from '../../protocol/schemas.js';
-import { OPEN_STATUSES, TASK_STATUSES, TERMINAL_STATUSES } from '../../protocol/status.js';
+import type { TaskStatus } from '../protocol/schemas.js';
+import { OPEN_STATUSES, TASK_STATUSES, TERMINAL_STATUSES } from '../protocol/status.js';
 
 /** One status as an SQL string literal, checked against the machine at compile time. */
 export function sqlStatus(status: TaskStatus): string {

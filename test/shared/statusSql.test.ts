@@ -1,5 +1,5 @@
 // The status machine (src/protocol/status.ts) is the one source of the status sets the SQL of both halves uses: the
-// queries take theirs from src/server/store/statusSql.ts, and the shipped schemas (written out, since shipped migrations never
+// queries take theirs from src/shared/statusSql.ts, and the shipped schemas (written out, since shipped migrations never
 // change) must list the same sets. A status added to the machine but not to a schema fails here.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -7,19 +7,19 @@ import { join } from 'node:path';
 
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { SqliteLedger } from '../../../src/client/ledger/sqliteLedger.js';
-import { TaskStatusSchema } from '../../../src/protocol/schemas.js';
+import { SqliteLedger } from '../../src/client/ledger/sqliteLedger.js';
+import { TaskStatusSchema } from '../../src/protocol/schemas.js';
 import {
   canTransition,
   isTerminalStatus,
   OPEN_STATUSES,
   TASK_STATUSES,
   TERMINAL_STATUSES,
-} from '../../../src/protocol/status.js';
-import { MIGRATIONS as POSTGRES_MIGRATIONS } from '../../../src/server/store/postgresTaskStore.js';
-import { SqliteTaskStore } from '../../../src/server/store/sqliteTaskStore.js';
-import { ANY_STATUS_SQL, OPEN_STATUS_SQL, TERMINAL_STATUS_SQL } from '../../../src/server/store/statusSql.js';
-import { openDatabase } from '../../../src/shared/sqlite/sqliteDriver.js';
+} from '../../src/protocol/status.js';
+import { MIGRATIONS as POSTGRES_MIGRATIONS } from '../../src/server/store/postgresTaskStore.js';
+import { SqliteTaskStore } from '../../src/server/store/sqliteTaskStore.js';
+import { openDatabase } from '../../src/shared/sqlite/sqliteDriver.js';
+import { ANY_STATUS_SQL, OPEN_STATUS_SQL, TERMINAL_STATUS_SQL } from '../../src/shared/statusSql.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'closeout-status-sql-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
