@@ -27,7 +27,7 @@ import { CliError } from './cliError.js';
 import { describeServerError } from './doctorProbe.js';
 import { chain } from './explain.js';
 import { type MetricsEndpoint, serveMetrics } from './metricsEndpoint.js';
-import { activityLine, type LogFormat } from './serveActivity.js';
+import { activityLine, type LogFormat, startLine, stopLine } from './serveActivity.js';
 import { describeStoreLocation } from './storeLocation.js';
 
 interface ServeFlags {
@@ -151,9 +151,12 @@ export function registerServe(program: Command): void {
         console.error(
           `closeout serve: ${flags.tools} tools on stdio, store ${describeStoreLocation(flags.store)}, instance ${tasks.instanceId}`,
         );
+        await logOpenTasks(store, flags);
         const stop = async () => {
           // running tasks are handed back: the host's next start of this server takes them up
+          const running = tasks.runningCount();
           await stdio.close();
+          if (!flags.quiet) console.error(stopLine(running, flags.logFormat));
           await store.close();
           await metricsEndpoint?.close();
           process.exit(0);
@@ -186,8 +189,11 @@ export function registerServe(program: Command): void {
       console.error(
         `closeout serve: ${flags.tools} tools, store ${describeStoreLocation(flags.store)}, instance ${tasks.instanceId}`,
       );
+      await logOpenTasks(store, flags);
       const stop = async () => {
+        const running = tasks.runningCount();
         await serving.close();
+        if (!flags.quiet) console.error(stopLine(running, flags.logFormat));
         await store.close();
         await metricsEndpoint?.close();
         process.exit(0);
@@ -195,6 +201,17 @@ export function registerServe(program: Command): void {
       process.once('SIGINT', () => void stop());
       process.once('SIGTERM', () => void stop());
     });
+}
+
+/** The start summary: how many open tasks the store holds (nothing when quiet, or when the store cannot count). */
+async function logOpenTasks(store: TaskStore, flags: ServeFlags): Promise<void> {
+  if (flags.quiet || !store.countTasks) return;
+  try {
+    const counts = await store.countTasks({ status: ['working', 'input_required'] });
+    console.error(startLine(counts.working + counts.input_required, flags.logFormat));
+  } catch (error) {
+    console.error(`closeout serve: the open tasks could not be counted: ${(error as Error).message}`);
+  }
 }
 
 /**

@@ -34,3 +34,26 @@ const TAKEOVER: Record<Extract<TaskActivity, { type: 'taken-over' }>['outcome'],
 function seconds(ms: number): string {
   return ms < 1000 ? `${Math.max(0, Math.round(ms))}ms` : `${(ms / 1000).toFixed(1)}s`;
 }
+
+/**
+ * The line at start: the open tasks the store holds (working or waiting for input), which this instance takes up with
+ * the others as their holders' leases run out. Undefined when the store cannot count (a custom store).
+ */
+export function startLine(openTasks: number, format: LogFormat, at: Date = new Date()): string {
+  if (format === 'json') return JSON.stringify({ at: at.toISOString(), event: 'serve.started', openTasks });
+  return openTasks === 0
+    ? 'closeout serve: no open task in the store'
+    : `closeout serve: ${plural(openTasks, 'open task')} in the store: those whose instance is gone are taken up as their leases run out`;
+}
+
+/** The line at shutdown: the tasks this instance was running, handed back to the store for the next instance. */
+export function stopLine(handedBack: number, format: LogFormat, at: Date = new Date()): string {
+  if (format === 'json') return JSON.stringify({ at: at.toISOString(), event: 'serve.stopped', handedBack });
+  return handedBack === 0
+    ? 'closeout serve: stopped, no task was running'
+    : `closeout serve: stopped, ${plural(handedBack, 'running task')} handed back to the store for the next instance`;
+}
+
+function plural(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? '' : 's'}`;
+}

@@ -52,13 +52,33 @@ describe('closeout serve activity log', { timeout: 90_000 }, () => {
       new RegExp(`closeout serve: task ${quick} completed \\(batch_job, attempt 1, \\d+(ms|\\.\\ds) after creation\\)`),
     );
 
+    await waitFor(
+      'the start line',
+      () => first.stderr().includes('closeout serve: no open task in the store') || undefined,
+      10_000,
+    );
     const long = await create(first.url, { items: 12, stepMs: 250 });
     await first.kill();
     const second = await serve(['--store', store, '--lease-ms', '1000']);
+    await waitFor(
+      'the start line',
+      () => second.stderr().includes('closeout serve: 1 open task in the store') || undefined,
+      10_000,
+    );
     await settled(second.url, long, 60_000);
     await waitFor('the finish line', () => second.stderr().includes(`task ${long} completed`) || undefined, 10_000);
     expect(second.stderr()).toContain(`closeout serve: task ${long} taken over (batch_job): re-run here (resumable)`);
     expect(second.stderr()).toMatch(new RegExp(`task ${long} completed \\(batch_job, attempt 2, `));
+  });
+
+  it('says at shutdown how many running tasks it handed back', async () => {
+    const server = await serve(['--store', join(dir, 'stop.db')]);
+    await create(server.url, { items: 40, stepMs: 250 });
+    await waitFor('the task to run', () => server.stderr().includes('created (batch_job)') || undefined, 10_000);
+    await server.stop();
+    expect(server.stderr()).toContain(
+      'closeout serve: stopped, 1 running task handed back to the store for the next instance',
+    );
   });
 
   it('logs one JSON object per event with --log-format json, and nothing with --quiet', async () => {
@@ -77,6 +97,7 @@ describe('closeout serve activity log', { timeout: 90_000 }, () => {
       },
       10_000,
     );
+    expect(events.find((event) => event['event'] === 'serve.started')).toMatchObject({ openTasks: 0 });
     expect(events.find((event) => event['event'] === 'task.created')).toMatchObject({ taskId, tool: 'batch_job' });
     expect(events.find((event) => event['event'] === 'task.finished')).toMatchObject({
       taskId,
