@@ -31,6 +31,13 @@ export interface CallAsToolOptions {
   onAbort: OnAbort;
   /** Each status message of the task, as it changes. */
   onProgress?: (update: { taskId: string; status: string; statusMessage: string }) => void;
+  /** The task the call made or found, once its handle is in the ledger (not called for an inline answer). */
+  onTask?: (taskId: string) => void;
+  /**
+   * Raced with the task's end: a result it resolves with first ends the call (the task goes on, followed by the
+   * client), e.g. a statement that the task waits for input nobody here can give. Its signal aborts when the call ends.
+   */
+  interrupt?: (handle: TaskHandle, signal: AbortSignal) => Promise<CallToolResult>;
 }
 
 /**
@@ -48,10 +55,15 @@ export async function callAsTool(
     ...(options.callId !== undefined && { idempotencyKey: options.callId, correlationId: options.callId }),
   });
   if (!isTaskHandle(answer)) return answer;
-  return followToEnd(answer, options);
+  return followAsTool(answer, options);
 }
 
-async function followToEnd(handle: TaskHandle, options: CallAsToolOptions): Promise<CallToolResult> {
+/** Follows a task's handle as callAsTool does: its CallToolResult, or TaskToolError when it did not complete. */
+export async function followAsTool(
+  handle: TaskHandle,
+  options: Omit<CallAsToolOptions, 'callId'>,
+): Promise<CallToolResult> {
+  options.onTask?.(handle.taskId);
   let last = '';
   const stop = handle.onChange((record) => {
     const message = record.statusMessage ?? '';
@@ -61,10 +73,15 @@ async function followToEnd(handle: TaskHandle, options: CallAsToolOptions): Prom
   });
   const abort = () => void (options.onAbort === 'cancel' ? handle.cancel() : handle.detach()).catch(() => undefined);
   options.signal?.addEventListener('abort', abort, { once: true });
+  const ended = new AbortController();
   try {
     if (options.signal?.aborted) abort();
-    return resultOf(await handle.outcome(), handle.taskId);
+    const outcome = handle.outcome().then((end) => resultOf(end, handle.taskId));
+    if (options.interrupt === undefined) return await outcome;
+    outcome.catch(() => undefined);
+    return await Promise.race([outcome, options.interrupt(handle, ended.signal)]);
   } finally {
+    ended.abort();
     stop();
     options.signal?.removeEventListener('abort', abort);
   }

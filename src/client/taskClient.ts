@@ -163,6 +163,15 @@ export class TaskClient {
     return this.inputs.answer(record, record.taskId, key, known.request, response);
   }
 
+  /** Whether this client's own `inputHandlers` answer input requests of `method` (an adapter asks for the rest). */
+  handlesInput(method: string): boolean {
+    const handlers = this.options.inputHandlers ?? {};
+    if (method === 'elicitation/create') return handlers.elicitation !== undefined;
+    if (method === 'sampling/createMessage') return handlers.sampling !== undefined;
+    if (method === 'roots/list') return handlers.roots !== undefined;
+    return false;
+  }
+
   /**
    * Query a task once now and record what the server says; for a terminal record it only checks that the server
    * still agrees (a change after terminal is recorded as bad server output, the record stays as it was).

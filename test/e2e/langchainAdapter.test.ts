@@ -7,51 +7,31 @@
  * task's real result while the server ran the tool once.
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 import type { ToolMessage } from '@langchain/core/messages';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 
 import { langchainTaskTools, TaskToolError } from '../../src/adapters/langchain.js';
-import type { TaskClient } from '../../src/client/index.js';
-import { connectHttpTaskClient } from '../../src/client/index.js';
-import { type ServeProcess, startServe } from '../support/processes.js';
+import { serveForAdapterTests } from '../support/adapterServe.js';
 import { runsOf } from '../support/runLog.js';
 import { waitFor } from '../support/waitFor.js';
 
 const ADAPTER = fileURLToPath(new URL('../../dist/adapters/langchain.js', import.meta.url));
 const CLIENT = fileURLToPath(new URL('../../dist/client/index.js', import.meta.url));
 
-let dir: string;
-let runLog: string;
-let server: ServeProcess;
-let client: TaskClient;
-
-beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'closeout-langchain-'));
-  runLog = join(dir, 'runs.jsonl');
-  server = await startServe(['--store', join(dir, 'server.db')], 15_000, { CLOSEOUT_RUN_LOG: runLog });
-  client = await connectHttpTaskClient(server.url, { ledger: join(dir, 'ledger.db') });
-});
-
-afterAll(async () => {
-  await client?.close();
-  await server?.stop();
-  rmSync(dir, { recursive: true, force: true });
-});
+const serve = serveForAdapterTests('closeout-langchain-');
 
 async function toolNamed(name: string) {
-  const [found] = await langchainTaskTools(client, { tools: [name] });
+  const [found] = await langchainTaskTools(serve.client, { tools: [name] });
   expect(found?.name).toBe(name);
   return found!;
 }
 
 describe('closeout/langchain', { timeout: 90_000 }, () => {
   it("turns the server's tools into LangChain tools with their names, descriptions and schemas", async () => {
-    const tools = await langchainTaskTools(client);
+    const tools = await langchainTaskTools(serve.client);
     expect(tools.map((each) => each.name).sort()).toEqual(
       ['approve_deploy', 'batch_job', 'echo', 'export_report', 'flaky_upstream', 'render_job'].sort(),
     );
@@ -80,9 +60,9 @@ describe('closeout/langchain', { timeout: 90_000 }, () => {
 
     const replayed = (await batch.invoke(call)) as ToolMessage;
     expect(replayed.content).toBe('Processed 3 items');
-    const taskId = (await client.get('langchain:call-1'))?.taskId;
+    const taskId = (await serve.client.get('langchain:call-1'))?.taskId;
     expect(taskId).toBeDefined();
-    expect(runsOf(runLog, taskId!)).toHaveLength(1);
+    expect(runsOf(serve.runLog, taskId!)).toHaveLength(1);
   });
 
   it('raises a failed task as an error with its JSON-RPC code, and runs an inline tool as a plain tool', async () => {
@@ -111,7 +91,7 @@ describe('closeout/langchain', { timeout: 90_000 }, () => {
         `
         const { connectHttpTaskClient } = await import(${JSON.stringify(CLIENT)});
         const { langchainTaskTools } = await import(${JSON.stringify(ADAPTER)});
-        const client = await connectHttpTaskClient(${JSON.stringify(server.url)}, { ledger: ${JSON.stringify(join(dir, 'ledger.db'))} });
+        const client = await connectHttpTaskClient(${JSON.stringify(serve.server.url)}, { ledger: ${JSON.stringify(join(serve.dir, 'ledger.db'))} });
         const [batch] = await langchainTaskTools(client, { tools: ['batch_job'] });
         await batch.invoke({ name: 'batch_job', args: { items: 10, stepMs: 300 }, id: 'crash-1', type: 'tool_call' });
         `,
@@ -122,7 +102,7 @@ describe('closeout/langchain', { timeout: 90_000 }, () => {
     agent.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
     const taskId = await waitFor(
       'the agent to have its task in the ledger',
-      async () => (await client.get('langchain:crash-1'))?.taskId,
+      async () => (await serve.client.get('langchain:crash-1'))?.taskId,
       30_000,
       50,
     );
@@ -138,6 +118,6 @@ describe('closeout/langchain', { timeout: 90_000 }, () => {
       type: 'tool_call',
     })) as ToolMessage;
     expect(message.content).toBe('Processed 10 items');
-    expect(runsOf(runLog, taskId)).toHaveLength(1);
+    expect(runsOf(serve.runLog, taskId)).toHaveLength(1);
   });
 });

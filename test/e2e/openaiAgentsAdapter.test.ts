@@ -5,36 +5,15 @@
  * twice, a failed task becomes the error output the model reads (with its JSON-RPC code), and an inline tool is a
  * plain tool.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 
 import { RunContext } from '@openai/agents-core';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 
 import { openAIAgentsTaskTools } from '../../src/adapters/openaiAgents.js';
-import type { TaskClient } from '../../src/client/index.js';
-import { connectHttpTaskClient } from '../../src/client/index.js';
-import { type ServeProcess, startServe } from '../support/processes.js';
+import { serveForAdapterTests } from '../support/adapterServe.js';
 import { runsOf } from '../support/runLog.js';
 
-let dir: string;
-let runLog: string;
-let server: ServeProcess;
-let client: TaskClient;
-
-beforeAll(async () => {
-  dir = mkdtempSync(join(tmpdir(), 'closeout-openai-agents-'));
-  runLog = join(dir, 'runs.jsonl');
-  server = await startServe(['--store', join(dir, 'server.db')], 15_000, { CLOSEOUT_RUN_LOG: runLog });
-  client = await connectHttpTaskClient(server.url, { ledger: join(dir, 'ledger.db') });
-});
-
-afterAll(async () => {
-  await client?.close();
-  await server?.stop();
-  rmSync(dir, { recursive: true, force: true });
-});
+const serve = serveForAdapterTests('closeout-openai-agents-');
 
 /** Invokes `tool` as the runner does for a function call of the model. */
 function invoke(tool: Awaited<ReturnType<typeof openAIAgentsTaskTools>>[number], callId: string, args: object) {
@@ -46,7 +25,7 @@ function invoke(tool: Awaited<ReturnType<typeof openAIAgentsTaskTools>>[number],
 
 describe('closeout/openai-agents', { timeout: 90_000 }, () => {
   it("turns the server's tools into function tools with their names and JSON Schema parameters", async () => {
-    const tools = await openAIAgentsTaskTools(client);
+    const tools = await openAIAgentsTaskTools(serve.client);
     expect(tools.map((each) => each.name).sort()).toEqual(
       ['approve_deploy', 'batch_job', 'echo', 'export_report', 'flaky_upstream', 'render_job'].sort(),
     );
@@ -57,20 +36,20 @@ describe('closeout/openai-agents', { timeout: 90_000 }, () => {
 
   it('runs a task tool to its result with progress, and a replay of the call id runs nothing', async () => {
     const progress: string[] = [];
-    const [batch] = await openAIAgentsTaskTools(client, {
+    const [batch] = await openAIAgentsTaskTools(serve.client, {
       tools: ['batch_job'],
       onProgress: (update) => progress.push(update.statusMessage),
     });
     expect(await invoke(batch!, 'fc-1', { items: 3, stepMs: 200 })).toBe('Processed 3 items');
     expect(progress.some((message) => /Processed \d of 3 items/.test(message))).toBe(true);
     expect(await invoke(batch!, 'fc-1', { items: 3, stepMs: 200 })).toBe('Processed 3 items');
-    const taskId = (await client.get('openai-agents:fc-1'))?.taskId;
+    const taskId = (await serve.client.get('openai-agents:fc-1'))?.taskId;
     expect(taskId).toBeDefined();
-    expect(runsOf(runLog, taskId!)).toHaveLength(1);
+    expect(runsOf(serve.runLog, taskId!)).toHaveLength(1);
   });
 
   it('gives the model a failed task as an error output with its JSON-RPC code, and runs inline tools plainly', async () => {
-    const tools = await openAIAgentsTaskTools(client, { tools: ['flaky_upstream', 'echo'] });
+    const tools = await openAIAgentsTaskTools(serve.client, { tools: ['flaky_upstream', 'echo'] });
     const flaky = tools.find((each) => each.name === 'flaky_upstream')!;
     expect(await invoke(flaky, 'fc-2', {})).toMatch(/failed: .*\(JSON-RPC -?\d+\)/);
     const echo = tools.find((each) => each.name === 'echo')!;
