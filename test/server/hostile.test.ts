@@ -747,12 +747,17 @@ describe('memory under hostile load', () => {
     const afterFirst = await heapUsed();
     await load(10);
     const afterSecond = await heapUsed();
+    await load(10);
+    const afterThird = await heapUsed();
     const mib = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(2)} MiB`;
     // each load is 80 small and 12 large requests (~6 MiB). What the first load still warms up is not retained
-    // again; what is kept per request is, every load: the second load may add next to nothing (~150 KiB measured),
-    // so keeping ~8 KiB per request, or any one kind of large body, fails here
+    // again; what is kept per request is, every load: a later load may add next to nothing (-0.1 to 0.15 MiB
+    // measured on an idle machine), so keeping ~8 KiB per request, or any one kind of large body, fails here. On a
+    // busy machine one load's measure can catch work still in flight (0.86 MiB once, Node 24, the whole suite
+    // beside it); what a load keeps per request it keeps every time, so the smaller of two loads is the measure
     expect(afterFirst - baseline, `first load kept ${mib(afterFirst - baseline)}`).toBeLessThan(4 * 1024 * 1024);
-    expect(afterSecond - afterFirst, `second load kept ${mib(afterSecond - afterFirst)}`).toBeLessThan(768 * 1024);
+    const later = [afterSecond - afterFirst, afterThird - afterSecond];
+    expect(Math.min(...later), `the next two loads kept ${later.map(mib).join(' and ')}`).toBeLessThan(768 * 1024);
     expect(server.tasks.runningCount()).toBe(running);
     await stillServing();
   });
