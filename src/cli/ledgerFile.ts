@@ -2,7 +2,7 @@
  * Which ledger a command uses (`--ledger PATH`, else `CLOSEOUT_LEDGER`, else `~/.closeout/ledger.db`) and opening it
  * with a one-line explanation when it cannot be used. The ledger holds every handle the CLI has seen
  * (docs/REQUIREMENTS.md S4, S6). A `postgres://` connection string instead of a path names a PostgresLedger, the one a
- * fleet of workers shares (issue 17); it is shown only without its password (`displayLedgerLocation`).
+ * fleet of workers shares; it is shown only without its password (`displayLedgerLocation`).
  */
 import { existsSync, mkdirSync, statSync } from 'node:fs';
 import { homedir } from 'node:os';

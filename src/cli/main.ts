@@ -6,35 +6,35 @@
 import { Command, CommanderError } from 'commander';
 
 import { CliError } from './cliError.js';
-import { watchOutput } from './closedOutput.js';
-import { serverLine } from './serverText.js';
+import { watchOutput } from './terminal/closedOutput.js';
+import { serverLine } from './terminal/serverText.js';
 
 // `closeout ... | head -1`: a closed stdout ends the command quietly, never with an EPIPE stack trace
 watchOutput();
 
 /** Each command in its module, loaded on demand: `ls` need not load the server SDK, nor `serve` the prompts. */
 const COMMANDS: Record<string, () => Promise<(program: Command) => void>> = {
-  serve: async () => (await import('./serve.js')).registerServe,
+  serve: async () => (await import('./commands/serve.js')).registerServe,
   doctor: async () => {
     const [{ registerDoctor }, { ledgerRoundTrip }] = await Promise.all([
-      import('./doctor.js'),
-      import('./doctorResume.js'),
+      import('./commands/doctor.js'),
+      import('./commands/doctorResume.js'),
     ]);
     return (program) => registerDoctor(program, ledgerRoundTrip);
   },
-  call: async () => (await import('./call.js')).registerCall,
-  tools: async () => (await import('./tools.js')).registerTools,
-  ls: async () => (await import('./ls.js')).registerLs,
-  show: async () => (await import('./show.js')).registerShow,
-  resume: async () => (await import('./resume.js')).registerResume,
-  answer: async () => (await import('./answer.js')).registerAnswer,
-  resubmit: async () => (await import('./resubmit.js')).registerResubmit,
-  cancel: async () => (await import('./cancel.js')).registerCancel,
-  demo: async () => (await import('./demo.js')).registerDemo,
-  bridge: async () => (await import('./bridge.js')).registerBridge,
-  tasks: async () => (await import('./tasks.js')).registerTasks,
-  task: async () => (await import('./taskShow.js')).registerTaskShow,
-  console: async () => (await import('./console.js')).registerConsole,
+  call: async () => (await import('./commands/call.js')).registerCall,
+  tools: async () => (await import('./commands/tools.js')).registerTools,
+  ls: async () => (await import('./commands/ls.js')).registerLs,
+  show: async () => (await import('./commands/show.js')).registerShow,
+  resume: async () => (await import('./commands/resume.js')).registerResume,
+  answer: async () => (await import('./commands/answer.js')).registerAnswer,
+  resubmit: async () => (await import('./commands/resubmit.js')).registerResubmit,
+  cancel: async () => (await import('./commands/cancel.js')).registerCancel,
+  demo: async () => (await import('./commands/demo.js')).registerDemo,
+  bridge: async () => (await import('./commands/bridge.js')).registerBridge,
+  tasks: async () => (await import('./commands/tasks.js')).registerTasks,
+  task: async () => (await import('./commands/taskShow.js')).registerTaskShow,
+  console: async () => (await import('./commands/console.js')).registerConsole,
 };
 
 // stdout carries the command's own output (with --json, JSON only): whatever a library logs goes to stderr
@@ -44,7 +44,7 @@ const program = new Command()
   .name('closeout')
   .description('Durable MCP Tasks: serve task tools, call them, and close out every result')
   .version('0.1.0')
-  // `-V`/`--version` only before the command: after it, `-V…` is a taskId (`closeout cancel -Vx3…`), issue 13 item 12
+  // `-V`/`--version` only before the command: after it, `-V…` is a taskId (`closeout cancel -Vx3…`)
   .enablePositionalOptions()
   // bad input is one line that says what is wrong and what to do, in the same voice as every other failure
   .configureOutput({ outputError: (message, write) => write(message.replace(/^error: /, 'closeout: ')) })

@@ -6,8 +6,8 @@ import type { TaskClient, TaskClientEvent, TaskInputHandlers } from '../client/i
 import type { Ledger, TaskRecord } from '../client/ledger/index.js';
 import { displayLedgerLocation, isPostgresLocation } from '../client/ledger/ledgerLocation.js';
 import { CliError } from './cliError.js';
-import { explainConnectError } from './explain.js';
 import { openLedger, openLedgerFile } from './ledgerFile.js';
+import { explainConnectError } from './terminal/explain.js';
 
 /** A bearer token for the servers the CLI talks to (the ledger never stores it). */
 export const TOKEN_ENV = 'CLOSEOUT_TOKEN';

@@ -36,7 +36,7 @@ export interface TaskClientOptions {
   /** How long a lease on a record lasts without renewal. Default 30 s; renewed every third of it. */
   leaseMs?: number | undefined;
   /**
-   * Share the ledger's open records with the other workers of a fleet (issue 17): every this many ms, take up the
+   * Share the ledger's open records with the other workers of a fleet: every this many ms, take up the
    * endpoint's open records whose lease is free or ran out (a dead worker's) and follow them; their close-outs arrive
    * as `closed` events. Default: off (records are taken up by `resumeAll()` and `attach()` only).
    */

@@ -218,7 +218,7 @@ export async function connectStdioTaskClient(
 ): Promise<TaskClient> {
   const endpoint = options.endpoint ?? ['stdio:' + server.command, ...(server.args ?? [])].join(' ');
   const reconnect = async (client: Client) => {
-    // the server exited under the client: spawn it again on the same SDK client (issue 13 item 10)
+    // the server exited under the client: spawn it again on the same SDK client
     const respawned = new SessionStdioClientTransport(server);
     attachTaskResultCarrier(respawned);
     await client.connect(respawned);

@@ -115,7 +115,7 @@ export class Following {
   }
 
   /**
-   * Take up records nobody follows any more (issue 17): submissions whose holder stopped renewing become
+   * Take up records nobody follows any more: submissions whose holder stopped renewing become
    * `unknown-outcome` (surfaced, never re-sent), and open records with a free or lapsed lease are claimed (SKIP LOCKED
    * in a PostgreSQL ledger, so workers taking over at once split them) and followed here, queried first. A page at a
    * time: the cost of a tick is what it takes over, not what the ledger holds (docs/DESIGN.md rule 8).
@@ -334,8 +334,7 @@ export class Following {
   /**
    * Follow a record this process holds: a handle, and its first poll at `at` (steady clock). `claimedAt`: this process
    * claimed the lease just now (resume, attach, take-over), for `leaseMs` from the ledger time read at that steady
-   * time; undefined when the lease came with a submission or a recheck. One record has one live handle (issue 13 item
-   * 7): when concurrent attach(), resumeAll() or callTool() calls claimed it too (a claim of a lease already ours
+   * time; undefined when the lease came with a submission or a recheck. One record has one live handle: when concurrent attach(), resumeAll() or callTool() calls claimed it too (a claim of a lease already ours
    * succeeds), they all get the handle the first one made, which is the one every poll updates.
    */
   startFollowing(record: TaskRecord, at: number, claimedAt?: number): TaskHandle {
@@ -416,7 +415,7 @@ export class Following {
   }
 
   /**
-   * The leases of the records that fell due together, read at once (issue 19): a client waiting on 10,000 tasks at
+   * The leases of the records that fell due together, read at once: a client waiting on 10,000 tasks at
    * `pollIntervalMs` 30 s wakes once a second for some 333 polls: one read of their leases, not 333 (on PostgreSQL
    * one round trip, not 333; bench/RESULTS.md, section 23). Each of those polls takes this answer when it starts
    * within a third of a lease of the read, as `stillHeld` takes a claim, else reads its own; a record still in its
@@ -818,7 +817,7 @@ export class Following {
   }
 
   /**
-   * Notice a connection that closes under the client (issue 13 item 10): the SDK calls `onclose` when its transport
+   * Notice a connection that closes under the client: the SDK calls `onclose` when its transport
    * closes (a stdio server that exited), and every later request fails at once. Chained, so an application's own
    * `onclose` still runs.
    */

@@ -8,7 +8,7 @@ export interface PushOptions {
   /**
    * The safety polls of every task the stream covers, together, stay under this rate: with many tasks each is polled
    * less often than `safetyPollMs` (10,000 tasks at the default: each every 33 minutes), so a client waiting on them
-   * costs next to nothing (issue 15: at most 1% of a core for 10,000). The poll policy's `capMs` does not apply to
+   * costs next to nothing (at most 1% of a core for 10,000). The poll policy's `capMs` does not apply to
    * these polls: the stream carries the task. Default 5.
    */
   safetyPollsPerSecond?: number | undefined;

@@ -13,7 +13,7 @@
  * 5. In `versionNegotiation: 'auto'` the SDK probes a transport that is exactly its StdioClientTransport on a
  *    throwaway sibling process spawned from the same parameters, and probes a subclass in place. A durable stdio
  *    server takes over orphaned tasks when it starts, so the sibling would run them once more before it is killed
- *    (issue 13 item 4): `SessionStdioClientTransport` makes the probe use the one session process. Pinned by
+ *   : `SessionStdioClientTransport` makes the probe use the one session process. Pinned by
  *    test/e2e/clientStdioRestart.test.ts, which counts the processes a connection spawns.
  * 6. Probing in place, a 2025-era stdio server that exits on any request before `initialize` fails the connect with
  *    SdkError ERA_NEGOTIATION_FAILED "... the connection closed during the server/discover probe ..."

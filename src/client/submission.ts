@@ -600,8 +600,8 @@ export class Submission {
 
   /**
    * The same call again (same key, tool and arguments) after its answer was lost: sent again with the same key, so a
-   * Closeout server answers with the task the lost call created instead of running the tool a second time (issue 13
-   * item 2). The ledger lets one resubmission of the record through; a caller that loses that race joins the winner.
+   * Closeout server answers with the task the lost call created instead of running the tool a second time. The
+   * ledger lets one resubmission of the record through; a caller that loses that race joins the winner.
    */
   private async recoverUnknown(record: TaskRecord): Promise<CallToolResult | TaskHandle> {
     try {

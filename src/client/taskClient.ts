@@ -203,7 +203,7 @@ export class TaskClient {
 
   /**
    * Stop following tasks in this process and hand their leases back so another process can take over at once.
-   * Operations already under way finish first (issue 13 item 8): a tools/call in flight gets its answer (each waits at
+   * Operations already under way finish first: a tools/call in flight gets its answer (each waits at
    * most `requestTimeoutMs`, or until its own signal aborts it), so a task the server created is committed rather
    * than filed unknown-outcome, and the handle the call resolves with is settled (rejected as `closed`) below.
    */

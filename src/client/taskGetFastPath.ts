@@ -1,5 +1,5 @@
 /**
- * The client's fast path of a poll (issue 19): a waiting task is asked `tasks/get` every `pollIntervalMs`, and the
+ * The client's fast path of a poll: a waiting task is asked `tasks/get` every `pollIntervalMs`, and the
  * SDK's request path (Protocol, codec, transport, WHATWG `Headers` and signals) costs more client CPU than the HTTP
  * exchange itself (bench/RESULTS.md, sections 3, 4 and 20). Here an ordinary poll is one POST on the transport's own
  * connection pool, with no second encoding of the protocol:

@@ -1,5 +1,5 @@
 /**
- * The fast path of `tasks/get` (issue 19): polls outnumber every other request a Tasks server answers, and the SDK's
+ * The fast path of `tasks/get`: polls outnumber every other request a Tasks server answers, and the SDK's
  * per-request server costs several times the read itself (bench/RESULTS.md, sections 1 and 12). An ordinary
  * `tasks/get` (one well-formed POST, the expected headers, a declared extension) is answered here with the same
  * rules as the SDK's path: the SDK's own classifier judges the envelope and the headers, the same zod schema parses

@@ -4,9 +4,9 @@
 import type { ElicitRequest, ElicitResult } from '@modelcontextprotocol/client';
 import { describe, expect, it } from 'vitest';
 
-import type { InputHost, PresetAnswer } from '../../src/cli/elicitationPrompt.js';
-import { elicitationHandler, fromPreset, presetFrom, promptQueue } from '../../src/cli/elicitationPrompt.js';
-import { Output } from '../../src/cli/output.js';
+import type { InputHost, PresetAnswer } from '../../src/cli/terminal/elicitationPrompt.js';
+import { elicitationHandler, fromPreset, presetFrom, promptQueue } from '../../src/cli/terminal/elicitationPrompt.js';
+import { Output } from '../../src/cli/terminal/output.js';
 import type { TaskInputContext } from '../../src/client/index.js';
 
 const FORM = {

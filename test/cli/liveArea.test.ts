@@ -7,7 +7,7 @@ import { stripVTControlCharacters } from 'node:util';
 import stringWidth from 'string-width';
 import { describe, expect, it } from 'vitest';
 
-import { LiveArea, truncate, visibleLength } from '../../src/cli/liveArea.js';
+import { LiveArea, truncate, visibleLength } from '../../src/cli/terminal/liveArea.js';
 import { unstorableText } from '../../src/protocol/storableText.js';
 
 /** Whether `text` holds a UTF-16 surrogate without its other half (unstorableText also names a NUL: none here). */

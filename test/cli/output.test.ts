@@ -2,7 +2,7 @@
 // out in the order they were made once the last open prompt ends.
 import { describe, expect, it } from 'vitest';
 
-import { Output } from '../../src/cli/output.js';
+import { Output } from '../../src/cli/terminal/output.js';
 
 function capture(): { stream: NodeJS.WriteStream; text: () => string } {
   let text = '';

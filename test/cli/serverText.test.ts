@@ -2,7 +2,7 @@
 // the screen, move the cursor or pass itself off as closeout's own output.
 import { describe, expect, it } from 'vitest';
 
-import { quoteServer, serverBlock, serverLine, terminalJson } from '../../src/cli/serverText.js';
+import { quoteServer, serverBlock, serverLine, terminalJson } from '../../src/cli/terminal/serverText.js';
 
 describe('server text', () => {
   it('drops CSI, OSC and other escape sequences and control characters', () => {

@@ -4,7 +4,7 @@
 import { describe, expect, it } from 'vitest';
 
 import { CliError } from '../../src/cli/cliError.js';
-import { consoleToken } from '../../src/cli/console.js';
+import { consoleToken } from '../../src/cli/commands/console.js';
 
 describe('consoleToken', () => {
   it.each(['0.0.0.0', '::', '192.168.1.20', '10.0.0.7', 'fe80::1', 'console.example.org', '::ffff:127.0.0.1'])(

@@ -1,2 +1,2 @@
-export type { RpcOptions, RpcResponse, WireRequest } from '../../src/cli/wireProbe.js';
-export { PROTOCOL_VERSION, routingHeaders, rpc, TASKS, wireRequest } from '../../src/cli/wireProbe.js';
+export type { RpcOptions, RpcResponse, WireRequest } from '../../src/cli/commands/wireProbe.js';
+export { PROTOCOL_VERSION, routingHeaders, rpc, TASKS, wireRequest } from '../../src/cli/commands/wireProbe.js';

@@ -6,14 +6,14 @@ import type { Tool } from '@modelcontextprotocol/client';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import type { Command } from 'commander';
 
-import { DEFAULT_CLIENT_INFO } from '../client/connect.js';
-import { listAllTools } from '../client/listTools.js';
-import { parseUrl } from './arguments.js';
-import type { JsonFlags, TokenFlags } from './commonOptions.js';
-import { addJsonOption, addTokenOption } from './commonOptions.js';
-import { explainConnectError } from './explain.js';
-import { Output } from './output.js';
-import { serverLine } from './serverText.js';
+import { DEFAULT_CLIENT_INFO } from '../../client/connect.js';
+import { listAllTools } from '../../client/listTools.js';
+import { parseUrl } from '../arguments.js';
+import type { JsonFlags, TokenFlags } from '../commonOptions.js';
+import { addJsonOption, addTokenOption } from '../commonOptions.js';
+import { explainConnectError } from '../terminal/explain.js';
+import { Output } from '../terminal/output.js';
+import { serverLine } from '../terminal/serverText.js';
 
 type ToolsFlags = JsonFlags & TokenFlags;
 

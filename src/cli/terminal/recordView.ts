@@ -4,7 +4,7 @@
  */
 import type { CallToolResult } from '@modelcontextprotocol/client';
 
-import type { HistoryEntry, TaskRecord } from '../client/ledger/index.js';
+import type { HistoryEntry, TaskRecord } from '../../client/ledger/index.js';
 import type { Colors } from './output.js';
 import { quoteServer, serverLine } from './serverText.js';
 

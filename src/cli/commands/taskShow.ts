@@ -5,14 +5,14 @@
  */
 import type { Command } from 'commander';
 
-import type { StoredTask, TaskStore } from '../server/store/taskStore.js';
-import { CliError } from './cliError.js';
-import type { JsonFlags } from './commonOptions.js';
-import { addJsonOption, addTaskIdArgument } from './commonOptions.js';
-import { Output } from './output.js';
-import { serverLine } from './serverText.js';
-import { addStoreOption, openStoreToRead, type StoreFlags } from './storeOpen.js';
-import { detailJson, detailLines } from './storeTaskView.js';
+import type { StoredTask, TaskStore } from '../../server/store/taskStore.js';
+import { CliError } from '../cliError.js';
+import type { JsonFlags } from '../commonOptions.js';
+import { addJsonOption, addTaskIdArgument } from '../commonOptions.js';
+import { addStoreOption, openStoreToRead, type StoreFlags } from '../storeOpen.js';
+import { Output } from '../terminal/output.js';
+import { serverLine } from '../terminal/serverText.js';
+import { detailJson, detailLines } from '../terminal/storeTaskView.js';
 
 export function registerTaskShow(program: Command): void {
   const task = program.command('task').description('One task of a server store (see `closeout task show --help`)');

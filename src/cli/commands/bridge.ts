@@ -9,11 +9,11 @@ import { join } from 'node:path';
 import type { Command } from 'commander';
 import { InvalidArgumentError } from 'commander';
 
-import type { StdioUpstream } from '../bridge/bridge.js';
-import { parseUrl } from './arguments.js';
-import { CliError } from './cliError.js';
-import type { TokenFlags } from './commonOptions.js';
-import { addTokenOption } from './commonOptions.js';
+import type { StdioUpstream } from '../../bridge/bridge.js';
+import { parseUrl } from '../arguments.js';
+import { CliError } from '../cliError.js';
+import type { TokenFlags } from '../commonOptions.js';
+import { addTokenOption } from '../commonOptions.js';
 
 interface BridgeFlags extends TokenFlags {
   ledger?: string;
@@ -46,7 +46,7 @@ export function registerBridge(program: Command): void {
       throw new CliError('--token is for an upstream URL; a stdio upstream gets its secrets from its own environment');
     }
     const shown = typeof upstream === 'string' ? upstream : [upstream.command, ...(upstream.args ?? [])].join(' ');
-    const { startBridge } = await import('../bridge/bridge.js');
+    const { startBridge } = await import('../../bridge/bridge.js');
     const bridge = await startBridge({
       upstream,
       ledger: flags.ledger!,

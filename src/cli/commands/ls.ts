@@ -4,14 +4,12 @@
  */
 import type { Command } from 'commander';
 
-import type { LocalState, TaskRecord } from '../client/ledger/index.js';
-import { displayLedgerLocation } from '../client/ledger/ledgerLocation.js';
-import type { JsonFlags, LedgerFlags } from './commonOptions.js';
-import { addJsonOption, addLedgerOption } from './commonOptions.js';
-import { resolveLedgerPath } from './ledgerFile.js';
-import { Output } from './output.js';
-import { recordSummary, recordTable } from './recordView.js';
-import { ClientSession } from './session.js';
+import type { LocalState, TaskRecord } from '../../client/ledger/index.js';
+import type { JsonFlags, LedgerFlags } from '../commonOptions.js';
+import { addJsonOption, addLedgerOption } from '../commonOptions.js';
+import { commandContext } from '../context.js';
+import { ClientSession } from '../session.js';
+import { recordSummary, recordTable } from '../terminal/recordView.js';
 
 /** Records that are not closed out: a submission in flight, a task followed here or elsewhere, a detached one. */
 export const OPEN_STATES: readonly LocalState[] = ['submitting', 'tracking', 'detached'];
@@ -28,10 +26,7 @@ export function registerLs(program: Command): void {
   addLedgerOption(command);
   addJsonOption(command, 'print one JSON document: {"ledger", "tasks": [...]}');
   command.action(async (flags: LsFlags) => {
-    const out = new Output({ json: flags.json });
-    const ledgerLocation = resolveLedgerPath(flags.ledger);
-    // what is shown of the ledger: a connection string without its password (issue 17)
-    const ledgerPath = displayLedgerLocation(ledgerLocation);
+    const { out, ledgerLocation, ledgerPath } = commandContext(flags);
     const session = await ClientSession.openExisting({ ledgerPath: ledgerLocation });
     if (!session) {
       // a mistyped --ledger must not read as an empty ledger (resume says the same)

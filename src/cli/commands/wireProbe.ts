@@ -3,7 +3,7 @@
  * MCP-Protocol-Version / Mcp-Method / Mcp-Name headers) and returns the server's answer unfiltered by any SDK, so
  * `closeout doctor` (and the tests) can judge what a server really says, header by header.
  */
-import { DEFAULT_CLIENT_INFO } from '../client/connect.js';
+import { DEFAULT_CLIENT_INFO } from '../../client/connect.js';
 
 export const PROTOCOL_VERSION = '2026-07-28';
 export const TASKS = 'io.modelcontextprotocol/tasks';

@@ -5,16 +5,16 @@
 import type { Command } from 'commander';
 import { InvalidArgumentError } from 'commander';
 
-import type { TaskStatus } from '../protocol/index.js';
-import { TASK_STATUSES } from '../protocol/status.js';
-import type { TaskListQuery } from '../server/store/listing/query.js';
-import { DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, TaskListQueryError } from '../server/store/listing/query.js';
-import { CliError } from './cliError.js';
-import type { JsonFlags } from './commonOptions.js';
-import { addJsonOption } from './commonOptions.js';
-import { Output } from './output.js';
-import { addStoreOption, openStoreToRead, type StoreFlags } from './storeOpen.js';
-import { countsLine, summaryJson, summaryTable } from './storeTaskView.js';
+import type { TaskStatus } from '../../protocol/index.js';
+import { TASK_STATUSES } from '../../protocol/status.js';
+import type { TaskListQuery } from '../../server/store/listing/query.js';
+import { DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, TaskListQueryError } from '../../server/store/listing/query.js';
+import { CliError } from '../cliError.js';
+import type { JsonFlags } from '../commonOptions.js';
+import { addJsonOption } from '../commonOptions.js';
+import { addStoreOption, openStoreToRead, type StoreFlags } from '../storeOpen.js';
+import { Output } from '../terminal/output.js';
+import { countsLine, summaryJson, summaryTable } from '../terminal/storeTaskView.js';
 
 interface TasksFlags extends JsonFlags, StoreFlags {
   status?: TaskStatus[];

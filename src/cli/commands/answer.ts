@@ -5,21 +5,20 @@
  */
 import type { Command } from 'commander';
 
-import type { TaskHandle, TaskInputContext } from '../client/index.js';
-import { isFollowable } from '../client/ledger/index.js';
-import { displayLedgerLocation } from '../client/ledger/ledgerLocation.js';
-import { CliError } from './cliError.js';
-import type { JsonFlags, LedgerFlags } from './commonOptions.js';
-import { addAnswerOptions, addJsonOption, addLedgerOption, addTaskIdArgument } from './commonOptions.js';
-import type { AnswerFlags, InputHost } from './elicitationPrompt.js';
-import { canPrompt, elicitationHandler, presetFrom, promptQueue, showAnswered } from './elicitationPrompt.js';
-import { EXIT } from './exitCodes.js';
-import { explain } from './explain.js';
-import { resolveLedgerPath } from './ledgerFile.js';
-import { Output } from './output.js';
-import { paintState, stateWord } from './recordView.js';
-import { serverLine } from './serverText.js';
-import { ClientSession, unknownTask } from './session.js';
+import type { TaskHandle, TaskInputContext } from '../../client/index.js';
+import { isFollowable } from '../../client/ledger/index.js';
+import { CliError } from '../cliError.js';
+import type { JsonFlags, LedgerFlags } from '../commonOptions.js';
+import { addAnswerOptions, addJsonOption, addLedgerOption, addTaskIdArgument } from '../commonOptions.js';
+import { commandContext } from '../context.js';
+import { EXIT } from '../exitCodes.js';
+import { ClientSession, unknownTask } from '../session.js';
+import type { AnswerFlags, InputHost } from '../terminal/elicitationPrompt.js';
+import { canPrompt, elicitationHandler, presetFrom, promptQueue, showAnswered } from '../terminal/elicitationPrompt.js';
+import { explain } from '../terminal/explain.js';
+import { Output } from '../terminal/output.js';
+import { paintState, stateWord } from '../terminal/recordView.js';
+import { serverLine } from '../terminal/serverText.js';
 
 type AnswerCommandFlags = JsonFlags & LedgerFlags & AnswerFlags;
 
@@ -36,16 +35,13 @@ export function registerAnswer(program: Command): void {
 
 async function runAnswer(ref: string, flags: AnswerCommandFlags): Promise<void> {
   const preset = presetFrom(flags);
-  const out = new Output({ json: flags.json });
+  const { out, ledgerLocation, ledgerPath } = commandContext(flags);
   const interactive = canPrompt(out);
   if (!preset && !interactive) {
     throw new CliError(
       'stdin is not a terminal: pass --accept JSON, --decline or --dismiss to answer without a prompt',
     );
   }
-  const ledgerLocation = resolveLedgerPath(flags.ledger);
-  // what is shown of the ledger: a connection string without its password (issue 17)
-  const ledgerPath = displayLedgerLocation(ledgerLocation);
   // flags go to stdout as the events of this command; nothing else is followed here
   const quiet = new Output({ json: true }, devNull(), process.stderr);
   const asked: Promise<unknown>[] = [];

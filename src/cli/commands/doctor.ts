@@ -4,12 +4,12 @@
  */
 import type { Command } from 'commander';
 
-import { ErrorCode, TASKS_EXTENSION_ID } from '../protocol/index.js';
-import { parseJsonObject, parseUrl } from './arguments.js';
-import { CliError } from './cliError.js';
+import { ErrorCode, TASKS_EXTENSION_ID } from '../../protocol/index.js';
+import { parseJsonObject, parseUrl } from '../arguments.js';
+import { CliError } from '../cliError.js';
+import { colorsFor } from '../terminal/output.js';
+import { serverLine, terminalJson } from '../terminal/serverText.js';
 import { DOCTOR_PROBE_MCP_NAME } from './doctorProbe.js';
-import { colorsFor } from './output.js';
-import { serverLine, terminalJson } from './serverText.js';
 import { rpc, type RpcResponse } from './wireProbe.js';
 
 export type CheckStatus = 'pass' | 'warn' | 'fail' | 'skip';

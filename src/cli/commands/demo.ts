@@ -14,22 +14,22 @@ import { fileURLToPath } from 'node:url';
 import type { CallToolResult } from '@modelcontextprotocol/client';
 import type { Command } from 'commander';
 
-import type { TaskClient, TaskClientEvent, TaskHandle } from '../client/index.js';
-import { isTaskHandle } from '../client/index.js';
-import { registerDemoTools } from '../demo/demoTools.js';
-import type { JsonObject } from '../protocol/index.js';
-import { serveTaskServer, SqliteTaskStore, TaskServer } from '../server/index.js';
-import { CliError } from './cliError.js';
-import { outputClosed } from './closedOutput.js';
-import type { PresetAnswer } from './elicitationPrompt.js';
-import { canPrompt, elicitationHandler } from './elicitationPrompt.js';
-import { EXIT } from './exitCodes.js';
-import type { CloseOut } from './follow.js';
-import { Follower } from './follow.js';
-import { Output } from './output.js';
-import { recordTable, resultLines } from './recordView.js';
-import { serverBlock } from './serverText.js';
-import { ClientSession } from './session.js';
+import type { TaskClient, TaskClientEvent, TaskHandle } from '../../client/index.js';
+import { isTaskHandle } from '../../client/index.js';
+import { registerDemoTools } from '../../demo/demoTools.js';
+import type { JsonObject } from '../../protocol/index.js';
+import { serveTaskServer, SqliteTaskStore, TaskServer } from '../../server/index.js';
+import { CliError } from '../cliError.js';
+import { EXIT } from '../exitCodes.js';
+import { ClientSession } from '../session.js';
+import { outputClosed } from '../terminal/closedOutput.js';
+import type { PresetAnswer } from '../terminal/elicitationPrompt.js';
+import { canPrompt, elicitationHandler } from '../terminal/elicitationPrompt.js';
+import type { CloseOut } from '../terminal/follow.js';
+import { Follower } from '../terminal/follow.js';
+import { Output } from '../terminal/output.js';
+import { recordTable, resultLines } from '../terminal/recordView.js';
+import { serverBlock } from '../terminal/serverText.js';
 
 interface DemoFlags {
   unattended?: boolean;
@@ -37,7 +37,7 @@ interface DemoFlags {
   keep?: boolean;
 }
 
-const CLI_PATH = fileURLToPath(new URL('./main.js', import.meta.url));
+const CLI_PATH = fileURLToPath(new URL('../main.js', import.meta.url));
 
 export function registerDemo(program: Command): void {
   program

@@ -7,8 +7,8 @@
 import type * as Inquirer from '@inquirer/prompts';
 import type { ElicitRequest, ElicitResult } from '@modelcontextprotocol/client';
 
-import type { TaskInputContext, TaskInputHandlers } from '../client/index.js';
-import { CliError } from './cliError.js';
+import type { TaskInputContext, TaskInputHandlers } from '../../client/index.js';
+import { CliError } from '../cliError.js';
 import type { Output } from './output.js';
 import { quoteServer, serverLine } from './serverText.js';
 

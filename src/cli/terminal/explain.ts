@@ -1,11 +1,11 @@
 /**
- * Turning what went wrong into one line that says what is wrong and what to do (issue 4, "Bad input"): a server
+ * Turning what went wrong into one line that says what is wrong and what to do: a server
  * that cannot be reached or is not an MCP server, a ledger that is locked or corrupt, a taskId nobody knows.
  */
-import { TaskClientError } from '../client/errors.js';
-import { CliError } from './cliError.js';
-import { EXIT } from './exitCodes.js';
-import { ledgerError } from './ledgerFile.js';
+import { TaskClientError } from '../../client/errors.js';
+import { CliError } from '../cliError.js';
+import { EXIT } from '../exitCodes.js';
+import { ledgerError } from '../ledgerFile.js';
 
 /** Why `url` could not be used as an MCP server, as one line. */
 export function explainConnectError(url: string, failed: unknown): CliError {

@@ -4,10 +4,10 @@
  */
 import type { CallToolResult } from '@modelcontextprotocol/client';
 
-import { TASK_STATUSES } from '../protocol/status.js';
-import { parseTraceparent } from '../protocol/traceContext.js';
-import type { TaskCounts, TaskSummary } from '../server/store/listing/query.js';
-import type { StoredTask, TaskSteps } from '../server/store/taskStore.js';
+import { TASK_STATUSES } from '../../protocol/status.js';
+import { parseTraceparent } from '../../protocol/traceContext.js';
+import type { TaskCounts, TaskSummary } from '../../server/store/listing/query.js';
+import type { StoredTask, TaskSteps } from '../../server/store/taskStore.js';
 import type { Colors } from './output.js';
 import { formatAgo, formatDuration, paintState, resultLines, table } from './recordView.js';
 import { quoteServer, serverLine } from './serverText.js';

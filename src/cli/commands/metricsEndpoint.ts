@@ -11,7 +11,7 @@ import type * as PrometheusExporterModule from '@opentelemetry/exporter-promethe
 import type * as ResourcesModule from '@opentelemetry/resources';
 import type * as SdkMetricsModule from '@opentelemetry/sdk-metrics';
 
-import { CliError } from './cliError.js';
+import { CliError } from '../cliError.js';
 
 export interface MetricsEndpoint {
   url: string;

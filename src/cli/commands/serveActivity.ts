@@ -3,7 +3,7 @@
  * operator, as text for people or as JSON for log collectors. Ids, tools, statuses, durations and counts only: never
  * an argument or a result (they may be secret).
  */
-import type { TaskActivity } from '../server/index.js';
+import type { TaskActivity } from '../../server/index.js';
 
 export type LogFormat = 'text' | 'json';
 

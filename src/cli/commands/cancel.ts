@@ -6,21 +6,19 @@
 import type { Command } from 'commander';
 import { InvalidArgumentError } from 'commander';
 
-import { TaskClientError } from '../client/errors.js';
-import type { TaskRecord } from '../client/ledger/index.js';
-import { isFollowable } from '../client/ledger/index.js';
-import { displayLedgerLocation } from '../client/ledger/ledgerLocation.js';
-import type { TaskHandle } from '../client/taskHandle.js';
-import { CliError } from './cliError.js';
-import type { JsonFlags, LedgerFlags } from './commonOptions.js';
-import { addJsonOption, addLedgerOption, addTaskIdArgument } from './commonOptions.js';
-import { EXIT } from './exitCodes.js';
-import { explain } from './explain.js';
-import { resolveLedgerPath } from './ledgerFile.js';
-import { Output } from './output.js';
-import { formatDuration, paintState, stateWord } from './recordView.js';
-import { serverLine } from './serverText.js';
-import { ClientSession, unknownTask } from './session.js';
+import { TaskClientError } from '../../client/errors.js';
+import type { TaskRecord } from '../../client/ledger/index.js';
+import { isFollowable } from '../../client/ledger/index.js';
+import type { TaskHandle } from '../../client/taskHandle.js';
+import { CliError } from '../cliError.js';
+import type { JsonFlags, LedgerFlags } from '../commonOptions.js';
+import { addJsonOption, addLedgerOption, addTaskIdArgument } from '../commonOptions.js';
+import { commandContext } from '../context.js';
+import { EXIT } from '../exitCodes.js';
+import { ClientSession, unknownTask } from '../session.js';
+import { explain } from '../terminal/explain.js';
+import { formatDuration, paintState, stateWord } from '../terminal/recordView.js';
+import { serverLine } from '../terminal/serverText.js';
 
 interface CancelFlags extends JsonFlags, LedgerFlags {
   waitMs: number;
@@ -38,10 +36,7 @@ export function registerCancel(program: Command): void {
 }
 
 async function runCancel(ref: string, flags: CancelFlags): Promise<void> {
-  const out = new Output({ json: flags.json });
-  const ledgerLocation = resolveLedgerPath(flags.ledger);
-  // what is shown of the ledger: a connection string without its password (issue 17)
-  const ledgerPath = displayLedgerLocation(ledgerLocation);
+  const { out, ledgerLocation, ledgerPath } = commandContext(flags);
   const session = await ClientSession.openExisting({ ledgerPath: ledgerLocation });
   if (!session) throw unknownTask(ref, ledgerPath);
   let endpoint: string | undefined;

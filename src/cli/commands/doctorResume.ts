@@ -10,15 +10,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { argumentsDigest, parseGetTaskResult } from '../client/index.js';
-import { SqliteLedger } from '../client/ledger/index.js';
-import type { JsonObject } from '../protocol/index.js';
-import { TASK_STATUSES } from '../protocol/index.js';
+import { argumentsDigest, parseGetTaskResult } from '../../client/index.js';
+import { SqliteLedger } from '../../client/ledger/index.js';
+import type { JsonObject } from '../../protocol/index.js';
+import { TASK_STATUSES } from '../../protocol/index.js';
+import { TOKEN_ENV } from '../session.js';
 import type { Check, ResumeCheckContext } from './doctor.js';
-import { TOKEN_ENV } from './session.js';
 import { rpc } from './wireProbe.js';
 
-const CLI_PATH = fileURLToPath(new URL('./main.js', import.meta.url));
+const CLI_PATH = fileURLToPath(new URL('../main.js', import.meta.url));
 const NAME = 'resume';
 
 export async function ledgerRoundTrip(url: string, taskId: string, context: ResumeCheckContext): Promise<Check> {

@@ -10,8 +10,8 @@ import { InMemoryServerEventBus } from '@modelcontextprotocol/server';
 import type { Command } from 'commander';
 import { InvalidArgumentError, Option } from 'commander';
 
-import { conformanceDiagnostics, registerConformanceTools } from '../demo/conformanceTools.js';
-import { registerDemoTools } from '../demo/demoTools.js';
+import { conformanceDiagnostics, registerConformanceTools } from '../../demo/conformanceTools.js';
+import { registerDemoTools } from '../../demo/demoTools.js';
 import {
   openTaskStore,
   serveTaskServer,
@@ -19,16 +19,16 @@ import {
   type TaskActivity,
   TaskServer,
   type TaskStore,
-} from '../server/index.js';
-import { isPostgresUrl } from '../shared/postgres/connectionString.js';
-import { isTransientPgError } from '../shared/postgres/transaction.js';
-import { parseNonNegativeInt, parsePort, parsePositiveInt } from './arguments.js';
-import { CliError } from './cliError.js';
+} from '../../server/index.js';
+import { isPostgresUrl } from '../../shared/postgres/connectionString.js';
+import { isTransientPgError } from '../../shared/postgres/transaction.js';
+import { parseNonNegativeInt, parsePort, parsePositiveInt } from '../arguments.js';
+import { CliError } from '../cliError.js';
+import { describeStoreLocation } from '../storeLocation.js';
+import { chain } from '../terminal/explain.js';
 import { describeServerError } from './doctorProbe.js';
-import { chain } from './explain.js';
 import { type MetricsEndpoint, serveMetrics } from './metricsEndpoint.js';
 import { activityLine, type LogFormat, startLine, stopLine } from './serveActivity.js';
-import { describeStoreLocation } from './storeLocation.js';
 
 interface ServeFlags {
   port: number;

@@ -6,18 +6,15 @@
 import { ProtocolError } from '@modelcontextprotocol/client';
 import type { Command } from 'commander';
 
-import type { ResubmitOptions } from '../client/index.js';
-import { displayLedgerLocation } from '../client/ledger/ledgerLocation.js';
+import type { ResubmitOptions } from '../../client/index.js';
+import type { JsonFlags, LedgerFlags } from '../commonOptions.js';
+import { addAnswerOptions, addJsonOption, addLedgerOption, addTaskIdArgument } from '../commonOptions.js';
+import { commandContext, openFollowingSession } from '../context.js';
+import { unknownTask } from '../session.js';
+import type { AnswerFlags } from '../terminal/elicitationPrompt.js';
+import { presetFrom } from '../terminal/elicitationPrompt.js';
+import { explain } from '../terminal/explain.js';
 import { closeOutAnswer, refused } from './call.js';
-import type { JsonFlags, LedgerFlags } from './commonOptions.js';
-import { addAnswerOptions, addJsonOption, addLedgerOption, addTaskIdArgument } from './commonOptions.js';
-import type { AnswerFlags } from './elicitationPrompt.js';
-import { canPrompt, elicitationHandler, presetFrom } from './elicitationPrompt.js';
-import { explain } from './explain.js';
-import { Follower } from './follow.js';
-import { resolveLedgerPath } from './ledgerFile.js';
-import { Output } from './output.js';
-import { ClientSession, unknownTask } from './session.js';
 
 interface ResubmitFlags extends JsonFlags, LedgerFlags, AnswerFlags {
   newKey?: boolean;
@@ -42,22 +39,11 @@ export function registerResubmit(program: Command): void {
 }
 
 async function runResubmit(ref: string, flags: ResubmitFlags): Promise<void> {
-  const preset = presetFrom(flags);
-  const out = new Output({ json: flags.json });
-  const ledgerLocation = resolveLedgerPath(flags.ledger);
-  // what is shown of the ledger: a connection string without its password (issue 17)
-  const ledgerPath = displayLedgerLocation(ledgerLocation);
-  const session = await ClientSession.openExisting({
-    ledgerPath: ledgerLocation,
-    inputHandlers: (endpoint) => ({ elicitation: elicitationHandler(following, endpoint) }),
-    onEvent: (event) => following.onClientEvent(event),
-  });
-  if (!session) throw unknownTask(ref, ledgerPath);
-  const following = new Follower(out, (id) => session.ledger.get(id), {
-    interactive: canPrompt(out),
-    preset,
-    now: () => session.ledger.now(),
-  });
+  const context = commandContext(flags);
+  const { out, ledgerPath } = context;
+  const opened = await openFollowingSession(context, presetFrom(flags));
+  if (!opened) throw unknownTask(ref, ledgerPath);
+  const { session, following } = opened;
   let endpoint: string | undefined;
   try {
     const record = await session.require(ref);

@@ -12,14 +12,14 @@ import type {
   TaskHandle,
   TaskInputContext,
   TaskOutcome,
-} from '../client/index.js';
-import type { TaskRecord } from '../client/ledger/index.js';
-import { isFollowable } from '../client/ledger/index.js';
+} from '../../client/index.js';
+import type { TaskRecord } from '../../client/ledger/index.js';
+import { isFollowable } from '../../client/ledger/index.js';
+import type { DetachReason } from '../exitCodes.js';
+import { EXIT, exitCodeOf } from '../exitCodes.js';
 import { onOutputClosed } from './closedOutput.js';
 import type { InputHost, PresetAnswer } from './elicitationPrompt.js';
 import { promptQueue, showAnswered } from './elicitationPrompt.js';
-import type { DetachReason } from './exitCodes.js';
-import { EXIT, exitCodeOf } from './exitCodes.js';
 import type { Output } from './output.js';
 import { formatAgo, formatDuration, paintState, resultLines } from './recordView.js';
 import { serverLine } from './serverText.js';

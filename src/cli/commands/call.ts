@@ -8,25 +8,24 @@ import { ProtocolError } from '@modelcontextprotocol/client';
 import type { Command } from 'commander';
 import { InvalidArgumentError } from 'commander';
 
-import type { TaskClient, TaskHandle } from '../client/index.js';
-import { isTaskHandle } from '../client/index.js';
-import { displayLedgerLocation } from '../client/ledger/ledgerLocation.js';
-import { listAllTools } from '../client/listTools.js';
-import type { JsonObject } from '../protocol/index.js';
-import { parseJsonObject, parseUrl } from './arguments.js';
-import { CliError } from './cliError.js';
-import type { JsonFlags, LedgerFlags, TokenFlags } from './commonOptions.js';
-import { addAnswerOptions, addJsonOption, addLedgerOption, addTokenOption } from './commonOptions.js';
-import type { AnswerFlags } from './elicitationPrompt.js';
-import { canPrompt, elicitationHandler, presetFrom } from './elicitationPrompt.js';
-import { EXIT } from './exitCodes.js';
-import { explain } from './explain.js';
-import { Follower } from './follow.js';
-import { resolveLedgerPath } from './ledgerFile.js';
-import { Output } from './output.js';
-import { resultLines } from './recordView.js';
-import { serverLine } from './serverText.js';
-import { ClientSession } from './session.js';
+import type { TaskClient, TaskHandle } from '../../client/index.js';
+import { isTaskHandle } from '../../client/index.js';
+import { listAllTools } from '../../client/listTools.js';
+import type { JsonObject } from '../../protocol/index.js';
+import { parseJsonObject, parseUrl } from '../arguments.js';
+import { CliError } from '../cliError.js';
+import type { JsonFlags, LedgerFlags, TokenFlags } from '../commonOptions.js';
+import { addAnswerOptions, addJsonOption, addLedgerOption, addTokenOption } from '../commonOptions.js';
+import { commandContext } from '../context.js';
+import { EXIT } from '../exitCodes.js';
+import { ClientSession } from '../session.js';
+import type { AnswerFlags } from '../terminal/elicitationPrompt.js';
+import { canPrompt, elicitationHandler, presetFrom } from '../terminal/elicitationPrompt.js';
+import { explain } from '../terminal/explain.js';
+import { Follower } from '../terminal/follow.js';
+import type { Output } from '../terminal/output.js';
+import { resultLines } from '../terminal/recordView.js';
+import { serverLine } from '../terminal/serverText.js';
 
 interface CallFlags extends JsonFlags, LedgerFlags, TokenFlags, AnswerFlags {
   args?: Record<string, unknown>;
@@ -64,10 +63,7 @@ async function runCall(url: string, tool: string | undefined, flags: CallFlags):
   }
   const args = { ...flags.args, ...flags.arg } as JsonObject;
   const preset = presetFrom(flags);
-  const out = new Output({ json: flags.json });
-  const ledgerLocation = resolveLedgerPath(flags.ledger);
-  // what is shown of the ledger: a connection string without its password (issue 17)
-  const ledgerPath = displayLedgerLocation(ledgerLocation);
+  const { out, ledgerLocation, ledgerPath } = commandContext(flags);
   // the handlers are wired when the client connects, after `following` exists
   const session = ClientSession.open({
     ledgerPath: ledgerLocation,

@@ -6,23 +6,21 @@
  */
 import type { Command } from 'commander';
 
-import type { TaskRecord } from '../client/ledger/index.js';
-import { isFollowable } from '../client/ledger/index.js';
-import { displayLedgerLocation } from '../client/ledger/ledgerLocation.js';
-import { outcomeOf } from '../client/taskHandle.js';
-import type { JsonFlags, LedgerFlags } from './commonOptions.js';
-import { addAnswerOptions, addJsonOption, addLedgerOption, addTaskIdArgument } from './commonOptions.js';
-import type { AnswerFlags } from './elicitationPrompt.js';
-import { canPrompt, elicitationHandler, presetFrom } from './elicitationPrompt.js';
-import { EXIT, exitCodeOf, worstExitCode } from './exitCodes.js';
-import { explain } from './explain.js';
-import { Follower } from './follow.js';
-import { resolveLedgerPath } from './ledgerFile.js';
+import type { TaskRecord } from '../../client/ledger/index.js';
+import { isFollowable } from '../../client/ledger/index.js';
+import { outcomeOf } from '../../client/taskHandle.js';
+import type { JsonFlags, LedgerFlags } from '../commonOptions.js';
+import { addAnswerOptions, addJsonOption, addLedgerOption, addTaskIdArgument } from '../commonOptions.js';
+import { commandContext, openFollowingSession } from '../context.js';
+import { EXIT, exitCodeOf, worstExitCode } from '../exitCodes.js';
+import { unknownTask } from '../session.js';
+import type { AnswerFlags } from '../terminal/elicitationPrompt.js';
+import { presetFrom } from '../terminal/elicitationPrompt.js';
+import { explain } from '../terminal/explain.js';
+import type { Output } from '../terminal/output.js';
+import { resultLines, stateWord } from '../terminal/recordView.js';
+import { serverLine } from '../terminal/serverText.js';
 import { OPEN_STATES } from './ls.js';
-import { Output } from './output.js';
-import { resultLines, stateWord } from './recordView.js';
-import { serverLine } from './serverText.js';
-import { ClientSession, unknownTask } from './session.js';
 
 type ResumeFlags = JsonFlags & LedgerFlags & AnswerFlags;
 
@@ -38,27 +36,16 @@ export function registerResume(program: Command): void {
 }
 
 async function runResume(ref: string | undefined, flags: ResumeFlags): Promise<void> {
-  const preset = presetFrom(flags);
-  const out = new Output({ json: flags.json });
-  const ledgerLocation = resolveLedgerPath(flags.ledger);
-  // what is shown of the ledger: a connection string without its password (issue 17)
-  const ledgerPath = displayLedgerLocation(ledgerLocation);
-  const session = await ClientSession.openExisting({
-    ledgerPath: ledgerLocation,
-    inputHandlers: (endpoint) => ({ elicitation: elicitationHandler(following, endpoint) }),
-    onEvent: (event) => following.onClientEvent(event),
-  });
-  if (!session) {
+  const context = commandContext(flags);
+  const { out, ledgerPath } = context;
+  const opened = await openFollowingSession(context, presetFrom(flags));
+  if (!opened) {
     if (ref !== undefined) throw unknownTask(ref, ledgerPath);
     out.event({ event: 'resume', ledger: ledgerPath, open: 0 });
     out.line(`nothing to resume: there is no ledger at ${ledgerPath} yet`);
     return;
   }
-  const following = new Follower(out, (id) => session.ledger.get(id), {
-    interactive: canPrompt(out),
-    preset,
-    now: () => session.ledger.now(),
-  });
+  const { session, following } = opened;
   const codes: number[] = [];
   let endpoint: string | undefined;
   try {

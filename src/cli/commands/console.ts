@@ -11,15 +11,15 @@ import { isIP } from 'node:net';
 
 import type { Command } from 'commander';
 
-import { displayLedgerLocation, isPostgresLocation } from '../client/ledger/ledgerLocation.js';
-import type { ConsoleHandler } from '../console/index.js';
-import { createConsoleHandler } from '../console/index.js';
-import type { TaskStore } from '../server/store/taskStore.js';
-import { parsePort } from './arguments.js';
-import { CliError } from './cliError.js';
-import { LEDGER_ENV, resolveLedgerPath } from './ledgerFile.js';
-import { ClientSession } from './session.js';
-import { DEFAULT_STORE, openStoreToRead } from './storeOpen.js';
+import { displayLedgerLocation, isPostgresLocation } from '../../client/ledger/ledgerLocation.js';
+import type { ConsoleHandler } from '../../console/index.js';
+import { createConsoleHandler } from '../../console/index.js';
+import type { TaskStore } from '../../server/store/taskStore.js';
+import { parsePort } from '../arguments.js';
+import { CliError } from '../cliError.js';
+import { LEDGER_ENV, resolveLedgerPath } from '../ledgerFile.js';
+import { ClientSession } from '../session.js';
+import { DEFAULT_STORE, openStoreToRead } from '../storeOpen.js';
 
 /** The console's port unless --port says otherwise. */
 export const DEFAULT_CONSOLE_PORT = 3900;

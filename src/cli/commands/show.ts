@@ -6,18 +6,24 @@
 import type { CallToolResult } from '@modelcontextprotocol/client';
 import type { Command } from 'commander';
 
-import { TaskClientError } from '../client/errors.js';
-import type { TaskRecord } from '../client/ledger/index.js';
-import { isFollowable } from '../client/ledger/index.js';
-import { displayLedgerLocation } from '../client/ledger/ledgerLocation.js';
-import type { JsonFlags, LedgerFlags } from './commonOptions.js';
-import { addJsonOption, addLedgerOption, addTaskIdArgument } from './commonOptions.js';
-import { explain } from './explain.js';
-import { resolveLedgerPath } from './ledgerFile.js';
-import { Output } from './output.js';
-import { formatAgo, formatDuration, paintState, resultLines, stateWord, timelineLines } from './recordView.js';
-import { quoteServer, serverLine } from './serverText.js';
-import { ClientSession, unknownTask } from './session.js';
+import { TaskClientError } from '../../client/errors.js';
+import type { TaskRecord } from '../../client/ledger/index.js';
+import { isFollowable } from '../../client/ledger/index.js';
+import type { JsonFlags, LedgerFlags } from '../commonOptions.js';
+import { addJsonOption, addLedgerOption, addTaskIdArgument } from '../commonOptions.js';
+import { commandContext } from '../context.js';
+import { ClientSession, unknownTask } from '../session.js';
+import { explain } from '../terminal/explain.js';
+import type { Output } from '../terminal/output.js';
+import {
+  formatAgo,
+  formatDuration,
+  paintState,
+  resultLines,
+  stateWord,
+  timelineLines,
+} from '../terminal/recordView.js';
+import { quoteServer, serverLine } from '../terminal/serverText.js';
 
 interface ShowFlags extends JsonFlags, LedgerFlags {
   refresh?: boolean;
@@ -32,10 +38,7 @@ export function registerShow(program: Command): void {
   addLedgerOption(command);
   addJsonOption(command, 'print one JSON document: {"record", "history", "refreshed"}');
   command.action(async (ref: string, flags: ShowFlags) => {
-    const out = new Output({ json: flags.json });
-    const ledgerLocation = resolveLedgerPath(flags.ledger);
-    // what is shown of the ledger: a connection string without its password (issue 17)
-    const ledgerPath = displayLedgerLocation(ledgerLocation);
+    const { out, ledgerLocation, ledgerPath } = commandContext(flags);
     const session = await ClientSession.openExisting({ ledgerPath: ledgerLocation });
     if (!session) throw unknownTask(ref, ledgerPath);
     try {
