@@ -92,15 +92,17 @@ const CHAOS: ChaosRates = {
 export const SHORT: SoakConfig = {
   name: 'short',
   seed: 7,
-  // not the fleet backend yet: its check that a worker closed out another's records depends on timing, and failed
-  // one run in four (RELIABILITY.md, "What the fleet backend found next"); `npm run soak` and SOAK_BACKENDS run it
-  backends: ['sqlite', 'postgres'],
+  // the fleet's check is the take-up its kills wait for before starting the worker again (killFleetWorker), not
+  // which process happened to close a record out
+  backends: ['sqlite', 'postgres', 'postgres-fleet'],
   serversPerBackend: 2,
   clientsPerBackend: 2,
   jobsPerClient: 18,
-  submitForMs: 15_000,
-  faultsForMs: 20_000,
-  killEveryMs: 1_200,
+  // faults come every 0.45 to 1.35 s, so that each of the 22 kinds-per-backend runs once in the first ~20 s, while
+  // jobs still arrive (a fleet kill needs a worker that follows a record)
+  submitForMs: 22_000,
+  faultsForMs: 24_000,
+  killEveryMs: 900,
   databaseOutageMs: 3_000,
   storeStallMs: 4_500,
   settleTimeoutMs: 45_000,
@@ -178,6 +180,9 @@ const KIND_WEIGHTS: Array<[JobKind, number]> = [
 
 /** How often a fleet's client process takes up records the others stopped renewing. */
 const FLEET_TAKE_OVER_EVERY_MS = 500;
+/** How long a fleet kill waits for a worker that follows a record, and then for the others to take its records up. */
+const FLEET_VICTIM_WAIT_MS = 10_000;
+const FLEET_TAKE_UP_WAIT_MS = 30_000;
 
 /** Handlers the server re-runs after a crash (the others fail as interrupted). */
 const RESUMABLE_TOOLS = new Set(['batch_job', 'approve_deploy']);
@@ -213,6 +218,10 @@ export interface SoakReport {
     takenOverAfterServerKill: number;
     /** Records of a fleet's client closed out by another client's process (`postgres-fleet`). */
     takenOverByAnotherWorker: number;
+    /** Records killed fleet workers followed when they died, and how many the other workers took up before they were
+     * started again (`postgres-fleet`: all of them, or it is a violation). */
+    fleetOrphans: number;
+    fleetTakenUp: number;
   };
   /** Input requests asked again because the client died between asking and storing the answer. */
   reaskedAfterCrash: number;
@@ -290,7 +299,9 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
       await sleep(config.killEveryMs * (0.5 + random()));
       const next = due.shift();
       const backend = next?.backend ?? backends[Math.floor(random() * backends.length)]!;
-      backend.inject(next?.fault ?? pickFault(backend.supportedFaults(), random), random);
+      const injected = backend.inject(next?.fault ?? pickFault(backend.supportedFaults(), random), random);
+      // a fault that could not start now (an outage while the store is stalled) is due again later
+      if (next && !injected) due.push(next);
     }
     for (const backend of backends) await backend.quiesce();
     log(`soak ${config.name}: faults stopped after ${Math.round((Date.now() - started) / 1000)} s, settling`);
@@ -352,6 +363,8 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
         resumedByAnotherClient: sum((r) => r.resumedByAnotherClient),
         takenOverAfterServerKill: sum((r) => r.takenOver),
         takenOverByAnotherWorker: sum((r) => r.takenOverByAnotherWorker),
+        fleetOrphans: sum((r) => r.fleetOrphans),
+        fleetTakenUp: sum((r) => r.fleetTakenUp),
       },
       reaskedAfterCrash: sum((r) => r.reaskedAfterCrash),
       reaskedAfterPause: sum((r) => r.reaskedAfterPause),
@@ -421,7 +434,8 @@ export function formatReport(report: SoakReport): string[] {
       `answers delayed ${faults.delayed}, answers stalled past the client's timeout ${faults.stalled})`,
     `recovered: ${recovered.total} (resubmitted after a lost answer ${recovered.resubmitted}, resumed by a restarted client ` +
       `${recovered.resumedByAnotherClient}, re-run or failed as interrupted after a server kill ${recovered.takenOverAfterServerKill}, ` +
-      `closed out by another worker of a fleet ${recovered.takenOverByAnotherWorker})`,
+      `closed out by another worker of a fleet ${recovered.takenOverByAnotherWorker}; records a killed fleet worker ` +
+      `followed ${recovered.fleetOrphans}, taken up by the others ${recovered.fleetTakenUp})`,
     `lost: ${report.lost.length}`,
   ];
   return lines;
@@ -482,6 +496,8 @@ interface BackendResult {
   resumedByAnotherClient: number;
   takenOver: number;
   takenOverByAnotherWorker: number;
+  fleetOrphans: number;
+  fleetTakenUp: number;
   reaskedAfterCrash: number;
   reaskedAfterPause: number;
   lost: string[];
@@ -519,6 +535,11 @@ class BackendRun {
   private readonly faultLog: string;
   private startAt = 0;
   private stopping = false;
+  /** The fleet's ledger, opened for the fleet's kills (`postgres-fleet`). */
+  private fleetLedger: Promise<PostgresLedger> | undefined;
+  /** Records killed fleet workers followed when they died, and how many of them the other workers took up. */
+  private fleetOrphans = 0;
+  private fleetTakenUp = 0;
 
   constructor(
     readonly kind: BackendKind,
@@ -573,7 +594,19 @@ class BackendRun {
     return FAULT_WEIGHTS.map(([fault]) => fault).filter((fault) => this.postgres || !POSTGRES_FAULTS.has(fault));
   }
 
-  inject(fault: FaultKind, random: () => number): void {
+  /** False when the fault could not start now: the database is already out or stalled. */
+  inject(fault: FaultKind, random: () => number): boolean {
+    switch (fault) {
+      case 'database-outage':
+        return this.stopDatabase();
+      case 'store-stall':
+        return this.stallStore();
+    }
+    this.injectNow(fault, random);
+    return true;
+  }
+
+  private injectNow(fault: Exclude<FaultKind, 'database-outage' | 'store-stall'>, random: () => number): void {
     switch (fault) {
       case 'kill-server':
         return this.killServer(random);
@@ -587,10 +620,6 @@ class BackendRun {
         return this.stepClock(random);
       case 'connection-drops':
         return this.dropConnections();
-      case 'database-outage':
-        return this.stopDatabase();
-      case 'store-stall':
-        return this.stallStore();
     }
   }
 
@@ -625,6 +654,7 @@ class BackendRun {
   }
 
   killClient(random: () => number): void {
+    if (this.sharedLedger) return this.killFleetWorker(random);
     const live = this.clients.filter((slot) => slot.child && !slot.done && slot.child.exitCode === null);
     if (live.length === 0) return;
     const slot = live[Math.floor(random() * live.length)]!;
@@ -642,6 +672,71 @@ class BackendRun {
         if (!slot.done) this.spawnClient(slot);
       })(),
     );
+  }
+
+  /**
+   * A fleet's worker SIGKILLed while it follows records, started again only once the fleet has taken up every one of
+   * them (another process holds its lease, or closed it out): what is checked does not hang on which process wins a
+   * race. The victim is a worker that follows at least one record (waited for while none does, jobs arrive all through
+   * the submission window). A worker exits once its own plan is closed out: when no other one is left running, a
+   * process of the fleet that only runs resumeAll() is started to take the records up, as an operator would.
+   */
+  killFleetWorker(random: () => number): void {
+    const live = () => this.clients.filter((slot) => slot.child && !slot.done && slot.child.exitCode === null);
+    if (live().length < 2) return;
+    this.track(
+      (async () => {
+        let victim: ClientSlot | undefined;
+        for (const until = Date.now() + FLEET_VICTIM_WAIT_MS; !victim && Date.now() < until && !this.stopping;) {
+          const followed = await this.fleetRecordsFollowed();
+          victim = shuffle(live(), random).find((slot) =>
+            followed.some((record) => holderPid(record) === slot.child?.pid),
+          );
+          if (!victim) await sleep(200);
+        }
+        victim ??= live()[0];
+        const child = victim?.child;
+        if (!victim || !child || live().length < 2) return;
+        victim.child = undefined;
+        this.killedClientPids.add(child.pid!);
+        this.note('kill fleet worker', child.pid!);
+        const exited = new Promise((resolve) => child.once('exit', resolve));
+        child.kill('SIGKILL');
+        await exited;
+        const orphans = (await this.fleetRecordsFollowed()).filter((record) => holderPid(record) === child.pid);
+        this.fleetOrphans += orphans.length;
+        let left = orphans;
+        let standby = false;
+        for (const until = Date.now() + FLEET_TAKE_UP_WAIT_MS; left.length > 0 && Date.now() < until;) {
+          if (this.stopping) return;
+          if (!standby && !live().some((slot) => slot !== victim)) {
+            standby = true;
+            this.spawnRacer(this.clients.find((slot) => slot !== victim)!);
+          }
+          await sleep(250);
+          const still = new Set(
+            (await this.fleetRecordsFollowed()).filter((r) => holderPid(r) === child.pid).map((r) => r.recordId),
+          );
+          left = left.filter((record) => still.has(record.recordId));
+        }
+        this.fleetTakenUp += orphans.length - left.length;
+        if (left.length > 0) {
+          this.violations.push(
+            `the fleet did not take up ${left.length} of the ${orphans.length} records killed worker ${child.pid} ` +
+              `followed within ${FLEET_TAKE_UP_WAIT_MS / 1000} s: ${left.map((r) => r.recordId).join(', ')}`,
+          );
+        }
+        this.note(`fleet took up ${orphans.length - left.length} of ${orphans.length} records`, child.pid!);
+        if (!victim.done) this.spawnClient(victim);
+      })(),
+    );
+  }
+
+  /** The shared ledger's records a process follows (`tracking`), read through one connection kept for the soak. */
+  private async fleetRecordsFollowed(): Promise<TaskRecord[]> {
+    this.fleetLedger ??= PostgresLedger.open(this.sharedLedger!);
+    const records = await (await this.fleetLedger).list({});
+    return records.filter((record) => record.localState === 'tracking');
   }
 
   /** SIGSTOP for longer than the client's lease (a laptop lid, a debugger, a paused container), then SIGCONT. */
@@ -666,8 +761,12 @@ class BackendRun {
   raceResume(random: () => number): void {
     const live = this.clients.filter((slot) => slot.child && !slot.done);
     if (live.length === 0) return;
-    const slot = live[Math.floor(random() * live.length)]!;
     this.resumeRaces++;
+    this.spawnRacer(live[Math.floor(random() * live.length)]!);
+  }
+
+  /** A process on `slot`'s ledger that runs resumeAll(), follows what it took up to its close-out, and exits. */
+  private spawnRacer(slot: ClientSlot): void {
     const racer = this.spawnSoakClient(slot, true);
     slot.racers.add(racer);
     this.note(`racer for client ${slot.index} spawned`, racer.pid!);
@@ -726,8 +825,8 @@ class BackendRun {
   }
 
   /** PostgreSQL stopped for some seconds and started again: instances must neither die nor run anything twice. */
-  stopDatabase(): void {
-    if (!this.postgres || this.outageRunning || this.stallRunning) return;
+  stopDatabase(): boolean {
+    if (!this.postgres || this.outageRunning || this.stallRunning) return false;
     this.outageRunning = true;
     this.databaseOutages++;
     this.note('database outage', 0);
@@ -737,14 +836,15 @@ class BackendRun {
         this.note('database back', 0);
       }),
     );
+    return true;
   }
 
   /**
    * The store answers late instead of failing, for longer than a lease: PostgreSQL frozen (every process SIGSTOPped),
    * or another process holding the SQLite file's write lock. No live holder may lose a task to it.
    */
-  stallStore(): void {
-    if (this.stallRunning || this.outageRunning) return;
+  stallStore(): boolean {
+    if (this.stallRunning || this.outageRunning) return false;
     this.stallRunning = true;
     this.storeStalls++;
     this.note(this.postgres ? 'database frozen' : 'write lock held', 0);
@@ -760,6 +860,7 @@ class BackendRun {
         this.note('store answers again', 0);
       }),
     );
+    return true;
   }
 
   /** No more faults: the proxy forwards faithfully, and every killed process is back. */
@@ -775,6 +876,7 @@ class BackendRun {
   async stop(): Promise<void> {
     this.stopping = true;
     await Promise.allSettled([...this.restarts]);
+    await (await this.fleetLedger?.catch(() => undefined))?.dispose();
     for (const slot of this.clients) {
       slot.child?.kill('SIGKILL');
       for (const racer of slot.racers) racer.kill('SIGKILL');
@@ -1045,6 +1147,8 @@ class BackendRun {
       resumedByAnotherClient: resumedJobs.size,
       takenOver: takenOverJobs.size,
       takenOverByAnotherWorker: takenOverByAnotherWorker.size,
+      fleetOrphans: this.fleetOrphans,
+      fleetTakenUp: this.fleetTakenUp,
       reaskedAfterCrash,
       reaskedAfterPause,
       lost,
@@ -1285,6 +1389,12 @@ function pickFault(faults: FaultKind[], random: () => number): FaultKind {
 }
 
 /** A seeded Fisher-Yates shuffle. */
+/** The pid in a record's lease holder (`host:pid:...`, src/shared/lease/leaseHolder.ts). */
+function holderPid(record: TaskRecord): number | undefined {
+  const pid = /^[^:]*:(\d+):/.exec(record.leaseHolder ?? '')?.[1];
+  return pid === undefined ? undefined : Number(pid);
+}
+
 function shuffle<T>(items: T[], random: () => number): T[] {
   const out = [...items];
   for (let i = out.length - 1; i > 0; i--) {
