@@ -23,16 +23,11 @@ import { fileURLToPath } from 'node:url';
 import { Client, isJSONRPCResultResponse, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { createTaskSessionFromClient } from '@modelcontextprotocol/ext-tasks/client';
 import Database from 'better-sqlite3';
-import {
-  connectHttpTaskClient,
-  createHttpFetch,
-  DEFAULT_POLL_POLICY,
-  isTaskHandle,
-  type TaskClient,
-} from 'closeout/client';
+import { connectHttpTaskClient, DEFAULT_POLL_POLICY, isTaskHandle, type TaskClient } from 'closeout/client';
 import { Agent } from 'undici';
 import * as z from 'zod/v4';
 
+import { createHttpFetch } from '../src/client/httpFetch.js';
 import { attachTaskResultCarrier } from '../src/client/sdkGlue.js';
 import { TaskGetFastPath } from '../src/client/taskGetFastPath.js';
 import { checkTask } from '../src/client/taskRequests.js';

@@ -9,8 +9,9 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 
-import { connectHttpTaskClient, createHttpFetch, isTaskHandle } from 'closeout/client';
+import { connectHttpTaskClient, isTaskHandle } from 'closeout/client';
 
+import { createHttpFetch } from '../src/client/httpFetch.js';
 import { childMailbox } from './childMailbox.js';
 import { countMajorCollections } from './majorCollections.js';
 

@@ -14,7 +14,6 @@ const PUBLIC: Record<'client' | 'server' | 'protocol' | 'console', { values: str
     values: [
       'DEFAULT_CLIENT_INFO',
       'DEFAULT_POLL_POLICY',
-      'LEDGER_SCHEMA_VERSION',
       'LOCAL_STATES',
       'MAX_INPUT_REQUESTS',
       'MAX_INPUT_REQUESTS_BYTES',
@@ -24,13 +23,9 @@ const PUBLIC: Record<'client' | 'server' | 'protocol' | 'console', { values: str
       'TaskClient',
       'TaskClientError',
       'TaskHandle',
-      'argumentsDigest',
       'connectHttpTaskClient',
       'connectStdioTaskClient',
-      'createHttpFetch',
       'isTaskHandle',
-      'parseCreateTaskResult',
-      'parseGetTaskResult',
     ],
     types: [
       'CallToolOptions',

@@ -2,15 +2,14 @@
  * closeout/client: the client half of durable MCP Tasks (docs/client.md).
  *
  * This file is the package's complete public client surface: named exports only, no wildcards; the scheduler, the
- * input router, the SDK carrier and the helpers behind them stay internal. `test/publicSurface.test.ts` pins the list.
+ * input router, the SDK carrier and the helpers behind them (the arguments digest, the HTTP fetch, the result
+ * parsers, schema versions) stay internal. `test/publicSurface.test.ts` pins the list.
  */
-export { argumentsDigest } from './argumentsDigest.js';
 export type { ConnectHttpOptions, ConnectTaskClientOptions } from './connect.js';
 export { connectHttpTaskClient, connectStdioTaskClient, DEFAULT_CLIENT_INFO } from './connect.js';
 export type { TaskClientErrorCode } from './errors.js';
 export { TaskClientError } from './errors.js';
 export type { HttpFetch } from './httpFetch.js';
-export { createHttpFetch } from './httpFetch.js';
 export type { TaskInputContext, TaskInputHandlers } from './inputRouter.js';
 export type {
   Closing,
@@ -29,17 +28,11 @@ export { LOCAL_STATES } from './ledger/ledger.js';
 export type { PostgresLedgerOptions } from './ledger/postgresLedger.js';
 export { PostgresLedger } from './ledger/postgresLedger.js';
 export type { SqliteLedgerOptions } from './ledger/sqliteLedger.js';
-export { LEDGER_SCHEMA_VERSION, SqliteLedger } from './ledger/sqliteLedger.js';
+export { SqliteLedger } from './ledger/sqliteLedger.js';
 export type { PushOptions, PushState } from './pushFollower.js';
 export type { PollPolicy, SchedulerClock } from './scheduler.js';
 export { DEFAULT_POLL_POLICY } from './scheduler.js';
-export {
-  MAX_INPUT_REQUESTS,
-  MAX_INPUT_REQUESTS_BYTES,
-  parseCreateTaskResult,
-  parseGetTaskResult,
-  ServerOutputError,
-} from './serverOutput.js';
+export { MAX_INPUT_REQUESTS, MAX_INPUT_REQUESTS_BYTES, ServerOutputError } from './serverOutput.js';
 export type {
   CallToolOptions,
   ResubmitOptions,

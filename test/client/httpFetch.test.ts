@@ -10,8 +10,9 @@ import { join } from 'node:path';
 
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 
+import { createHttpFetch } from '../../src/client/httpFetch.js';
 import type { HttpFetch } from '../../src/client/index.js';
-import { connectHttpTaskClient, createHttpFetch } from '../../src/client/index.js';
+import { connectHttpTaskClient } from '../../src/client/index.js';
 import { classifyTransportError, HttpStatusError, retryAfterFetch } from '../../src/client/transportFailure.js';
 import { waitFor } from '../support/waitFor.js';
 import { startTasksFixture } from './fixtures/tasksFixtureServer.js';

@@ -10,8 +10,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { argumentsDigest, parseGetTaskResult } from '../../client/index.js';
+import { argumentsDigest } from '../../client/argumentsDigest.js';
 import { SqliteLedger } from '../../client/ledger/index.js';
+import { parseGetTaskResult } from '../../client/serverOutput.js';
 import type { JsonObject } from '../../protocol/index.js';
 import { TASK_STATUSES } from '../../protocol/index.js';
 import { TOKEN_ENV } from '../session.js';

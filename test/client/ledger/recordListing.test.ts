@@ -9,8 +9,8 @@ import { join } from 'node:path';
 import type Database from 'better-sqlite3';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 
+import { argumentsDigest } from '../../../src/client/argumentsDigest.js';
 import type { Ledger, NewSubmission, ObservedTask } from '../../../src/client/index.js';
-import { argumentsDigest } from '../../../src/client/index.js';
 import { PostgresLedger } from '../../../src/client/ledger/postgresLedger.js';
 import type { RecordListQuery, RecordStatus } from '../../../src/client/ledger/recordListing.js';
 import {
