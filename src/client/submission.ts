@@ -518,7 +518,7 @@ export class Submission {
         if (record.leaseHolder === core.leaseHolder && !this.sending.has(record.recordId)) {
           return this.whileSending(record, () => this.recoverOwn(record));
         }
-        const holderDead = await this.following.freeLeasesOfDeadHolders([record]);
+        const holderDead = await this.following.leases.freeLeasesOfDeadHolders([record]);
         const leaseLive =
           !holderDead && record.leaseExpiresAt !== undefined && record.leaseExpiresAt >= core.clock.now();
         if (leaseLive) {
