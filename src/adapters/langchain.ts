@@ -5,19 +5,31 @@
  * (`closeout_progress`, seen by `streamEvents` and callbacks) and written to LangGraph's stream writer when there is
  * one; the run's abort signal detaches (the task goes on) or, with `onAbort: 'cancel'`, cancels. A completed task is
  * the tool's content (its text) with the whole CallToolResult as the artifact; a task that failed, was cancelled or
- * expired throws TaskToolError. Input a task asks for goes to the TaskClient's own `inputHandlers`.
+ * expired throws TaskToolError. Input a task asks for goes to the TaskClient's own `inputHandlers`, else to the
+ * `inputHandlers` given here; a request nobody here can answer ends the call with a ToolMessage stating the question
+ * (the pending request in the artifact's `_meta`, `io.closeout/inputRequired`) and the `closeout_answer` tool, offered
+ * with the others, answers it and returns the task's result (docs/frameworks.md).
  *
  * `@langchain/core` is an optional peer dependency: only this entry point loads it.
  */
 import { dispatchCustomEvent } from '@langchain/core/callbacks/dispatch';
 import type { DynamicStructuredTool, ToolRunnableConfig } from '@langchain/core/tools';
 import { tool } from '@langchain/core/tools';
+import type { CallToolResult } from '@modelcontextprotocol/client';
 
-import type { TaskClient } from '../client/index.js';
+import type { TaskClient, TaskInputHandlers } from '../client/index.js';
 import { listAllTools } from '../client/listTools.js';
 import type { JsonObject } from '../protocol/index.js';
-import { callAsTool, type OnAbort, textOf } from './taskOutcome.js';
+import {
+  ANSWER_TOOL_DESCRIPTION,
+  ANSWER_TOOL_NAME,
+  ANSWER_TOOL_SCHEMA,
+  answerAsTool,
+  inputInterrupt,
+} from './taskInput.js';
+import { callAsTool, type CallAsToolOptions, type OnAbort, textOf } from './taskOutcome.js';
 
+export type { PendingInput } from './taskInput.js';
 export { type OnAbort, TaskToolError } from './taskOutcome.js';
 
 export interface LangChainTaskToolsOptions {
@@ -25,16 +37,32 @@ export interface LangChainTaskToolsOptions {
   tools?: readonly string[];
   /** What the run's abort signal does to a running task. Default `detach`. */
   onAbort?: OnAbort;
+  /** Answers input requests the TaskClient's own handlers do not; without one, `closeout_answer` does. */
+  inputHandlers?: TaskInputHandlers;
 }
 
-/** The server's tools (from `tools/list`: names, descriptions, JSON Schema inputs) as LangChain tools. */
+/**
+ * The server's tools (from `tools/list`: names, descriptions, JSON Schema inputs) as LangChain tools, plus
+ * `closeout_answer`.
+ */
 export async function langchainTaskTools(
   client: TaskClient,
   options: LangChainTaskToolsOptions = {},
 ): Promise<DynamicStructuredTool[]> {
   const listed = await listAllTools(client.client);
   const wanted = options.tools === undefined ? undefined : new Set(options.tools);
-  return listed
+  /** How a call of the run follows its task: progress to the run's stream and callbacks, input routed. */
+  const follow = (config: ToolRunnableConfig): Omit<CallAsToolOptions, 'callId'> => ({
+    signal: config.signal,
+    onAbort: options.onAbort ?? 'detach',
+    onProgress: (update) => {
+      (config as { writer?: (chunk: unknown) => void }).writer?.({ closeout: update });
+      void dispatchCustomEvent('closeout_progress', update, config).catch(() => undefined);
+    },
+    interrupt: inputInterrupt(client, options.inputHandlers),
+  });
+  const asMessage = (result: CallToolResult): [string, CallToolResult] => [textOf(result), result];
+  const tools = listed
     .filter((each) => wanted === undefined || wanted.has(each.name))
     .map(
       (each) =>
@@ -47,14 +75,9 @@ export async function langchainTaskTools(
                 callId === undefined
                   ? undefined
                   : `langchain:${typeof thread === 'string' ? `${thread}:` : ''}${callId}`,
-              signal: config.signal,
-              onAbort: options.onAbort ?? 'detach',
-              onProgress: (update) => {
-                (config as { writer?: (chunk: unknown) => void }).writer?.({ closeout: update });
-                void dispatchCustomEvent('closeout_progress', update, config).catch(() => undefined);
-              },
+              ...follow(config),
             });
-            return [textOf(result), result];
+            return asMessage(result);
           },
           {
             name: each.name,
@@ -64,4 +87,15 @@ export async function langchainTaskTools(
           },
         ) as unknown as DynamicStructuredTool,
     );
+  const answer = tool(
+    async (input: JsonObject, config: ToolRunnableConfig) =>
+      asMessage(await answerAsTool(client, input, follow(config))),
+    {
+      name: ANSWER_TOOL_NAME,
+      description: ANSWER_TOOL_DESCRIPTION,
+      schema: ANSWER_TOOL_SCHEMA as never,
+      responseFormat: 'content_and_artifact',
+    },
+  ) as unknown as DynamicStructuredTool;
+  return [...tools, answer];
 }

@@ -6,7 +6,9 @@
  * waits. The call's abort signal detaches (the task goes on) or, with `onAbort: 'cancel'`, cancels. A completed
  * task is the tool's output (its text); a task that failed, was cancelled or expired throws TaskToolError, which the
  * Agents SDK turns into the tool's error output for the model (its message carries the JSON-RPC code). Input a task
- * asks for goes to the TaskClient's own `inputHandlers`; status messages go to `onProgress` when given.
+ * asks for goes to the TaskClient's own `inputHandlers`, else to the `inputHandlers` given here; a request nobody here
+ * can answer ends the call with an output stating the question, and the `closeout_answer` tool, offered with the
+ * others, answers it and returns the task's result (docs/frameworks.md). Status messages go to `onProgress`.
  *
  * `@openai/agents-core` (which `@openai/agents` re-exports) is an optional peer dependency: only this entry point
  * loads it.
@@ -14,10 +16,17 @@
 import type { FunctionTool } from '@openai/agents-core';
 import { tool } from '@openai/agents-core';
 
-import type { TaskClient } from '../client/index.js';
+import type { TaskClient, TaskInputHandlers } from '../client/index.js';
 import { listAllTools } from '../client/listTools.js';
 import type { JsonObject } from '../protocol/index.js';
-import { callAsTool, type OnAbort, textOf } from './taskOutcome.js';
+import {
+  ANSWER_TOOL_DESCRIPTION,
+  ANSWER_TOOL_NAME,
+  ANSWER_TOOL_SCHEMA,
+  answerAsTool,
+  inputInterrupt,
+} from './taskInput.js';
+import { callAsTool, type CallAsToolOptions, type OnAbort, textOf } from './taskOutcome.js';
 
 export { type OnAbort, TaskToolError } from './taskOutcome.js';
 
@@ -30,15 +39,26 @@ export interface OpenAIAgentsTaskToolsOptions {
   scope?: string;
   /** Each status message of a running task. */
   onProgress?: (update: { tool: string; taskId: string; status: string; statusMessage: string }) => void;
+  /** Answers input requests the TaskClient's own handlers do not; without one, `closeout_answer` does. */
+  inputHandlers?: TaskInputHandlers;
 }
 
-/** The server's tools (from `tools/list`: names, descriptions, JSON Schema inputs) as Agents SDK function tools. */
+/**
+ * The server's tools (from `tools/list`: names, descriptions, JSON Schema inputs) as Agents SDK function tools, plus
+ * `closeout_answer`.
+ */
 export async function openAIAgentsTaskTools(
   client: TaskClient,
   options: OpenAIAgentsTaskToolsOptions = {},
 ): Promise<FunctionTool[]> {
   const wanted = options.tools === undefined ? undefined : new Set(options.tools);
-  return (await listAllTools(client.client))
+  const follow = (name: string, signal: AbortSignal | undefined): Omit<CallAsToolOptions, 'callId'> => ({
+    signal,
+    onAbort: options.onAbort ?? 'detach',
+    ...(options.onProgress && { onProgress: (update) => options.onProgress!({ tool: name, ...update }) }),
+    interrupt: inputInterrupt(client, options.inputHandlers),
+  });
+  const tools = (await listAllTools(client.client))
     .filter((each) => wanted === undefined || wanted.has(each.name))
     .map(
       (each) =>
@@ -53,15 +73,21 @@ export async function openAIAgentsTaskTools(
             const result = await callAsTool(client, each.name, (input ?? {}) as JsonObject, {
               callId:
                 callId === undefined ? undefined : `openai-agents:${options.scope ? `${options.scope}:` : ''}${callId}`,
-              signal: details?.signal,
-              onAbort: options.onAbort ?? 'detach',
-              ...(options.onProgress && {
-                onProgress: (update) => options.onProgress!({ tool: each.name, ...update }),
-              }),
+              ...follow(each.name, details?.signal),
             });
             return textOf(result);
           },
           errorFunction: (_context, error) => (error instanceof Error ? error.message : String(error)),
         }) as unknown as FunctionTool,
     );
+  const answer = tool({
+    name: ANSWER_TOOL_NAME,
+    description: ANSWER_TOOL_DESCRIPTION,
+    parameters: { ...ANSWER_TOOL_SCHEMA, additionalProperties: true } as never,
+    strict: false,
+    execute: async (input, _context, details) =>
+      textOf(await answerAsTool(client, (input ?? {}) as JsonObject, follow(ANSWER_TOOL_NAME, details?.signal))),
+    errorFunction: (_context, error) => (error instanceof Error ? error.message : String(error)),
+  }) as unknown as FunctionTool;
+  return [...tools, answer];
 }

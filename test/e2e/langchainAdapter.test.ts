@@ -2,7 +2,8 @@
  * closeout/langchain against the real @langchain/core (pinned) and `closeout serve`: tools are invoked as an agent's
  * tool node invokes them, with a tool call (name, args, id). A task's result reaches the ToolMessage (text as content,
  * the CallToolResult as artifact), its status messages arrive as custom events, a failed task is an error the
- * framework raises, an inline tool is a plain tool, the same tool-call id never runs the tool twice; and an agent
+ * framework raises, an inline tool is a plain tool, the same tool-call id never runs the tool twice, an input request
+ * is answered by the adapter's handler or stated and answered through `closeout_answer` (asked once); and an agent
  * process SIGKILLed while its tool's task runs is replayed by another with the same tool-call id, which gets the
  * task's real result while the server ran the tool once.
  */
@@ -14,6 +15,7 @@ import type { ToolMessage } from '@langchain/core/messages';
 import { describe, expect, it } from 'vitest';
 
 import { langchainTaskTools, TaskToolError } from '../../src/adapters/langchain.js';
+import { connectHttpTaskClient } from '../../src/client/index.js';
 import { serveForAdapterTests } from '../support/adapterServe.js';
 import { runsOf } from '../support/runLog.js';
 import { waitFor } from '../support/waitFor.js';
@@ -33,7 +35,15 @@ describe('closeout/langchain', { timeout: 90_000 }, () => {
   it("turns the server's tools into LangChain tools with their names, descriptions and schemas", async () => {
     const tools = await langchainTaskTools(serve.client);
     expect(tools.map((each) => each.name).sort()).toEqual(
-      ['approve_deploy', 'batch_job', 'echo', 'export_report', 'flaky_upstream', 'render_job'].sort(),
+      [
+        'approve_deploy',
+        'batch_job',
+        'closeout_answer',
+        'echo',
+        'export_report',
+        'flaky_upstream',
+        'render_job',
+      ].sort(),
     );
     const batch = tools.find((each) => each.name === 'batch_job')!;
     expect(batch.description).toMatch(/batch of items/);
@@ -80,6 +90,52 @@ describe('closeout/langchain', { timeout: 90_000 }, () => {
       type: 'tool_call',
     })) as ToolMessage;
     expect(echoed.content).toContain('hi');
+  });
+
+  it("answers an input request with the adapter's handler, or states it and answers it through closeout_answer", async () => {
+    // the TaskClient declares elicitation (so the server may ask) with no handler of its own
+    const asking = await connectHttpTaskClient(serve.server.url, {
+      ledger: join(serve.dir, 'langchain-asking-ledger.db'),
+      capabilities: { elicitation: {} },
+    });
+    const call = (name: string, args: object, id: string) => ({ name, args, id, type: 'tool_call' as const });
+    try {
+      const asked: string[] = [];
+      const [handled] = await langchainTaskTools(asking, {
+        tools: ['approve_deploy'],
+        inputHandlers: {
+          elicitation: (request) => {
+            asked.push(String(request.params.message));
+            return { action: 'accept', content: { approve: true, note: 'handler' } };
+          },
+        },
+      });
+      const done = (await handled!.invoke(
+        call('approve_deploy', { env: 'staging', deployMs: 50 }, 'lc-deploy'),
+      )) as ToolMessage;
+      expect(done.content).toBe('Deployed to staging (handler)');
+      expect(asked).toEqual(['Deploy to staging?']);
+
+      const tools = await langchainTaskTools(asking, { tools: ['approve_deploy'] });
+      const deploy = tools.find((each) => each.name === 'approve_deploy')!;
+      const stated = (await deploy.invoke(
+        call('approve_deploy', { env: 'prod', deployMs: 50 }, 'lc-deploy-2'),
+      )) as ToolMessage;
+      expect(stated.content).toMatch(/waiting for input .*Deploy to prod\?.*closeout_answer.*"approval"/);
+      const pending = (stated.artifact as { _meta: Record<string, { taskId: string; key: string }> })._meta[
+        'io.closeout/inputRequired'
+      ]!;
+      expect(pending.key).toBe('approval');
+      const answer = tools.find((each) => each.name === 'closeout_answer')!;
+      const response = { action: 'accept', content: { approve: true, note: 'model' } };
+      const answered = (await answer.invoke(
+        call('closeout_answer', { taskId: pending.taskId, key: 'approval', response }, 'lc-answer'),
+      )) as ToolMessage;
+      expect(answered.content).toBe('Deployed to prod (model)');
+      expect(runsOf(serve.runLog, pending.taskId)).toHaveLength(1);
+    } finally {
+      await asking.close();
+    }
   });
 
   it('gives an agent replayed after a SIGKILL the real result of the task its first run started, run once', async () => {
