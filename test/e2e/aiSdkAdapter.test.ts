@@ -19,7 +19,7 @@ import { describe, expect, it } from 'vitest';
 import { type AiSdkTaskResult, aiSdkTaskTools, TaskToolError } from '../../src/adapters/aiSdk.js';
 import type { TaskClient } from '../../src/client/index.js';
 import { connectHttpTaskClient } from '../../src/client/index.js';
-import { serveForAdapterTests } from '../support/adapterServe.js';
+import { ADAPTER_TOOL_NAMES, serveForAdapterTests } from '../support/adapterServe.js';
 import { runsOf, settled } from '../support/runLog.js';
 import { waitFor } from '../support/waitFor.js';
 
@@ -99,17 +99,7 @@ function outputOf(parts: Part[], toolCallId: string): AiSdkTaskResult | undefine
 describe('closeout/ai-sdk under streamText', { timeout: 120_000 }, () => {
   it("turns the server's tools into AI SDK tools with JSON Schema inputs, titles and descriptions, or a subset", async () => {
     const tools = await aiSdkTaskTools(serve.client);
-    expect(Object.keys(tools).sort()).toEqual(
-      [
-        'approve_deploy',
-        'batch_job',
-        'closeout_answer',
-        'echo',
-        'export_report',
-        'flaky_upstream',
-        'render_job',
-      ].sort(),
-    );
+    expect(Object.keys(tools).sort()).toEqual(ADAPTER_TOOL_NAMES);
     expect(tools['batch_job']!.description).toMatch(/batch of items/);
     expect(tools['approve_deploy']!.title).toBe('Deploy with approval');
     expect((tools['batch_job']!.inputSchema as { jsonSchema: object }).jsonSchema).toMatchObject({

@@ -16,7 +16,7 @@ import { describe, expect, it } from 'vitest';
 
 import { langchainTaskTools, TaskToolError } from '../../src/adapters/langchain.js';
 import { connectHttpTaskClient } from '../../src/client/index.js';
-import { serveForAdapterTests } from '../support/adapterServe.js';
+import { ADAPTER_TOOL_NAMES, serveForAdapterTests } from '../support/adapterServe.js';
 import { runsOf } from '../support/runLog.js';
 import { waitFor } from '../support/waitFor.js';
 
@@ -34,17 +34,7 @@ async function toolNamed(name: string) {
 describe('closeout/langchain', { timeout: 90_000 }, () => {
   it("turns the server's tools into LangChain tools with their names, descriptions and schemas", async () => {
     const tools = await langchainTaskTools(serve.client);
-    expect(tools.map((each) => each.name).sort()).toEqual(
-      [
-        'approve_deploy',
-        'batch_job',
-        'closeout_answer',
-        'echo',
-        'export_report',
-        'flaky_upstream',
-        'render_job',
-      ].sort(),
-    );
+    expect(tools.map((each) => each.name).sort()).toEqual(ADAPTER_TOOL_NAMES);
     const batch = tools.find((each) => each.name === 'batch_job')!;
     expect(batch.description).toMatch(/batch of items/);
     expect(batch.schema).toMatchObject({ type: 'object', properties: { items: { type: 'integer' } } });

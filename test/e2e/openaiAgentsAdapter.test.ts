@@ -13,7 +13,7 @@ import { describe, expect, it } from 'vitest';
 
 import { openAIAgentsTaskTools } from '../../src/adapters/openaiAgents.js';
 import { connectHttpTaskClient } from '../../src/client/index.js';
-import { serveForAdapterTests } from '../support/adapterServe.js';
+import { ADAPTER_TOOL_NAMES, serveForAdapterTests } from '../support/adapterServe.js';
 import { runsOf } from '../support/runLog.js';
 
 const serve = serveForAdapterTests('closeout-openai-agents-');
@@ -29,17 +29,7 @@ function invoke(tool: Awaited<ReturnType<typeof openAIAgentsTaskTools>>[number],
 describe('closeout/openai-agents', { timeout: 90_000 }, () => {
   it("turns the server's tools into function tools with their names and JSON Schema parameters", async () => {
     const tools = await openAIAgentsTaskTools(serve.client);
-    expect(tools.map((each) => each.name).sort()).toEqual(
-      [
-        'approve_deploy',
-        'batch_job',
-        'closeout_answer',
-        'echo',
-        'export_report',
-        'flaky_upstream',
-        'render_job',
-      ].sort(),
-    );
+    expect(tools.map((each) => each.name).sort()).toEqual(ADAPTER_TOOL_NAMES);
     const batch = tools.find((each) => each.name === 'batch_job')!;
     expect(batch.parameters).toMatchObject({ type: 'object', properties: { items: { type: 'integer' } } });
     expect(batch.strict).toBe(false);

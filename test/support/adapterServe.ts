@@ -12,6 +12,17 @@ import type { TaskClient } from '../../src/client/index.js';
 import { connectHttpTaskClient } from '../../src/client/index.js';
 import { type ServeProcess, startServe } from './processes.js';
 
+/** What every adapter returns for the demo server: its tools, and the adapter's own `closeout_answer`, sorted. */
+export const ADAPTER_TOOL_NAMES = [
+  'approve_deploy',
+  'batch_job',
+  'closeout_answer',
+  'echo',
+  'export_report',
+  'flaky_upstream',
+  'render_job',
+];
+
 export interface AdapterServe {
   /** A temporary folder, removed afterwards: the server's store, the run log and the ledger (`ledger.db`) are in it. */
   dir: string;
