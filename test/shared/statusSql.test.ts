@@ -16,7 +16,7 @@ import {
   TASK_STATUSES,
   TERMINAL_STATUSES,
 } from '../../src/protocol/status.js';
-import { MIGRATIONS as POSTGRES_MIGRATIONS } from '../../src/server/store/postgresTaskStore.js';
+import { MIGRATIONS as POSTGRES_MIGRATIONS } from '../../src/server/store/postgres/schema.js';
 import { SqliteTaskStore } from '../../src/server/store/sqliteTaskStore.js';
 import { openDatabase } from '../../src/shared/sqlite/sqliteDriver.js';
 import { ANY_STATUS_SQL, OPEN_STATUS_SQL, TERMINAL_STATUS_SQL } from '../../src/shared/statusSql.js';

@@ -4,7 +4,8 @@ import pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 
 import { openTaskStore } from '../../../src/server/store/openTaskStore.js';
-import { PostgresTaskStore, SQL } from '../../../src/server/store/postgresTaskStore.js';
+import { SQL } from '../../../src/server/store/postgres/sql.js';
+import { PostgresTaskStore } from '../../../src/server/store/postgresTaskStore.js';
 import type { NewTask, StoredTask, TaskSignal } from '../../../src/server/store/taskStore.js';
 import { OpenTaskLimitError } from '../../../src/server/store/taskStore.js';
 import { everythingShown, failingConnections } from '../../support/passwordLeaks.js';

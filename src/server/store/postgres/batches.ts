@@ -1,10 +1,12 @@
 /**
  * The PostgreSQL store's batcher: creates and finishes asked for in one turn of the event loop go out as one or two
- * statements, a batch too large is halved, and a failed group runs each write alone. Pure helpers; the store drives.
+ * statements, a batch too large is halved, and a failed group runs each write alone (`turnBatcher`, with its helpers).
  */
+import DataLoader from 'dataloader';
 import type pg from 'pg';
 
 import { loadPg } from '../../../shared/postgres/driver.js';
+import { asError } from '../../../shared/postgres/errors.js';
 import type { LeaseRef, NewTask, StoredTask, TerminalOutcome } from '../taskStore.js';
 import { insertedTask } from '../taskStore.js';
 import { ARGUMENTS_PARAMETER } from './quotaShards.js';
@@ -204,4 +206,45 @@ export function insertParameters(task: NewTask): unknown[] {
     task.inputCapabilities === undefined ? null : JSON.stringify(task.inputCapabilities),
     task.traceContext === undefined ? null : JSON.stringify(task.traceContext),
   ];
+}
+
+/**
+ * Calls of one kind made in one turn of the event loop, sent as one statement: one round trip and one commit for
+ * them all, each answered when that commit is. A turn of PIPELINE_CALLS calls or more goes out as two statements at
+ * once, each answering its own callers when it commits: while the database runs one, this process answers the
+ * other's callers and sends what they ask next, where one statement would leave one of the two idle (bench/RESULTS.md,
+ * section 34); a turn asking for one row twice (`rowsOf`: a task id, an idempotency key) stays one statement, which
+ * runs the later twin alone after it, where two at once would have one wait for the other's commit. A statement
+ * PostgreSQL refuses changes nothing (it is its own transaction); refused for what one call carried or for a
+ * conflict between them (`ranAloneAfter`), each call is then run alone and fails alone, while any other failure
+ * (the database unreachable, a timeout) fails the calls of that statement, as it would have failed each alone.
+ */
+export function turnBatcher<K extends { parameters: unknown[] }, V>(
+  run: (batch: readonly K[]) => Promise<Array<V | Error>>,
+  rowsOf: (call: K) => readonly string[],
+): { load: (call: K) => Promise<V> } {
+  // calls whose values add up to more than MAX_BATCH_BYTES go out as several statements, one after the other
+  const inOrder = async (calls: readonly K[]) => {
+    const answers: Array<V | Error> = [];
+    for (const part of partsOfBytes(calls)) {
+      answers.push(...(await run(part).catch((error: unknown) => part.map(() => asError(error)))));
+    }
+    return answers;
+  };
+  // each call's value is the promise of its own answer, which its `load` adopts: a half answers its callers when its
+  // statement commits, whatever the other half is doing
+  const loader = new DataLoader<K, Promise<V>>(
+    async (batch) =>
+      halves(batch, rowsOf).flatMap((calls) => {
+        const answers = inOrder(calls);
+        return calls.map((_, i) => {
+          const answer = answers.then((all) => (all[i] instanceof Error ? Promise.reject(all[i]) : (all[i] as V)));
+          // adopted by the call's `load` a few microtasks later: not an unhandled rejection meanwhile
+          answer.catch(() => {});
+          return answer;
+        });
+      }),
+    { cache: false, maxBatchSize: MAX_BATCH, batchScheduleFn: (send) => setImmediate(send) },
+  );
+  return { load: async (call) => await loader.load(call) };
 }
