@@ -1,5 +1,5 @@
 /**
- * Which server an endpoint string names, for the ledger (issue 13 item 6): the spellings of one HTTP URL that reach
+ * Which server an endpoint string names, for the ledger: the spellings of one HTTP URL that reach
  * the same server get one identity, so one idempotency key makes one record and one server task is followed from one
  * record. The identity is a key, never a URL to connect to: the ledger keeps a spelling that worked for that.
  *

@@ -188,7 +188,7 @@ export interface LedgerFilter {
   submittedSince?: number | undefined;
   /**
    * Only followable records whose lease is free or ran out before this local time: what a worker may take over from
-   * one that stopped renewing (issue 17).
+   * one that stopped renewing.
    */
   claimableAt?: number | undefined;
   limit?: number | undefined;

@@ -149,7 +149,7 @@ const MIGRATIONS: readonly Migration[] = [
      secret BLOB NOT NULL
    );`,
   // 2 -> 3: entry 0 was edited after it shipped (`superseded_by` became deferrable), so files written by the first
-  // build kept an immediate reference and could not resubmit ("FOREIGN KEY constraint failed", issue 13 item 11)
+  // build kept an immediate reference and could not resubmit ("FOREIGN KEY constraint failed")
   deferSupersededBy,
   // 3 -> 4: the call's W3C trace context (and baggage), JSON: a process that resumes the record joins its trace
   // (docs/operations.md, "Observability")
@@ -306,7 +306,7 @@ export class SqliteLedger implements Ledger {
            @idempotencyKey, @wireIdempotencyKey, @credential, 'submitting', @submittedAt, @resubmittedFrom,
            @leaseHolder, @leaseExpiresAt, @submittedAt, @traceContext)`,
       ),
-      // one atomic step (issue 13 item 3): only a closed record nobody resubmitted yet is superseded
+      // one atomic step: only a closed record nobody resubmitted yet is superseded
       supersede: db.prepare(
         `UPDATE submissions SET superseded_by = ?, updated_at = ?
          WHERE record_id = ? AND superseded_by IS NULL AND ${localStateIn(['terminal', 'expired', 'unknown-outcome'])}`,
@@ -387,7 +387,7 @@ export class SqliteLedger implements Ledger {
          WHERE record_id = @recordId AND task_id IS NULL
            AND ((local_state = ${sqlLocalState('submitting')} AND lease_owner = @holder) OR local_state = ${sqlLocalState('unknown-outcome')})`,
       ),
-      // every spelling an endpoint is stored under, the first used first (issue 13 item 6)
+      // every spelling an endpoint is stored under, the first used first
       endpointSpellings: db.prepare(
         `SELECT endpoint FROM submissions GROUP BY endpoint ORDER BY MIN(submitted_at), endpoint`,
       ),
@@ -865,7 +865,7 @@ export class SqliteLedger implements Ledger {
   }
 
   /**
-   * The spelling this ledger stores the server `endpoint` names under (issue 13 item 6): the first spelling of its
+   * The spelling this ledger stores the server `endpoint` names under: the first spelling of its
    * endpointIdentity ever stored. Rows under other spellings of it (an earlier build stored the URL as typed) are
    * moved to that one on first sight, except rows that would duplicate a task or a live key. A server not yet in the
    * ledger keeps the spelling given, which is a URL that reached it: the CLI connects to a record's endpoint.

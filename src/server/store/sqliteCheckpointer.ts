@@ -9,7 +9,7 @@
  *
  * A passive checkpoint from another connection never resets the WAL while writes go on: the writer starts the log
  * over only when every frame has been copied, and under sustained load a new commit always lands first, so the file
- * grew without bound (issue 11, item 9: 600 MB in 12 s). Two things bound it now. The serving connection keeps an
+ * grew without bound (600 MB in 12 s). Two things bound it now. The serving connection keeps an
  * automatic checkpoint at a high threshold (`restartBytes` of WAL): past it, the writer itself copies the few frames
  * the worker has not, so its next commit starts the log over, and `journal_size_limit` cuts the file back; the
  * stall is what the worker left, not the whole log. And when the worker finds the WAL larger than `restartBytes`

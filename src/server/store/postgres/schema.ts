@@ -86,7 +86,7 @@ export const MIGRATIONS: readonly string[] = [
    );`,
   // the W3C trace context of the creating tools/call (JSON text; NULL without one), so every run joins its trace
   `ALTER TABLE closeout_tasks ADD COLUMN trace_context TEXT;`,
-  // each principal's open and stored tasks, counted in shard rows with a quota each (issue 19; docs/DESIGN.md,
+  // each principal's open and stored tasks, counted in shard rows with a quota each (docs/DESIGN.md,
   // "Per-principal limits on PostgreSQL"): a create checks one shard's quota, locked for its own statement only,
   // instead of a per-principal lock and two counts that grow with the principal's tasks. Each task remembers its
   // shard. Triggers keep the counts equal to the tasks, whatever statement (or release) writes them; they exist before
@@ -147,12 +147,12 @@ export const MIGRATIONS: readonly string[] = [
    SELECT owner, count_shard, COUNT(*) FILTER (WHERE status IN ('working','input_required')), COUNT(*)
    FROM closeout_tasks GROUP BY owner, count_shard;`,
   // since version 8 no statement reads tasks by owner alone (the shard rows count them), and every index costs each
-  // create and finish a write (issue 19; docs/DESIGN.md, "Per-principal limits on PostgreSQL"): the two owner indexes
+  // create and finish a write (docs/DESIGN.md, "Per-principal limits on PostgreSQL"): the two owner indexes
   // go. An instance of a release before version 8 still counts by owner: upgrade every instance past it first
   `DROP INDEX IF EXISTS closeout_tasks_open_owner;
    DROP INDEX IF EXISTS closeout_tasks_owner;`,
   // a batch of finishes counts the tasks it closed in its own statement, one write of each shard row it touches
-  // instead of one per task (issue 19; bench/RESULTS.md, section 19): it marks the rows it closes, and the status
+  // instead of one per task (bench/RESULTS.md, section 19): it marks the rows it closes, and the status
   // trigger leaves those. Every other statement, and an instance of an older release, leaves the mark false and is
   // counted by the trigger as before; a closed task never opens again, so the mark is never read after
   `ALTER TABLE closeout_tasks ADD COLUMN closed_counted BOOLEAN NOT NULL DEFAULT false;
