@@ -66,7 +66,7 @@ export interface StdioUpstream {
 
 export interface RunningBridge {
   client: TaskClient;
-  /** Resolves when the host closed stdin. */
+  /** Resolves when the connection is over: the host closed stdin, or stdout broke. */
   closed: Promise<void>;
   close(): Promise<void>;
 }

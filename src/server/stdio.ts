@@ -5,8 +5,8 @@
  * tasks live in the store, so the next process on the same store knows every task the last one created.
  *
  * Push (`subscriptions/listen` with task notifications) is served on the same channel (stdioPush.ts). Nothing but
- * JSON-RPC goes to stdout; report with `onerror` (stderr by default). A host that closes stdin ends the
- * connection; `closed` then resolves, and the caller closes the TaskServer (its running tasks are handed back for
+ * JSON-RPC goes to stdout; report with `onerror` (stderr by default). A host that closes stdin (or dies, breaking
+ * stdout) ends the connection; `closed` then resolves, and the caller closes the TaskServer (its running tasks are handed back for
  * the next start to take up).
  */
 import { McpServer } from '@modelcontextprotocol/server';
@@ -26,7 +26,7 @@ export interface StdioServeOptions extends Pick<TaskHandlerOptions, 'serverInfo'
 }
 
 export interface StdioTaskServer {
-  /** Resolves when the host closed the connection (stdin ended). */
+  /** Resolves when the connection is over: the host closed stdin, or stdout broke. */
   closed: Promise<void>;
   /** Ends the connection, then the TaskServer. */
   close(): Promise<void>;
@@ -34,17 +34,24 @@ export interface StdioTaskServer {
 
 /**
  * @internal The SDK's stdio server transport on `stdin` and `stdout` (the process's own by default), and a promise
- * that resolves when the host closes stdin.
+ * that resolves when the connection is over: the host closed stdin, or stdout broke (a host that dies closes both, and
+ * a write can fail with EPIPE before stdin's end is read; the SDK transport then closes itself and stops reading
+ * stdin, so its end would never be seen), or the transport closed for any other reason.
  */
 export function stdioServerTransport(
   stdin: NodeJS.ReadableStream = process.stdin,
   stdout: NodeJS.WritableStream = process.stdout,
 ): { transport: StdioServerTransport; closed: Promise<void> } {
-  const closed = new Promise<void>((resolve) => {
-    stdin.once('end', resolve);
-    stdin.once('close', resolve);
-  });
-  const transport = new StdioServerTransport(
+  let ended!: () => void;
+  const closed = new Promise<void>((resolve) => (ended = resolve));
+  stdin.once('end', ended);
+  stdin.once('close', ended);
+  const transport = new (class extends StdioServerTransport {
+    override async close(): Promise<void> {
+      await super.close();
+      ended();
+    }
+  })(
     stdin as ConstructorParameters<typeof StdioServerTransport>[0],
     stdout as ConstructorParameters<typeof StdioServerTransport>[1],
   );

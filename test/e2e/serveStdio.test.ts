@@ -146,3 +146,39 @@ describe('closeout serve --stdio', { timeout: 90_000 }, () => {
     expect(stderr).toContain(`store ${store}`);
   });
 });
+
+describe('closeout serve --stdio when its host dies mid-write', { timeout: 60_000 }, () => {
+  // A host that dies closes both pipes at once; the server may see its stdout break (EPIPE) before its stdin ends.
+  // Either way the connection is over: the server must end and hand its running task back, not run on as an orphan.
+  it('ends when stdout breaks, with stdin still open, and hands its running task back', async () => {
+    const store = join(dir, 'broken-stdout.db');
+    const child = spawn(process.execPath, [CLI, 'serve', '--stdio', '--store', store], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let stderr = '';
+    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+    const lines: string[] = [];
+    createInterface({ input: child.stdout }).on('line', (line) => lines.push(line));
+    const meta = {
+      'io.modelcontextprotocol/protocolVersion': '2026-07-28',
+      'io.modelcontextprotocol/clientInfo': { name: 'host', version: '1' },
+      'io.modelcontextprotocol/clientCapabilities': { extensions: { 'io.modelcontextprotocol/tasks': {} } },
+    };
+    const send = (id: number, method: string, params: Record<string, unknown>) =>
+      child.stdin.write(`${JSON.stringify({ jsonrpc: '2.0', id, method, params: { ...params, _meta: meta } })}\n`);
+    send(1, 'tools/call', { name: 'batch_job', arguments: { items: 200, stepMs: 100 } });
+    await vi.waitFor(() => expect(lines.join('\n')).toContain('"id":1'), { timeout: 20_000 });
+    expect(lines.join('\n')).toMatch(/"taskId"/);
+    await vi.waitFor(() => expect(stderr).toContain('created (batch_job)'), { timeout: 5_000 });
+    // the host's end of stdout goes away; stdin stays open, so only the failed write can tell the server
+    child.stdout.destroy();
+    send(2, 'tools/list', {});
+    const timeout = setTimeout(() => child.kill('SIGKILL'), 20_000);
+    const [code, signal] = await exited;
+    clearTimeout(timeout);
+    expect({ code, signal }).toEqual({ code: 0, signal: null });
+    expect(stderr).toContain('stopped, 1 running task handed back to the store');
+    child.stdin.destroy();
+  });
+});
