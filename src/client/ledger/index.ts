@@ -17,5 +17,6 @@ export type {
   TaskRecord,
 } from './ledger.js';
 export { FOLLOWABLE_STATES, isFollowable, LOCAL_STATES } from './ledger.js';
+export { LEDGER_SCHEMA_VERSION } from './sqlite/schema.js';
 export type { SqliteLedgerOptions } from './sqliteLedger.js';
-export { LEDGER_SCHEMA_VERSION, SqliteLedger } from './sqliteLedger.js';
+export { SqliteLedger } from './sqliteLedger.js';

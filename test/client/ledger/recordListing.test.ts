@@ -19,7 +19,8 @@ import {
   RecordListQueryError,
   recordListStatement,
 } from '../../../src/client/ledger/recordListing.js';
-import { SQLITE_LISTING, SqliteLedger } from '../../../src/client/ledger/sqliteLedger.js';
+import { SQLITE_LISTING } from '../../../src/client/ledger/sqlite/sql.js';
+import { SqliteLedger } from '../../../src/client/ledger/sqliteLedger.js';
 import { openDatabase } from '../../../src/shared/sqlite/sqliteDriver.js';
 import { type StartedPostgres, startPostgres } from '../../support/postgres.js';
 
