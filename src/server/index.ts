@@ -33,8 +33,9 @@ export type {
   TerminalOutcome,
 } from './store/taskStore.js';
 export { OpenTaskLimitError, StepLimitError, StoredTaskLimitError } from './store/taskStore.js';
-export type { RegisteredTaskTool, TaskActivity, TaskServerOptions } from './taskServer.js';
-export { INTERRUPTED_MESSAGE, TaskServer } from './taskServer.js';
+export { TaskServer } from './taskServer.js';
+export type { RegisteredTaskTool, TaskActivity, TaskServerOptions } from './taskServerOptions.js';
+export { INTERRUPTED_MESSAGE } from './taskServerOptions.js';
 export type {
   AbortCause,
   InputKind,

@@ -26,7 +26,8 @@ import {
 } from '../protocol/index.js';
 import { storable } from '../protocol/storableText.js';
 import { inputCapabilitiesOf } from './inputCapabilities.js';
-import type { RegisteredTaskTool, TaskServer } from './taskServer.js';
+import type { TaskServer } from './taskServer.js';
+import type { RegisteredTaskTool } from './taskServerOptions.js';
 import { ATTR, carrierOfSpan } from './telemetry.js';
 
 /** Resolves the caller's principal for a request; tasks are bound to it. */

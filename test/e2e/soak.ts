@@ -26,7 +26,7 @@ import pg from 'pg';
 
 import type { TaskRecord } from '../../src/client/index.js';
 import { PostgresLedger, SqliteLedger } from '../../src/client/index.js';
-import { INTERRUPTED_MESSAGE } from '../../src/server/taskServer.js';
+import { INTERRUPTED_MESSAGE } from '../../src/server/taskServerOptions.js';
 import { openDatabase } from '../../src/shared/sqlite/sqliteDriver.js';
 import { ChaosProxy, type ChaosRates } from '../support/chaosProxy.js';
 import { type FakeClock, fakeClock } from '../support/faketime.js';

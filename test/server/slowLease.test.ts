@@ -63,7 +63,7 @@ const settle = () => new Promise((resolve) => setTimeout(resolve, 20));
 async function warmInstance(name: string, store: TaskStore): Promise<{ sweep: () => Promise<void> }> {
   const tasks = instance(name, store);
   await tasks.start();
-  const sweep = () => (tasks as unknown as { sweep(deadHolders: string[]): Promise<void> }).sweep([]);
+  const sweep = () => (tasks as unknown as { loop: { sweep(deadHolders: string[]): Promise<void> } }).loop.sweep([]);
   for (let i = 0; i < 6; i++) {
     await new Promise((resolve) => setTimeout(resolve, LEASE_MS / 4));
     await sweep();

@@ -12,7 +12,8 @@ import { afterEach, describe, expect, it } from 'vitest';
 
 import { serveTaskServer } from '../../src/server/http.js';
 import { SqliteTaskStore } from '../../src/server/store/sqliteTaskStore.js';
-import { TaskServer, type TaskServerOptions } from '../../src/server/taskServer.js';
+import { TaskServer } from '../../src/server/taskServer.js';
+import type { TaskServerOptions } from '../../src/server/taskServerOptions.js';
 import { type JsonRpcMessage, listen, taskNotification, withoutMeta } from '../support/listen.js';
 import { PROTOCOL_VERSION, rpc, TASKS } from '../support/rpc.js';
 import { startTestServer, type TestServer } from '../support/testServer.js';

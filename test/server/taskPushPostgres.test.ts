@@ -9,7 +9,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { serveTaskServer, type ServingTaskServer } from '../../src/server/http.js';
 import { PostgresTaskStore } from '../../src/server/store/postgresTaskStore.js';
-import { TaskServer, type TaskServerOptions } from '../../src/server/taskServer.js';
+import { TaskServer } from '../../src/server/taskServer.js';
+import type { TaskServerOptions } from '../../src/server/taskServerOptions.js';
 import { listen, taskNotification, withoutMeta } from '../support/listen.js';
 import { type StartedPostgres, startPostgres } from '../support/postgres.js';
 import { rpc } from '../support/rpc.js';

@@ -5,7 +5,8 @@ import { join } from 'node:path';
 
 import { type ServeOptions, serveTaskServer } from '../../src/server/http.js';
 import { SqliteTaskStore } from '../../src/server/store/sqliteTaskStore.js';
-import { TaskServer, type TaskServerOptions } from '../../src/server/taskServer.js';
+import { TaskServer } from '../../src/server/taskServer.js';
+import type { TaskServerOptions } from '../../src/server/taskServerOptions.js';
 
 export interface TestServer {
   url: string;
