@@ -10,9 +10,9 @@ import type { TaskClientEvent, TaskClientOptions } from './clientOptions.js';
 import { TaskClientError } from './errors.js';
 import type { Ledger, RecordedError, TaskRecord } from './ledger/ledger.js';
 import { credentialFingerprint } from './ledgerKeys.js';
+import { LiveHandles } from './liveHandles.js';
 import type { SchedulerClock } from './scheduler.js';
 import { STEADY_CLOCK, SYSTEM_CLOCK } from './scheduler.js';
-import type { TaskHandle } from './taskHandle.js';
 import { ClientTelemetry } from './telemetry.js';
 
 const DEFAULT_LEASE_MS = 30_000;
@@ -32,12 +32,10 @@ export class ClientCore {
   readonly requestTimeoutMs: number;
   readonly ttlGraceMs: number;
   readonly storagePatienceMs: number;
-  /** One live handle per followed record. */
-  readonly handles = new Map<string, TaskHandle>();
-  /** Per followed record: when (steady clock) this process started counting its age, and the age it had then. */
-  readonly seen = new Map<string, { since: number; ageMs: number }>();
+  /** The records this process follows, with their handles (liveHandles.ts). */
+  readonly live = new LiveHandles();
   /** Per-record chain: polls, refreshes and cancels of one record never overlap. */
-  readonly serial = new Map<string, Promise<unknown>>();
+  private readonly serial = new Map<string, Promise<unknown>>();
   closed = false;
   /** A connection attempt in flight (`ensureConnected`), shared by every request that waits for it. */
   private connecting: Promise<void> | undefined;
@@ -127,6 +125,11 @@ export class ClientCore {
       if (this.serial.get(recordId) === tail) this.serial.delete(recordId);
     });
     return next;
+  }
+
+  /** Resolves once every record's chain in flight now has settled. */
+  async serialIdle(): Promise<void> {
+    await Promise.allSettled([...this.serial.values()]);
   }
 
   async recordError(recordId: string, error: RecordedError): Promise<void> {

@@ -88,7 +88,7 @@ export class Following {
         },
         pollAtPace: (recordId) => {
           if (!this.scheduler.has(recordId)) return;
-          const interval = core.handles.get(recordId)?.lastRecord.pollIntervalMs;
+          const interval = core.live.get(recordId)?.lastRecord.pollIntervalMs;
           this.scheduler.schedule(
             recordId,
             core.steady.now() + nextPollDelay(interval, this.scheduler.policy, core.random),
@@ -131,7 +131,7 @@ export class Following {
   /** Claim the lease and schedule the record; undefined when another live process holds it. */
   async follow(record: TaskRecord, queryNow: boolean): Promise<TaskHandle | undefined> {
     const { core } = this;
-    const existing = core.handles.get(record.recordId);
+    const existing = core.live.get(record.recordId);
     if (existing) return existing;
     const now = core.clock.now();
     const claimedAt = core.steady.now();
@@ -152,13 +152,13 @@ export class Following {
    * concurrent attach(), resumeAll() or callTool() calls claimed it too (a claim of a lease already ours succeeds), they all get the handle the first one made, which is the one every poll updates.
    */
   startFollowing(record: TaskRecord, at: number, claimedAt?: number): TaskHandle {
-    const live = this.core.handles.get(record.recordId);
+    const live = this.core.live.get(record.recordId);
     if (live) return live;
     const handle = new TaskHandle(record as TaskRecord & { taskId: string }, this.driver());
     if (claimedAt !== undefined) this.claimedAt.set(handle, claimedAt);
     // resumed, attached or taken over: its requests join the call's trace as the ledger kept it
     this.core.telemetry.follow(record);
-    this.core.handles.set(record.recordId, handle);
+    this.core.live.add(record.recordId, handle);
     this.scheduler.schedule(record.recordId, at);
     this.push.follow(record.recordId, handle.taskId);
     return handle;
@@ -176,13 +176,7 @@ export class Following {
    * restart the backstop comes later, never earlier (RELIABILITY.md, "Clocks").
    */
   private observedAge(record: TaskRecord): number {
-    const now = this.core.steady.now();
-    let seen = this.core.seen.get(record.recordId);
-    if (!seen) {
-      seen = { since: now, ageMs: record.observedAgeMs ?? 0 };
-      this.core.seen.set(record.recordId, seen);
-    }
-    return seen.ageMs + Math.max(0, now - seen.since);
+    return this.core.live.observedAge(record, this.core.steady.now());
   }
 
   /**
@@ -193,7 +187,7 @@ export class Following {
    */
   private async followedRecord(recordId: string): Promise<(TaskRecord & { taskId: string }) | undefined> {
     const { core } = this;
-    const handle = core.handles.get(recordId);
+    const handle = core.live.get(recordId);
     const snapshot = handle?.lastRecord;
     const record = handle && snapshot && (await this.stillHeld(handle)) ? snapshot : await core.ledger.get(recordId);
     if (!record || record.localState !== 'tracking' || record.leaseHolder !== core.leaseHolder || !record.taskId) {
@@ -240,7 +234,7 @@ export class Following {
     const at = core.steady.now();
     const handles: TaskHandle[] = [];
     for (const recordId of recordIds) {
-      const handle = core.handles.get(recordId);
+      const handle = core.live.get(recordId);
       if (handle && !this.inClaimWindow(handle, at)) handles.push(handle);
     }
     if (handles.length < 2) return;
@@ -340,7 +334,7 @@ export class Following {
     core.ledger.noteSchedule(recordId, core.leaseHolder, { polledAt: now, observedAgeMs: ageMs });
     // input routing reads the stored answers, so an input_required record is read afresh even when unchanged
     const observed = changed || task.status === 'input_required' ? await core.reload(recordId) : record;
-    if (changed) core.handles.get(recordId)?.observe(observed);
+    if (changed) core.live.get(recordId)?.observe(observed);
     // a new status message is progress ("Migrated 3 of 8"): the application hears of it as of a new status
     if (record.status !== task.status || record.statusMessage !== task.statusMessage) {
       core.emit({ type: 'status', record: observed });
@@ -388,9 +382,7 @@ export class Following {
         core.emit({ type: 'error', recordId: record.recordId, error: { kind: 'protocol', message, at: now } });
         this.scheduler.remove(record.recordId);
         await core.ledger.release(record.recordId, core.leaseHolder);
-        const handle = core.handles.get(record.recordId);
-        core.handles.delete(record.recordId);
-        core.seen.delete(record.recordId);
+        const handle = core.live.drop(record.recordId);
         this.inputs.abandon(record.recordId);
         this.push.unfollow(record.recordId, handle?.taskId);
         handle?.abandon(new TaskClientError('wrong-credential', message, { record }));
@@ -439,7 +431,7 @@ export class Following {
     // refused: the record is another process's now (or closed by it), and so is its close-out
     if (!closed) return this.release(recordId, record);
     if (record) {
-      core.handles.get(recordId)?.observe(record);
+      core.live.get(recordId)?.observe(record);
       core.emit({ type: 'closed', record });
     }
     this.release(recordId, record);
@@ -449,10 +441,8 @@ export class Following {
   private release(recordId: string, record: TaskRecord | undefined): void {
     const { core } = this;
     this.scheduler.remove(recordId);
-    core.seen.delete(recordId);
     this.inputs.abandon(recordId);
-    const handle = core.handles.get(recordId);
-    core.handles.delete(recordId);
+    const handle = core.live.drop(recordId);
     if (!handle) return;
     this.push.unfollow(recordId, handle.taskId);
     if (record) handle.observe(record);
@@ -530,7 +520,7 @@ export class Following {
     if (!reopened) return undefined;
     const current = await core.reload(record.recordId);
     if (current.localState !== 'tracking') return this.closedHandle(current);
-    return core.handles.get(record.recordId) ?? this.startFollowing(current, core.steady.now());
+    return core.live.get(record.recordId) ?? this.startFollowing(current, core.steady.now());
   }
 
   /**
@@ -553,7 +543,7 @@ export class Following {
     const now = core.clock.now();
     const note = `checked again: the server still knows task ${taskId} (${task.status})`;
     if (!(await core.ledger.reopen(record.recordId, core.leaseHolder, now + core.leaseMs, now, note))) return false;
-    core.seen.delete(record.recordId);
+    core.live.restartAge(record.recordId);
     await core.ledger.recordObservation(record.recordId, core.leaseHolder, task, now);
     const current = await core.reload(record.recordId);
     core.emit({ type: 'status', record: current });
@@ -619,10 +609,9 @@ export class Following {
     this.scheduler.stop();
     await this.inputs.close();
     await this.scheduler.whenIdle();
-    await Promise.allSettled([...core.serial.values()]);
+    await core.serialIdle();
     // the leases go back before the handles settle, as when the connection is lost (recoverConnection)
-    const open = [...core.handles];
-    core.handles.clear();
+    const open = core.live.dropAll();
     await Promise.all(open.map(([recordId]) => core.ledger.release(recordId, core.leaseHolder).catch(() => undefined)));
     for (const [, handle] of open) handle.clientClosed();
   }
@@ -658,7 +647,7 @@ export class Following {
       message: 'the connection to the server closed (its process exited?)',
       at: core.clock.now(),
     };
-    await Promise.all([...core.handles.keys()].map((recordId) => core.recordError(recordId, lost)));
+    await Promise.all(core.live.recordIds().map((recordId) => core.recordError(recordId, lost)));
     const reconnect = core.options.reconnect;
     let failure: unknown = lost.message;
     if (reconnect) {
@@ -680,7 +669,7 @@ export class Following {
           await reconnect();
           // the scheduler runs on the steady clock (RELIABILITY.md, "Clocks, credentials and keys")
           const now = core.steady.now();
-          for (const recordId of core.handles.keys()) this.scheduler.schedule(recordId, now);
+          for (const recordId of core.live.recordIds()) this.scheduler.schedule(recordId, now);
           return;
         } catch (error) {
           failure = error;
@@ -689,11 +678,10 @@ export class Following {
     }
     if (core.closed) return;
     const reason = `the connection to the server closed and could not be made again: ${describe(failure)}`;
-    const abandoned = [...core.handles];
+    const abandoned = core.live.dropAll();
     for (const [recordId, handle] of abandoned) {
       this.scheduler.remove(recordId);
       this.inputs.abandon(recordId);
-      core.handles.delete(recordId);
       this.push.unfollow(recordId, handle.taskId);
     }
     // the leases go back before the handles settle: whatever the rejection wakes finds the records free to resume

@@ -76,7 +76,7 @@ export class LeaseKeeper {
         for (const record of settled) core.emit({ type: 'closed', record });
       }
       orphans = (await core.ledger.list({ endpoint: core.endpoint, claimableAt, limit: TAKE_OVER_PAGE })).filter(
-        (record) => !core.handles.has(record.recordId),
+        (record) => !core.live.has(record.recordId),
       );
       claimed = new Set(
         orphans.length === 0
@@ -169,7 +169,7 @@ export class LeaseKeeper {
     const resumed: TaskHandle[] = [];
     const leasedElsewhere: TaskRecord[] = [];
     const unfollowed = open.filter((record) => {
-      const live = core.handles.get(record.recordId);
+      const live = core.live.get(record.recordId);
       if (live) resumed.push(live);
       return !live;
     });

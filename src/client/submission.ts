@@ -346,7 +346,7 @@ export class Submission {
     // state already asks for something only tasks/get carries (a terminal result, the inputRequests)
     const needsDetail = isTerminalStatus(task.status) || task.status === 'input_required';
     const delay = needsDetail ? 0 : nextPollDelay(task.pollIntervalMs, this.following.scheduler.policy, core.random);
-    core.seen.set(record.recordId, { since: core.steady.now(), ageMs: 0 });
+    core.live.restartAge(record.recordId, core.steady.now());
     // an attach() or resumeAll() that ran while the taskId was being committed may hold the handle already
     return this.following.startFollowing(committed, core.steady.now() + delay);
   }
@@ -543,7 +543,7 @@ export class Submission {
       }
       case 'tracking':
       case 'detached': {
-        const live = core.handles.get(record.recordId);
+        const live = core.live.get(record.recordId);
         if (live) return live;
         const handle = await this.following.follow(record, false);
         if (handle) return handle;
