@@ -96,17 +96,19 @@ export async function openAIAgentsTaskTools(
           parameters: { ...each.inputSchema, additionalProperties: true } as never,
           strict: false,
           // decided before the tool runs: the call's task (its key is the call's) is started here and waited for until
-          // it ends or asks for input nobody here answers; only such a question asks for approval
-          needsApproval: async (_context, input, callId) =>
-            asksApproval(each.name) &&
-            callId !== undefined &&
-            (await inputForApproval(
-              client,
-              each.name,
-              (input ?? {}) as JsonObject,
-              { callId: callKey(options.scope, callId), onProgress: follow(each.name, undefined).onProgress },
-              options.inputHandlers,
-            )) !== undefined,
+          // it ends or asks for input nobody here answers; only such a question asks for approval. Set only where asked
+          // for: any policy function makes the SDK treat the tool's approvals as conditional.
+          ...(asksApproval(each.name) && {
+            needsApproval: async (_context: unknown, input: unknown, callId?: string) =>
+              callId !== undefined &&
+              (await inputForApproval(
+                client,
+                each.name,
+                (input ?? {}) as JsonObject,
+                { callId: callKey(options.scope, callId), onProgress: follow(each.name, undefined).onProgress },
+                options.inputHandlers,
+              )) !== undefined,
+          }),
           execute: async (input, context, details) => {
             const callId = details?.toolCall?.callId;
             const approved =

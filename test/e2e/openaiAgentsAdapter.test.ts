@@ -86,8 +86,8 @@ describe('closeout/openai-agents', { timeout: 90_000 }, () => {
 
   it('gives the model a failed task as an error output with its JSON-RPC code, and runs inline tools plainly', async () => {
     const tools = await openAIAgentsTaskTools(serve.client, { tools: ['flaky_upstream', 'echo'] });
-    const flaky = tools.find((each) => each.name === 'flaky_upstream')!;
-    expect(await invoke(flaky, 'fc-2', {})).toMatch(/failed: .*\(JSON-RPC -?\d+\)/);
+    const failing = scriptedAgent(tools, 'flaky_upstream', {}, 'fc-2');
+    expect((await runner.run(failing.agent, 'Call upstream')).finalOutput).toMatch(/failed: .*\(JSON-RPC -?\d+\)/);
     const echo = tools.find((each) => each.name === 'echo')!;
     expect(await invoke(echo, 'fc-3', { text: 'hi' })).toContain('hi');
   });
