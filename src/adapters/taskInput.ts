@@ -115,18 +115,24 @@ function changeOrTimeout(handle: TaskHandle, signal: AbortSignal, ms: number): P
 }
 
 function inputRequiredResult(taskId: string, input: InputAnswer): CallToolResult {
-  const params = (input.request.params ?? {}) as JsonObject;
-  const message = typeof params['message'] === 'string' ? params['message'] : undefined;
-  const schema = params['requestedSchema'];
-  const requestedSchema = typeof schema === 'object' && schema !== null ? (schema as JsonObject) : undefined;
+  const pending = pendingInput(taskId, input);
+  const { message, requestedSchema } = pending;
   const text =
     `Task ${taskId} is waiting for input (${input.request.method})` +
     (message === undefined ? '' : `: ${message}`) +
     `. Answer it with the ${ANSWER_TOOL_NAME} tool (taskId ${JSON.stringify(taskId)}, key ${JSON.stringify(input.key)}` +
     (requestedSchema === undefined ? '' : `, response content per ${JSON.stringify(requestedSchema)}`) +
     `); it then returns the task's result.`;
-  const pending: PendingInput = { taskId, key: input.key, method: input.request.method, message, requestedSchema };
   return { content: [{ type: 'text', text }], _meta: { [INPUT_REQUIRED_META]: pending as never } };
+}
+
+/** An input request of task `taskId` as the adapters state it: its question and form, when it carries them. */
+export function pendingInput(taskId: string, input: InputAnswer): PendingInput {
+  const params = (input.request.params ?? {}) as JsonObject;
+  const message = typeof params['message'] === 'string' ? params['message'] : undefined;
+  const schema = params['requestedSchema'];
+  const requestedSchema = typeof schema === 'object' && schema !== null ? (schema as JsonObject) : undefined;
+  return { taskId, key: input.key, method: input.request.method, message, requestedSchema };
 }
 
 /** The input request a result states, when it is one inputInterrupt made. */

@@ -1,22 +1,53 @@
 /**
- * closeout/openai-agents against the real @openai/agents-core (pinned) and `closeout serve`: each tool is invoked as
- * the Agents SDK's runner invokes a function tool (a run context, the arguments as JSON text, the function call item).
- * A task's result is the tool's output, status messages reach `onProgress`, the same call id never runs the tool
- * twice, a failed task becomes the error output the model reads (with its JSON-RPC code), an inline tool is a
- * plain tool, and an input request is answered by the adapter's handler or stated and answered through
- * `closeout_answer`, asked once.
+ * closeout/openai-agents against the real @openai/agents-core (pinned) and `closeout serve`: runs of an Agent driven
+ * by the Agents SDK's own scripted test model (`ScriptedModel`: a function call, then a final message echoing the
+ * tool's output), and tools invoked as the runner invokes a function tool. A task's result is the tool's output,
+ * status messages reach `onProgress`, the same call id never runs the tool twice, a failed task becomes the error
+ * output the model reads (with its JSON-RPC code), an inline tool is a plain tool, and an input request is answered
+ * by the adapter's handler or stated and answered through `closeout_answer`, asked once. With `inputAsApproval` a
+ * task's question pauses the run as an approval interruption: its state, serialized and restored in another process,
+ * is approved there and the call returns the task's result; an answer is sent once, and the task runs once.
  */
+import { spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
-import { RunContext } from '@openai/agents-core';
+import { Agent, type AgentInputItem, RunContext, Runner, RunState } from '@openai/agents-core';
+import { assistantMessage, functionCall, modelResponder, ScriptedModel } from '@openai/agents-core/testing';
 import { describe, expect, it } from 'vitest';
 
-import { openAIAgentsTaskTools } from '../../src/adapters/openaiAgents.js';
-import { connectHttpTaskClient } from '../../src/client/index.js';
+import { answerInterruption, interruptionInput, openAIAgentsTaskTools } from '../../src/adapters/openaiAgents.js';
+import { connectHttpTaskClient, type TaskClient } from '../../src/client/index.js';
 import { ADAPTER_TOOL_NAMES, serveForAdapterTests } from '../support/adapterServe.js';
 import { runsOf } from '../support/runLog.js';
 
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const ADAPTER = fileURLToPath(new URL('../../dist/adapters/openaiAgents.js', import.meta.url));
+const CLIENT = fileURLToPath(new URL('../../dist/client/index.js', import.meta.url));
+
 const serve = serveForAdapterTests('closeout-openai-agents-');
+const runner = new Runner({ tracingDisabled: true });
+
+/** The final message of a scripted model: the text of every tool output it was given, one per line. */
+const echoToolOutputs = modelResponder((call) => {
+  const items = typeof call.request.input === 'string' ? [] : call.request.input;
+  const outputs = items
+    .filter((item): item is AgentInputItem & { type: 'function_call_result' } => item.type === 'function_call_result')
+    .map((item) => (typeof item.output === 'string' ? item.output : 'text' in item.output ? item.output.text : ''));
+  return [assistantMessage(outputs.join('\n'))];
+});
+
+/** An Agent whose scripted model calls `name` with `args` (function call `callId`), then echoes the tool's output. */
+function scriptedAgent(
+  tools: Awaited<ReturnType<typeof openAIAgentsTaskTools>>,
+  name: string,
+  args: object,
+  callId: string,
+) {
+  const model = new ScriptedModel([[functionCall(name, { ...args }, { callId })], echoToolOutputs]);
+  return { agent: new Agent({ name: 'ops', instructions: 'Use the tools when asked.', tools, model }), model };
+}
 
 /** Invokes `tool` as the runner does for a function call of the model. */
 function invoke(tool: Awaited<ReturnType<typeof openAIAgentsTaskTools>>[number], callId: string, args: object) {
@@ -35,15 +66,19 @@ describe('closeout/openai-agents', { timeout: 90_000 }, () => {
     expect(batch.strict).toBe(false);
   });
 
-  it('runs a task tool to its result with progress, and a replay of the call id runs nothing', async () => {
+  it('runs a task tool to its result with progress in a scripted run, and a replay of the call id runs nothing', async () => {
     const progress: string[] = [];
-    const [batch] = await openAIAgentsTaskTools(serve.client, {
+    const tools = await openAIAgentsTaskTools(serve.client, {
       tools: ['batch_job'],
       onProgress: (update) => progress.push(update.statusMessage),
     });
-    expect(await invoke(batch!, 'fc-1', { items: 3, stepMs: 200 })).toBe('Processed 3 items');
+    const first = scriptedAgent(tools, 'batch_job', { items: 3, stepMs: 200 }, 'fc-1');
+    expect((await runner.run(first.agent, 'Process 3 items')).finalOutput).toBe('Processed 3 items');
+    first.model.assertComplete();
     expect(progress.some((message) => /Processed \d of 3 items/.test(message))).toBe(true);
-    expect(await invoke(batch!, 'fc-1', { items: 3, stepMs: 200 })).toBe('Processed 3 items');
+    // a run replayed with the same function call gets the same task's result
+    const replay = scriptedAgent(tools, 'batch_job', { items: 3, stepMs: 200 }, 'fc-1');
+    expect((await runner.run(replay.agent, 'Process 3 items')).finalOutput).toBe('Processed 3 items');
     const taskId = (await serve.client.get('openai-agents:fc-1'))?.taskId;
     expect(taskId).toBeDefined();
     expect(runsOf(serve.runLog, taskId!)).toHaveLength(1);
@@ -51,8 +86,8 @@ describe('closeout/openai-agents', { timeout: 90_000 }, () => {
 
   it('gives the model a failed task as an error output with its JSON-RPC code, and runs inline tools plainly', async () => {
     const tools = await openAIAgentsTaskTools(serve.client, { tools: ['flaky_upstream', 'echo'] });
-    const flaky = tools.find((each) => each.name === 'flaky_upstream')!;
-    expect(await invoke(flaky, 'fc-2', {})).toMatch(/failed: .*\(JSON-RPC -?\d+\)/);
+    const failing = scriptedAgent(tools, 'flaky_upstream', {}, 'fc-2');
+    expect((await runner.run(failing.agent, 'Call upstream')).finalOutput).toMatch(/failed: .*\(JSON-RPC -?\d+\)/);
     const echo = tools.find((each) => each.name === 'echo')!;
     expect(await invoke(echo, 'fc-3', { text: 'hi' })).toContain('hi');
   });
@@ -95,4 +130,152 @@ describe('closeout/openai-agents', { timeout: 90_000 }, () => {
       await asking.close();
     }
   });
+
+  it("pauses on a task's question as an approval interruption, approved in a run restored by another process", async () => {
+    const ledger = join(serve.dir, 'openai-approval-ledger.db');
+    const options = { tools: ['approve_deploy'], scope: 'conversation-7', inputAsApproval: ['approve_deploy'] };
+    const asking = await connectHttpTaskClient(serve.server.url, { ledger, capabilities: { elicitation: {} } });
+    let taskId: string;
+    const stateFile = join(serve.dir, 'approval-state.json');
+    try {
+      const tools = await openAIAgentsTaskTools(asking, options);
+      const { agent, model } = scriptedAgent(tools, 'approve_deploy', { env: 'prod', deployMs: 50 }, 'fc-approve');
+      const paused = await runner.run(agent, 'Deploy to prod');
+      expect(model.calls).toHaveLength(1);
+      expect(paused.interruptions.map((item) => item.name)).toEqual(['approve_deploy']);
+      const question = await interruptionInput(asking, paused.interruptions[0]!, options);
+      expect(question).toMatchObject({
+        key: 'approval',
+        method: 'elicitation/create',
+        message: 'Deploy to prod?',
+        requestedSchema: { required: ['approve'] },
+      });
+      taskId = question!.taskId;
+      expect((await asking.get('openai-agents:conversation-7:fc-approve'))?.taskId).toBe(taskId);
+      writeFileSync(stateFile, paused.state.toString());
+    } finally {
+      await asking.close();
+    }
+
+    const first = await resumeApproved(ledger, stateFile, options);
+    expect(first.question).toMatchObject({ taskId, key: 'approval', message: 'Deploy to prod?' });
+    expect(first.finalOutput).toBe('Deployed to prod');
+    expect(first.interruptions).toBe(0);
+    const answered = await answersOf(ledger, 'openai-agents:conversation-7:fc-approve');
+    expect(answered).toEqual([{ key: 'approval', response: { action: 'accept', content: { approve: true } } }]);
+
+    // a restart from the same saved interruption: nothing is asked or answered again, the task's result comes back
+    const again = await resumeApproved(ledger, stateFile, options);
+    expect(again.question).toBeUndefined();
+    expect(again.finalOutput).toBe('Deployed to prod');
+    expect(await answersOf(ledger, 'openai-agents:conversation-7:fc-approve')).toEqual(answered);
+    expect(runsOf(serve.runLog, taskId)).toHaveLength(1);
+  });
+
+  it("gives a person's own answer, or a decline, through answerInterruption after a restore on the same ledger", async () => {
+    const ledger = join(serve.dir, 'openai-answer-ledger.db');
+    const options = { tools: ['approve_deploy'], inputAsApproval: true };
+    const saved: string[] = [];
+    const first = await connectHttpTaskClient(serve.server.url, { ledger, capabilities: { elicitation: {} } });
+    try {
+      const tools = await openAIAgentsTaskTools(first, options);
+      for (const [env, callId] of [
+        ['staging', 'fc-answer-1'],
+        ['qa', 'fc-answer-2'],
+      ] as const) {
+        const paused = await runner.run(
+          scriptedAgent(tools, 'approve_deploy', { env, deployMs: 50 }, callId).agent,
+          env,
+        );
+        expect(paused.interruptions).toHaveLength(1);
+        saved.push(paused.state.toString());
+      }
+    } finally {
+      await first.close();
+    }
+
+    const second = await connectHttpTaskClient(serve.server.url, { ledger, capabilities: { elicitation: {} } });
+    try {
+      const tools = await openAIAgentsTaskTools(second, options);
+      const answers = [{ action: 'accept', content: { approve: true, note: 'from a person' } }, { action: 'decline' }];
+      const outputs: unknown[] = [];
+      for (const [index, response] of answers.entries()) {
+        const agent = new Agent({ name: 'ops', tools, model: new ScriptedModel([echoToolOutputs]) });
+        const state = await RunState.fromString(agent, saved[index]!);
+        const [item] = state.getInterruptions();
+        await answerInterruption(second, state, item!, response);
+        // answered: the interruption no longer stands for a question, and a second answer is refused
+        expect(await interruptionInput(second, item!)).toBeUndefined();
+        await expect(answerInterruption(second, state, item!, response)).rejects.toThrow(/no task's pending input/);
+        outputs.push((await runner.run(agent, state)).finalOutput);
+      }
+      expect(outputs).toEqual(['Deployed to staging (from a person)', 'Deployment to qa was not approved']);
+      for (const callId of ['fc-answer-1', 'fc-answer-2']) {
+        const taskId = (await second.get(`openai-agents:${callId}`))?.taskId;
+        expect(runsOf(serve.runLog, taskId!)).toHaveLength(1);
+      }
+    } finally {
+      await second.close();
+    }
+  });
 });
+
+/** The answers the ledger at `ledger` holds for the call `key`'s task. */
+async function answersOf(ledger: string, key: string): Promise<Array<{ key: string; response: unknown }>> {
+  const client: TaskClient = await connectHttpTaskClient(serve.server.url, { ledger });
+  try {
+    const record = await client.get(key);
+    return (record?.inputs ?? []).map((input) => ({ key: input.key, response: input.response }));
+  } finally {
+    await client.close();
+  }
+}
+
+/**
+ * Another process restores the run saved in `stateFile` (RunState.fromString), reads the question of its interruption
+ * from the ledger, approves it and runs on with a scripted model that echoes the tool's output.
+ */
+async function resumeApproved(
+  ledger: string,
+  stateFile: string,
+  options: object,
+): Promise<{ question?: unknown; finalOutput?: unknown; interruptions: number }> {
+  const child = spawn(
+    process.execPath,
+    [
+      '--input-type=module',
+      '-e',
+      `
+      import { readFileSync } from 'node:fs';
+      import { Agent, Runner, RunState } from '@openai/agents-core';
+      import { assistantMessage, modelResponder, ScriptedModel } from '@openai/agents-core/testing';
+      const { connectHttpTaskClient } = await import(${JSON.stringify(CLIENT)});
+      const { interruptionInput, openAIAgentsTaskTools } = await import(${JSON.stringify(ADAPTER)});
+      const options = ${JSON.stringify(options)};
+      const client = await connectHttpTaskClient(${JSON.stringify(serve.server.url)}, {
+        ledger: ${JSON.stringify(ledger)},
+        capabilities: { elicitation: {} },
+      });
+      const echo = modelResponder((call) => [
+        assistantMessage(call.request.input.filter((item) => item.type === 'function_call_result').map((item) => item.output.text).join('\\n')),
+      ]);
+      const agent = new Agent({ name: 'ops', tools: await openAIAgentsTaskTools(client, options), model: new ScriptedModel([echo]) });
+      const state = await RunState.fromString(agent, readFileSync(${JSON.stringify(stateFile)}, 'utf8'));
+      const [item] = state.getInterruptions();
+      const question = await interruptionInput(client, item, options);
+      state.approve(item);
+      const result = await new Runner({ tracingDisabled: true }).run(agent, state);
+      await client.close();
+      process.stdout.write(JSON.stringify({ question, finalOutput: result.finalOutput, interruptions: result.interruptions.length }));
+      `,
+    ],
+    { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString()));
+  child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+  const code = await new Promise((resolve) => child.once('exit', resolve));
+  expect({ code, stderr }).toEqual({ code: 0, stderr: '' });
+  return JSON.parse(stdout) as { question?: unknown; finalOutput?: unknown; interruptions: number };
+}
