@@ -44,7 +44,7 @@ export interface PendingInput {
 }
 
 /** How often the ledger is read for input requests while a task is `input_required` (they are recorded there). */
-const INPUT_CHECK_MS = 250;
+export const INPUT_CHECK_MS = 250;
 
 /** A CallAsToolOptions `interrupt` that routes input requests as this module's comment says. */
 export function inputInterrupt(
@@ -100,7 +100,8 @@ async function askHandler(
   }
 }
 
-function changeOrTimeout(handle: TaskHandle, signal: AbortSignal, ms: number): Promise<void> {
+/** Resolves at the handle's next change, after `ms`, or when `signal` aborts, whichever comes first. */
+export function changeOrTimeout(handle: TaskHandle, signal: AbortSignal, ms: number): Promise<void> {
   return new Promise((resolve) => {
     const done = () => {
       clearTimeout(timer);
@@ -114,18 +115,24 @@ function changeOrTimeout(handle: TaskHandle, signal: AbortSignal, ms: number): P
   });
 }
 
-function inputRequiredResult(taskId: string, input: InputAnswer): CallToolResult {
+/** The input request `input` of task `taskId` as a framework is told of it. */
+export function pendingInput(taskId: string, input: InputAnswer): PendingInput {
   const params = (input.request.params ?? {}) as JsonObject;
   const message = typeof params['message'] === 'string' ? params['message'] : undefined;
   const schema = params['requestedSchema'];
   const requestedSchema = typeof schema === 'object' && schema !== null ? (schema as JsonObject) : undefined;
+  return { taskId, key: input.key, method: input.request.method, message, requestedSchema };
+}
+
+function inputRequiredResult(taskId: string, input: InputAnswer): CallToolResult {
+  const pending = pendingInput(taskId, input);
+  const { message, requestedSchema } = pending;
   const text =
     `Task ${taskId} is waiting for input (${input.request.method})` +
     (message === undefined ? '' : `: ${message}`) +
     `. Answer it with the ${ANSWER_TOOL_NAME} tool (taskId ${JSON.stringify(taskId)}, key ${JSON.stringify(input.key)}` +
     (requestedSchema === undefined ? '' : `, response content per ${JSON.stringify(requestedSchema)}`) +
     `); it then returns the task's result.`;
-  const pending: PendingInput = { taskId, key: input.key, method: input.request.method, message, requestedSchema };
   return { content: [{ type: 'text', text }], _meta: { [INPUT_REQUIRED_META]: pending as never } };
 }
 
