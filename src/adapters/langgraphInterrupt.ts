@@ -6,9 +6,10 @@
  *
  * LangGraph resumes a node by position: the n-th `interrupt()` of a re-run returns the n-th resume value. So every run
  * of the tool puts the task's input keys to `interrupt()` in the order the ledger first saw them, those the graph asked
- * before included (their answers replay), and a key already answered when the graph first came to it (by the
- * TaskClient's handlers, `TaskClient.answer` or `closeout answer`) is never put: which keys the graph asked is
- * remembered by this process for the task's record, as a graph's interrupted run is resumed by the process that ran it.
+ * before included (their answers replay), and a key already answered when the graph first came to it (by
+ * `TaskClient.answer`, `closeout answer` or the console) is never put; keys of methods the TaskClient's own handlers
+ * answer are left to them. Which keys the graph asked is remembered by this process for the task's record, as a run
+ * interrupted with an in-memory checkpointer is resumed by the process that ran it (docs/frameworks.md, "Not yet").
  *
  * `@langchain/langgraph` is an optional peer dependency, imported here only when a caller opts in.
  */

@@ -4,8 +4,11 @@
  * the ToolMessage; with `input: 'interrupt'` a task's input request stops the run with LangGraph's `interrupt()`
  * (the question as its value), the run resumed with `Command({ resume })` answers the same task (the same tool-call id)
  * and returns its result, the server running the tool once and asking once; a key answered elsewhere before the graph
- * came to it is never put to the graph, and one answered elsewhere after the graph asked keeps that first answer.
+ * came to it is never put to the graph, and one answered elsewhere after the graph asked keeps that first answer. A
+ * task asking two questions stops the run twice, once per question, each resume replaying the earlier answers in order.
  */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import type { BaseMessage } from '@langchain/core/messages';
@@ -19,6 +22,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { langchainTaskTools } from '../../src/adapters/langchain.js';
 import { connectHttpTaskClient, type TaskClient } from '../../src/client/index.js';
 import { serveForAdapterTests } from '../support/adapterServe.js';
+import { type ServeProcess, startServe } from '../support/processes.js';
 import { runsOf } from '../support/runLog.js';
 import { waitFor } from '../support/waitFor.js';
 
@@ -170,5 +174,66 @@ describe('closeout/langchain in a LangGraph graph', { timeout: 90_000 }, () => {
     await expect(
       langchainTaskTools(asking, { input: 'interrupt', inputHandlers: { elicitation: () => approved('handler') } }),
     ).rejects.toThrow(/give no inputHandlers/);
+  });
+});
+
+describe('closeout/langchain in a LangGraph graph, a task asking two questions', { timeout: 90_000 }, () => {
+  let dir: string;
+  let server: ServeProcess;
+  let client: TaskClient;
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'closeout-langgraph-two-'));
+    server = await startServe(['--store', join(dir, 'server.db'), '--tools', 'conformance']);
+    client = await connectHttpTaskClient(server.url, {
+      ledger: join(dir, 'ledger.db'),
+      capabilities: { elicitation: {} },
+    });
+  });
+  afterAll(async () => {
+    await client?.close();
+    await server?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('asks each question once, in the order the ledger saw them, and the last resume completes the task', async () => {
+    const tools = await langchainTaskTools(client, { tools: ['multi_input'], input: 'interrupt' });
+    const { graph, nextSteps } = agentGraph(tools, { name: 'multi_input', args: {}, id: 'lg-two' });
+    const config = { configurable: { thread_id: 'lg-thread-two' } };
+    const questions = (values: unknown) =>
+      ((values as Record<string, Array<{ value: { key: string; message: string } }>>)[INTERRUPT] ?? []).map((each) => [
+        each.value.key,
+        each.value.message,
+      ]);
+
+    const firstStop = await graph.invoke({ messages: [new HumanMessage('Two values, please')] }, config);
+    const record = await waitFor(
+      'both questions in the ledger',
+      async () => {
+        const seen = await client.get('langchain:lg-thread-two:lg-two');
+        return seen?.inputs.length === 2 ? seen : undefined;
+      },
+      30_000,
+      50,
+    );
+    const order = record.inputs.map((input) => input.key);
+    expect([...order].sort()).toEqual(['first', 'second']);
+    const message: Record<string, string> = { first: 'First value?', second: 'Second value?' };
+    expect(questions(firstStop)).toEqual([[order[0], message[order[0]!]]]);
+
+    const answer = (value: string) => ({ action: 'accept', content: { value } });
+    const secondStop = await graph.invoke(new Command({ resume: answer('a') }), config);
+    expect(questions(secondStop)).toEqual([[order[1], message[order[1]!]]]);
+
+    const end = await graph.invoke(new Command({ resume: answer('b') }), config);
+    expect(isInterrupted(end)).toBe(false);
+    const closed = await client.get(record.recordId);
+    const byKey: Record<string, string> = { [order[0]!]: 'a', [order[1]!]: 'b' };
+    expect(Object.fromEntries(closed!.inputs.map((input) => [input.key, input.response]))).toEqual({
+      first: answer(byKey['first']!),
+      second: answer(byKey['second']!),
+    });
+    expect(toolMessages(nextSteps[0]!)).toEqual([
+      `Received {"value":"${byKey['first']}"}, {"value":"${byKey['second']}"}`,
+    ]);
   });
 });
