@@ -26,7 +26,11 @@ const ASKED = new WeakMap<TaskClient, Map<string, Map<string, boolean>>>();
 export async function graphInterruptInput(
   client: TaskClient,
 ): Promise<(handle: TaskHandle, signal: AbortSignal) => Promise<CallToolResult>> {
-  const { interrupt } = await import('@langchain/langgraph');
+  const { interrupt } = await import('@langchain/langgraph').catch((error: unknown) => {
+    throw new Error("input: 'interrupt' needs @langchain/langgraph (1.x) installed beside @langchain/core", {
+      cause: error,
+    });
+  });
   return async (handle, signal) => {
     const asked = askedOf(client, handle);
     let walked = 0;
