@@ -8,9 +8,11 @@
  * expired throws TaskToolError. Input a task asks for goes to the TaskClient's own `inputHandlers`, else to the
  * `inputHandlers` given here; a request nobody here can answer ends the call with a ToolMessage stating the question
  * (the pending request in the artifact's `_meta`, `io.closeout/inputRequired`) and the `closeout_answer` tool, offered
- * with the others, answers it and returns the task's result (docs/frameworks.md).
+ * with the others, answers it and returns the task's result (docs/frameworks.md). With `input: 'interrupt'` a tool
+ * running in a LangGraph graph asks with LangGraph's `interrupt()` instead (langgraphInterrupt.ts).
  *
- * `@langchain/core` is an optional peer dependency: only this entry point loads it.
+ * `@langchain/core` is an optional peer dependency: only this entry point loads it; `@langchain/langgraph`, another,
+ * is loaded only for `input: 'interrupt'`.
  */
 import { dispatchCustomEvent } from '@langchain/core/callbacks/dispatch';
 import type { DynamicStructuredTool, ToolRunnableConfig } from '@langchain/core/tools';
@@ -20,6 +22,7 @@ import type { CallToolResult } from '@modelcontextprotocol/client';
 import type { TaskClient, TaskInputHandlers } from '../client/index.js';
 import { listAllTools } from '../client/listTools.js';
 import type { JsonObject } from '../protocol/index.js';
+import { graphInterruptInput } from './langgraphInterrupt.js';
 import {
   ANSWER_TOOL_DESCRIPTION,
   ANSWER_TOOL_NAME,
@@ -39,16 +42,32 @@ export interface LangChainTaskToolsOptions {
   onAbort?: OnAbort;
   /** Answers input requests the TaskClient's own handlers do not; without one, `closeout_answer` does. */
   inputHandlers?: TaskInputHandlers;
+  /**
+   * Where input the TaskClient's own handlers do not answer goes. `answer-tool` (the default): the adapter's
+   * `inputHandlers`, else a ToolMessage stating the question and `closeout_answer`. `interrupt`: LangGraph's
+   * `interrupt()`, for tools run by a graph with a checkpointer (e.g. in a ToolNode): the run stops with the question
+   * (`{ taskId, key, method, message, requestedSchema }`) as the interrupt's value, and the run resumed with
+   * `new Command({ resume: answer })` answers the task and returns its result. Needs `@langchain/langgraph` installed;
+   * no `inputHandlers`, and no `closeout_answer` is returned.
+   */
+  input?: 'answer-tool' | 'interrupt';
 }
 
 /**
  * The server's tools (from `tools/list`: names, descriptions, JSON Schema inputs) as LangChain tools, plus
- * `closeout_answer`.
+ * `closeout_answer` (not with `input: 'interrupt'`).
  */
 export async function langchainTaskTools(
   client: TaskClient,
   options: LangChainTaskToolsOptions = {},
 ): Promise<DynamicStructuredTool[]> {
+  if (options.input === 'interrupt' && options.inputHandlers !== undefined) {
+    throw new TypeError(
+      "langchainTaskTools: input 'interrupt' puts every question to the graph; give no inputHandlers",
+    );
+  }
+  const interrupt =
+    options.input === 'interrupt' ? await graphInterruptInput(client) : inputInterrupt(client, options.inputHandlers);
   const listed = await listAllTools(client.client);
   const wanted = options.tools === undefined ? undefined : new Set(options.tools);
   /** How a call of the run follows its task: progress to the run's stream and callbacks, input routed. */
@@ -59,7 +78,7 @@ export async function langchainTaskTools(
       (config as { writer?: (chunk: unknown) => void }).writer?.({ closeout: update });
       void dispatchCustomEvent('closeout_progress', update, config).catch(() => undefined);
     },
-    interrupt: inputInterrupt(client, options.inputHandlers),
+    interrupt,
   });
   const asMessage = (result: CallToolResult): [string, CallToolResult] => [textOf(result), result];
   const tools = listed
@@ -97,5 +116,5 @@ export async function langchainTaskTools(
       responseFormat: 'content_and_artifact',
     },
   ) as unknown as DynamicStructuredTool;
-  return [...tools, answer];
+  return options.input === 'interrupt' ? tools : [...tools, answer];
 }

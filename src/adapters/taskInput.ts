@@ -44,7 +44,7 @@ export interface PendingInput {
 }
 
 /** How often the ledger is read for input requests while a task is `input_required` (they are recorded there). */
-const INPUT_CHECK_MS = 250;
+export const INPUT_CHECK_MS = 250;
 
 /** A CallAsToolOptions `interrupt` that routes input requests as this module's comment says. */
 export function inputInterrupt(
@@ -100,7 +100,8 @@ async function askHandler(
   }
 }
 
-function changeOrTimeout(handle: TaskHandle, signal: AbortSignal, ms: number): Promise<void> {
+/** Resolves at the handle's next change, after `ms`, or when `signal` aborts, whichever comes first. */
+export function changeOrTimeout(handle: TaskHandle, signal: AbortSignal, ms: number): Promise<void> {
   return new Promise((resolve) => {
     const done = () => {
       clearTimeout(timer);

@@ -1,7 +1,7 @@
 /**
  * The agent frameworks are optional peer dependencies (docs/frameworks.md): only an adapter's own entry point
  * (`closeout/ai-sdk`, `closeout/langchain`, `closeout/openai-agents`) loads its framework; `closeout/client` and the
- * CLI load none. Seen at run time through a module resolve hook (the frameworks are ES modules, which the
+ * CLI load none, and `closeout/langchain` loads `@langchain/langgraph` only for `input: 'interrupt'`. Seen at run time through a module resolve hook (the frameworks are ES modules, which the
  * require-cache probe of importCost.test.ts does not see), with the adapter entry points as the control.
  */
 import { execFile } from 'node:child_process';
@@ -15,7 +15,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 
 const run = promisify(execFile);
 const dist = (path: string) => fileURLToPath(new URL(`../../dist/${path}`, import.meta.url));
-const FRAMEWORKS = ['ai', '@ai-sdk/provider-utils', '@langchain/core', '@openai/agents-core'];
+const FRAMEWORKS = ['ai', '@ai-sdk/provider-utils', '@langchain/core', '@langchain/langgraph', '@openai/agents-core'];
 
 let dir: string;
 
@@ -62,6 +62,16 @@ it('loads no agent framework for closeout/client or the CLI; each adapter loads 
   for (const framework of FRAMEWORKS) expect(cli).not.toContain(framework);
 
   expect(await packagesResolved(importing(dist('adapters/aiSdk.js')))).toContain('ai');
-  expect(await packagesResolved(importing(dist('adapters/langchain.js')))).toContain('@langchain/core');
+  const langchain = await packagesResolved(importing(dist('adapters/langchain.js')));
+  expect(langchain).toContain('@langchain/core');
+  // LangGraph is imported by closeout/langchain only when a caller asks for input: 'interrupt'
+  expect(langchain).not.toContain('@langchain/langgraph');
+  const optedIn = await packagesResolved([
+    '--input-type=module',
+    '-e',
+    `const { graphInterruptInput } = await import(${JSON.stringify(dist('adapters/langgraphInterrupt.js'))});
+     await graphInterruptInput(undefined);`,
+  ]);
+  expect(optedIn).toContain('@langchain/langgraph');
   expect(await packagesResolved(importing(dist('adapters/openaiAgents.js')))).toContain('@openai/agents-core');
 }, 120_000);
