@@ -210,7 +210,7 @@ export class TaskServer {
     }
     const now = this.now();
     const taskId = newTaskId();
-    // while the create is on its way back, the task is this instance's even if its lease ran out (see takeOverOrphans)
+    // while the create is on its way back, the task is this instance's even if its lease ran out (see LeaseLoop.takeOverOrphans)
     this.runs.creationStarted(taskId);
     let stored;
     let reclaimed;
