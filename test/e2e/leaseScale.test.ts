@@ -85,7 +85,8 @@ async function runScale(instanceCount: number): Promise<void> {
     while (finals.size < taskIds.length && Date.now() < settleBy) {
       const open = taskIds.filter((taskId) => !finals.has(taskId));
       await inParallel(open.length, 8, async (i) => {
-        const task = await stores[0]!.get(open[i]!);
+        // a read the loaded pool could not serve in time is tried again in the next round, until settleBy
+        const task = await stores[0]!.get(open[i]!).catch(() => undefined);
         if (task && task.status !== 'working' && task.status !== 'input_required') finals.set(task.taskId, task);
       });
     }

@@ -490,6 +490,8 @@ describe('PostgresTaskStore across instances', () => {
   it('works on a pool it was given and leaves that pool open on close', async () => {
     // invariant: a caller's pool belongs to the caller
     const pool = new pg.Pool({ connectionString: database.connectionString, max: 3 });
+    // as the caller's own pool should: dropping the database after the test ends connections the pool is closing
+    pool.on('error', () => {});
     try {
       const store = await PostgresTaskStore.open(pool);
       const { task } = await store.create(newTask());
