@@ -21,7 +21,7 @@ import { randomBytes } from 'node:crypto';
 
 import type pg from 'pg';
 
-import type { InputRequest, InputResponse, TaskStatus } from '../../protocol/index.js';
+import type { InputRequest, InputResponse } from '../../protocol/index.js';
 import { ConnectionGate } from '../../shared/postgres/connectionGate.js';
 import { isPostgresUrl, passwordsOf, redactConnectionString } from '../../shared/postgres/connectionString.js';
 import { DatabaseClock, renewedLeaseLength } from '../../shared/postgres/databaseClock.js';
@@ -46,17 +46,12 @@ import type {
   ScheduleNote,
   TaskRecord,
 } from './ledger.js';
+import { type ClaimedRow, historyParams, type SubmissionRow, taskParams } from './postgres/rows.js';
 import { MIGRATIONS } from './postgres/schema.js';
-import { SQL } from './postgres/sql.js';
-import type {
-  RecordCounts,
-  RecordListingDialect,
-  RecordListPage,
-  RecordListQuery,
-  RecordSummaryRow,
-} from './recordListing.js';
+import { POSTGRES_LISTING, SQL } from './postgres/sql.js';
+import type { RecordCounts, RecordListPage, RecordListQuery, RecordSummaryRow } from './recordListing.js';
 import { recordCountStatement, recordListStatement, toRecordCounts, toRecordPage } from './recordListing.js';
-import type { HistoryLine, HistoryRow, InputRow, PendingNote, SubmissionRow as Row } from './records.js';
+import type { HistoryLine, HistoryRow, InputRow, PendingNote } from './records.js';
 import {
   applyNote,
   localChangeLine,
@@ -68,30 +63,8 @@ import {
   toRecord,
 } from './records.js';
 
-/** The listing's SQL on this ledger (recordListing.ts). */
-const POSTGRES_LISTING: RecordListingDialect = {
-  table: 'closeout_ledger_submissions',
-  placeholder: (n) => `$${n}`,
-  // the database's collation may order by language rules, where a prefix is no range: "C" compares bytes
-  taskIdInCodePointOrder: 'task_id COLLATE "C"',
-};
-
 /** The ledger schema version this build writes. */
 export const POSTGRES_LEDGER_SCHEMA_VERSION = MIGRATIONS.length;
-
-/** PostgreSQL hands BIGINT over as a string; WITH_INPUTS adds the record's input rows. */
-interface SubmissionRow extends Row<string> {
-  /** Present where the statement reads WITH_INPUTS; json_build_object turns BIGINT into a JSON number. */
-  inputs?: InputRow[] | null;
-}
-
-interface ClaimedRow {
-  record_id: string;
-  previous_state: LocalState;
-  task_id: string | null;
-  status: TaskStatus | null;
-  status_message: string | null;
-}
 
 export interface PostgresLedgerOptions {
   /**
@@ -280,7 +253,7 @@ export class PostgresLedger implements Ledger {
         const changed = await client.query(SQL.commitTask, [
           recordId,
           holder,
-          ...this.taskParams(task, applied, at),
+          ...taskParams(task, applied, at),
           leaseExpiresAt ?? null,
           at,
         ]);
@@ -297,7 +270,7 @@ export class PostgresLedger implements Ledger {
       const before = (await client.query<SubmissionRow>(SQL.lock, [recordId])).rows[0];
       if (!before) return false;
       const applied = applyObservedTask(task);
-      const changed = await client.query(SQL.observe, [recordId, holder, ...this.taskParams(task, applied, at), at]);
+      const changed = await client.query(SQL.observe, [recordId, holder, ...taskParams(task, applied, at), at]);
       if (changed.rowCount !== 1) return false;
       if (before.status !== task.status) await this.appendObserved(client, recordId, task, applied.localState, at);
       return true;
@@ -661,23 +634,6 @@ export class PostgresLedger implements Ledger {
     }
   }
 
-  private taskParams(task: ObservedTask, applied: ReturnType<typeof applyObservedTask>, at: number): unknown[] {
-    return [
-      task.taskId,
-      applied.localState,
-      task.status,
-      task.statusMessage ?? null,
-      task.createdAt,
-      task.lastUpdatedAt,
-      task.ttlMs,
-      task.pollIntervalMs ?? null,
-      applied.result ? JSON.stringify(applied.result) : null,
-      applied.error ? JSON.stringify(applied.error) : null,
-      applied.terminalReason ?? null,
-      applied.terminalReason === undefined ? null : at,
-    ];
-  }
-
   /** One record: inside a transaction on its `client`, else through the gate. */
   private async read(
     client: pg.PoolClient | undefined,
@@ -719,16 +675,7 @@ export class PostgresLedger implements Ledger {
   }
 
   private async appendHistory(client: pg.PoolClient, entry: HistoryLine): Promise<void> {
-    await client.query(SQL.appendHistory, [
-      entry.recordId,
-      entry.taskId ?? null,
-      entry.status ?? null,
-      entry.statusMessage ?? null,
-      entry.localState,
-      entry.serverUpdatedAt ?? null,
-      entry.observedAt,
-      entry.note ?? null,
-    ]);
+    await client.query(SQL.appendHistory, historyParams(entry));
   }
 
   private toRecord(row: SubmissionRow): TaskRecord {

@@ -1,6 +1,7 @@
 /** Every statement of the PostgreSQL ledger (postgresLedger.ts runs them). */
 import { DATABASE_CLOCK_SQL, renewedLeaseExpirySql } from '../../../shared/postgres/databaseClock.js';
 import { localStateIn, sqlLocalState } from '../localStateSql.js';
+import type { RecordListingDialect } from '../recordListing.js';
 
 const OPEN_TO_DRIVE = localStateIn(['submitting', 'tracking']);
 const FOLLOWABLE = localStateIn(['tracking', 'detached']);
@@ -12,6 +13,14 @@ const WITH_INPUTS = `s.*, (
            'response', i.response, 'answered_at', i.answered_at, 'sent_at', i.sent_at) ORDER BY i.seq)
   FROM closeout_ledger_input_answers i WHERE i.record_id = s.record_id
 ) AS inputs`;
+
+/** The listing's SQL on this ledger (recordListing.ts). */
+export const POSTGRES_LISTING: RecordListingDialect = {
+  table: 'closeout_ledger_submissions',
+  placeholder: (n) => `$${n}`,
+  // the database's collation may order by language rules, where a prefix is no range: "C" compares bytes
+  taskIdInCodePointOrder: 'task_id COLLATE "C"',
+};
 
 export const SQL = {
   // migrations: one transaction, serialised by an advisory lock, so workers starting together migrate once
