@@ -58,6 +58,8 @@ describe('the packed tarball', () => {
     );
     expect(paths.filter((path) => path.startsWith('dist/bench'))).toEqual([]);
     expect(paths).toContain('dist/cli/main.js');
+    for (const adapter of ['aiSdk', 'langchain', 'openaiAgents'])
+      expect(paths).toContain(`dist/adapters/${adapter}.d.ts`);
     for (const map of paths.filter((path) => path.endsWith('.map'))) {
       const { sources } = JSON.parse(await readFile(join(ROOT, map), 'utf8')) as { sources: string[] };
       for (const source of sources) expect(paths, `${map} points at ${source}`).toContain(join(map, '..', source));
@@ -105,6 +107,12 @@ describe('the packed tarball', () => {
     for (const name of beside) {
       await mkdir(join(modules, name, '..'), { recursive: true });
       await symlink(join(ROOT, 'node_modules', name), join(modules, name), 'dir');
+    }
+    // no agent framework beside it: the adapters' declarations name their framework's types and are read only by a
+    // consumer that imports closeout/ai-sdk, closeout/langchain or closeout/openai-agents (optional peers, as the
+    // manifest says), so a consumer of the three entry points above needs none of them
+    for (const framework of ['ai', '@langchain/core', '@langchain/langgraph', '@openai/agents-core']) {
+      expect(beside, `${framework} is an optional peer, not a dependency`).not.toContain(framework);
     }
     const typecheck = await run(process.execPath, [TSC, '-p', project], { timeout: 240_000 }).catch(
       (error: { stdout?: string }) => ({ stdout: error.stdout ?? String(error) }),
