@@ -14,6 +14,12 @@
  * thread ends. (Node 20 and 22 have no such hook: the wraps would be freed safely there, but one rule for every line
  * is simpler to keep true.)
  *
+ * Kept for the thread's life, wraps must not grow with use: `prepare` answers a text this connection already prepared
+ * with the statement it made then, so a connection holds one statement per distinct text. Statements whose text is
+ * built per call (the listings) bind every value, the limit included, so their texts are few. A statement is shared
+ * by every `prepare` of its text: its mode (`pluck`, `raw`, `expand`) may be set only where no other code prepares
+ * that text (today the ledger's `claim` and `trackedAmong`, each prepared once).
+ *
  * What makes wraps: `prepare` (kept below), `pragma` (answered here from statements prepared once per text) and
  * `transaction` (the driver prepares its BEGIN/COMMIT statements once per connection and holds them as long as the
  * connection). `iterate()` and `backup()` make wraps of their own that nothing here keeps: this package uses neither.
@@ -23,27 +29,32 @@ import Database from 'better-sqlite3';
 /** The driver's objects made on this thread (a worker has its own module instance), kept until the thread ends. */
 const KEPT: object[] = [];
 
+/** How many driver objects this thread keeps (see above): for the tests that pin that use does not grow it. */
+export function keptDriverObjects(): number {
+  return KEPT.length;
+}
+
 /**
  * A connection (`new Database(path, options)`) whose statements, its own and those `pragma` prepares, are kept until
- * the thread ends.
+ * the thread ends, one per distinct text.
  */
 export function openDatabase(path: string, options?: Database.Options): Database.Database {
   const db = new Database(path, options);
   KEPT.push(db);
   const prepare = Database.prototype.prepare;
+  const statements = new Map<string, Database.Statement>();
   db.prepare = function prepareKept(this: Database.Database, source: string) {
-    const statement = prepare.call(this, source);
-    KEPT.push(statement);
+    let statement = statements.get(source);
+    if (!statement) {
+      statement = prepare.call(this, source) as Database.Statement;
+      KEPT.push(statement);
+      statements.set(source, statement);
+    }
     return statement;
   } as Database.Database['prepare'];
-  const pragmas = new Map<string, Database.Statement>();
-  // the driver's own pragma() prepares a statement on every call and drops it
+  // the driver's own pragma() prepares a statement on every call and drops it; this one prepares each text once
   db.pragma = (source: string, options?: Database.PragmaOptions): unknown => {
-    let statement = pragmas.get(source);
-    if (!statement) {
-      statement = db.prepare(`PRAGMA ${source}`);
-      pragmas.set(source, statement);
-    }
+    const statement = db.prepare(`PRAGMA ${source}`);
     if (!statement.reader) {
       // a pragma that sets without answering (`foreign_keys = ON`): the driver's pragma() answers [] for it
       statement.run();

@@ -8,7 +8,9 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
-import { openDatabase } from '../../../src/shared/sqlite/sqliteDriver.js';
+import { SqliteLedger } from '../../../src/client/ledger/sqliteLedger.js';
+import { SqliteTaskStore } from '../../../src/server/store/sqliteTaskStore.js';
+import { keptDriverObjects, openDatabase } from '../../../src/shared/sqlite/sqliteDriver.js';
 
 let dir: string;
 
@@ -91,6 +93,44 @@ describe('openDatabase', () => {
       expect(() => db.prepare('SELECT nope FROM t')).toThrow(/no such column/);
     } finally {
       db.close();
+    }
+  });
+});
+
+describe('what a connection keeps', () => {
+  it('is one statement per distinct text, however often the text is prepared', () => {
+    const db = openDatabase(join(dir, 'kept.db'));
+    try {
+      db.exec('CREATE TABLE t (x INTEGER)');
+      const before = keptDriverObjects();
+      for (let x = 0; x < 200; x += 1) {
+        db.prepare('INSERT INTO t (x) VALUES (?)').run(x);
+        db.pragma('user_version', { simple: true });
+      }
+      expect(db.prepare('SELECT COUNT(*) AS n FROM t').get()).toEqual({ n: 200 });
+      expect(keptDriverObjects() - before).toBe(3);
+    } finally {
+      db.close();
+    }
+  });
+
+  it('does not grow with the listings a console reads every few hundred milliseconds, on the ledger and the store', async () => {
+    const ledger = new SqliteLedger(join(dir, 'ledger.db'));
+    const store = new SqliteTaskStore(join(dir, 'store.db'));
+    try {
+      const read = async (round: number) => {
+        await ledger.listRecords({ limit: 1 + (round % 20) });
+        await ledger.countRecords({ status: 'working' });
+        await store.listTasks({ limit: 1 + (round % 20), status: 'completed' });
+        await store.countTasks({});
+      };
+      await read(0);
+      const before = keptDriverObjects();
+      for (let round = 1; round <= 400; round += 1) await read(round);
+      expect(keptDriverObjects() - before).toBeLessThanOrEqual(4);
+    } finally {
+      await ledger.dispose();
+      await store.close();
     }
   });
 });
