@@ -72,7 +72,7 @@ it('finds no import circle among the source files', () => {
 
 it('keeps src/shared below both halves, and the halves apart', () => {
   // invariant (docs/DESIGN.md, "Storage foundation"): shared/ imports protocol/ at most; server/ and client/ never
-  // import each other; nothing is loose at src/ root
+  // import each other; nothing imports testing/ (it loads vitest); nothing is loose at src/ root
   const files = sources();
   const names = new Set(files);
   const top = (file: string) => file.split('/')[0]!;
@@ -84,7 +84,8 @@ it('keeps src/shared below both halves, and the halves apart', () => {
       const refused =
         (from === 'shared' && !['shared', 'protocol'].includes(to)) ||
         (from === 'server' && to === 'client') ||
-        (from === 'client' && to === 'server');
+        (from === 'client' && to === 'server') ||
+        (from !== 'testing' && to === 'testing');
       if (refused) crossings.push(`${file} -> ${target}`);
     }
   }
@@ -92,4 +93,5 @@ it('keeps src/shared below both halves, and the halves apart', () => {
   expect(files.filter((file) => !file.includes('/'))).toEqual([]);
   // the probe sees the layer it guards: both stores stand on shared/
   expect(importsOf('server/store/postgresTaskStore.ts', names)).toContain('shared/postgres/migrations.ts');
+  expect(importsOf('testing/index.ts', names)).toContain('testing/taskStoreContract.ts');
 });

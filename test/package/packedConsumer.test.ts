@@ -1,8 +1,9 @@
 /**
- * The package as a user gets it (docs/operations.md, "Install"): `npm pack` ships a LICENSE, no benchmark build and no source
- * map that points at a source left out; the tarball unpacked into a fresh TypeScript project, with the dependencies it
- * declares beside it, typechecks a consumer of all three entry points with strict settings and without
- * `skipLibCheck`, with no `@types/pg` installed.
+ * The package as a user gets it (docs/operations.md, "Install"): `npm pack` ships a LICENSE, the contract suites
+ * (dist/testing), no benchmark build and no source map that points at a source left out; the tarball unpacked into a
+ * fresh TypeScript project, with the dependencies it declares beside it, typechecks a consumer of the three core entry
+ * points and of closeout/testing with strict settings and without `skipLibCheck`, with no `@types/pg` and no vitest
+ * installed.
  */
 import { execFile } from 'node:child_process';
 import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
@@ -50,7 +51,7 @@ afterAll(async () => {
 });
 
 describe('the packed tarball', () => {
-  it('ships the MIT LICENSE, and neither dist/bench nor source maps whose sources are left out', async () => {
+  it('ships the MIT LICENSE and dist/testing, and neither dist/bench nor source maps whose sources are left out', async () => {
     const paths = pack.files.map((file) => file.path);
     expect(paths).toContain('LICENSE');
     expect(await readFile(join(ROOT, 'LICENSE'), 'utf8')).toMatch(
@@ -60,13 +61,17 @@ describe('the packed tarball', () => {
     expect(paths).toContain('dist/cli/main.js');
     for (const adapter of ['aiSdk', 'langchain', 'openaiAgents'])
       expect(paths).toContain(`dist/adapters/${adapter}.d.ts`);
+    for (const suite of ['index', 'taskStoreContract', 'ledgerContract']) {
+      expect(paths).toContain(`dist/testing/${suite}.js`);
+      expect(paths).toContain(`dist/testing/${suite}.d.ts`);
+    }
     for (const map of paths.filter((path) => path.endsWith('.map'))) {
       const { sources } = JSON.parse(await readFile(join(ROOT, map), 'utf8')) as { sources: string[] };
       for (const source of sources) expect(paths, `${map} points at ${source}`).toContain(join(map, '..', source));
     }
   });
 
-  it('unpacked into a fresh TypeScript project, typechecks a consumer of all three entry points strictly', async () => {
+  it('unpacked into a fresh TypeScript project, typechecks a consumer of the entry points strictly', async () => {
     const project = join(dir, 'consumer');
     await mkdir(project);
     await writeFile(join(project, 'package.json'), JSON.stringify({ name: 'consumer', private: true, type: 'module' }));
@@ -110,9 +115,10 @@ describe('the packed tarball', () => {
     }
     // no agent framework beside it: the adapters' declarations name their framework's types and are read only by a
     // consumer that imports closeout/ai-sdk, closeout/langchain or closeout/openai-agents (optional peers, as the
-    // manifest says), so a consumer of the three entry points above needs none of them
-    for (const framework of ['ai', '@langchain/core', '@langchain/langgraph', '@openai/agents-core']) {
-      expect(beside, `${framework} is an optional peer, not a dependency`).not.toContain(framework);
+    // manifest says), so a consumer of the three entry points above needs none of them; nor vitest, which
+    // closeout/testing loads when a test file runs its suites, while its declarations name no vitest type
+    for (const peer of ['ai', '@langchain/core', '@langchain/langgraph', '@openai/agents-core', 'vitest']) {
+      expect(beside, `${peer} is an optional peer, not a dependency`).not.toContain(peer);
     }
     const typecheck = await run(process.execPath, [TSC, '-p', project], { timeout: 240_000 }).catch(
       (error: { stdout?: string }) => ({ stdout: error.stdout ?? String(error) }),
@@ -121,7 +127,7 @@ describe('the packed tarball', () => {
   }, 600_000);
 });
 
-/** Uses each entry point the way the README does, types included. */
+/** Uses each entry point the way the README does, types included, and closeout/testing as docs/server.md does. */
 const CONSUMER = `
 import {
   connectHttpTaskClient,
@@ -140,6 +146,12 @@ import {
   TaskServer,
   type TaskContext,
 } from 'closeout/server';
+import {
+  describeLedgerContract,
+  describeTaskStoreContract,
+  type LedgerFixture,
+  type TaskStoreFixture,
+} from 'closeout/testing';
 import * as z from 'zod/v4';
 
 export async function server(): Promise<void> {
@@ -167,5 +179,22 @@ export async function client(): Promise<TaskOutcome | undefined> {
   const task: DetailedTask | undefined = undefined;
   if (task !== undefined && isTerminalStatus((task as DetailedTask).status)) return undefined;
   return isTaskHandle(answer) ? answer.outcome() : undefined;
+}
+
+export function contracts(): void {
+  describeTaskStoreContract('SqliteTaskStore', async (): Promise<TaskStoreFixture> => {
+    const store = new SqliteTaskStore('./contract.db');
+    return { store, openSecond: async () => new SqliteTaskStore('./contract.db'), cleanup: () => store.close() };
+  });
+  describeLedgerContract('SqliteLedger', async (): Promise<LedgerFixture> => {
+    const ledger = new SqliteLedger('./contract-ledger.db');
+    return {
+      ledger,
+      openSecond: async (options) => new SqliteLedger('./contract-ledger.db', options),
+      execRaw: async () => undefined,
+      historyTable: 'status_history',
+      cleanup: () => ledger.dispose(),
+    };
+  });
 }
 `;

@@ -2,7 +2,7 @@
  * What a ledger's rows mean, written once for every Ledger (SQLite and PostgreSQL): a submission row read back as a
  * `TaskRecord`, an input row as an `InputAnswer`, a history row as a `HistoryEntry`, and the deferred schedule notes
  * (`Ledger.noteSchedule`) as a read sees them before they are committed. Both ledgers name their columns alike; the
- * contract suite (test/client/ledger/contract.ts) proves they read back alike.
+ * contract suite (src/testing/ledgerContract.ts) proves they read back alike.
  */
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
 import type { TraceCarrier } from '../../protocol/traceContext.js';

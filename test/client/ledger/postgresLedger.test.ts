@@ -1,14 +1,15 @@
-// Invariants: the PostgreSQL ledger passes the one Ledger contract (contract.ts); it migrates itself once when many
-// workers open a fresh database together; the connection string's password never reaches an error or a log line.
+// Invariants: the PostgreSQL ledger passes the one Ledger contract (src/testing/ledgerContract.ts); it migrates
+// itself once when many workers open a fresh database together; the connection string's password never reaches an
+// error or a log line.
 
 import pg from 'pg';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, vi } from 'vitest';
 
 import { isTransientStorageError } from '../../../src/client/ledger/ledger.js';
 import { POSTGRES_LEDGER_SCHEMA_VERSION, PostgresLedger } from '../../../src/client/ledger/postgresLedger.js';
+import { describeLedgerContract } from '../../../src/testing/index.js';
 import { everythingShown, failingConnections } from '../../support/passwordLeaks.js';
 import { type StartedPostgres, startPostgres } from '../../support/postgres.js';
-import { describeLedgerContract } from './contract.js';
 
 let postgres: StartedPostgres;
 

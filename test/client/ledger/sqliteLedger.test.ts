@@ -1,5 +1,5 @@
-// Invariants: the SQLite ledger passes the one Ledger contract (contract.ts); its file is owner-only, in WAL mode and
-// versioned, and a file written by a newer schema is refused.
+// Invariants: the SQLite ledger passes the one Ledger contract (src/testing/ledgerContract.ts); its file is
+// owner-only, in WAL mode and versioned, and a file written by a newer schema is refused.
 import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -12,7 +12,7 @@ import type { NewSubmission } from '../../../src/client/index.js';
 import { SqliteLedger } from '../../../src/client/index.js';
 import { LEDGER_SCHEMA_VERSION } from '../../../src/client/ledger/sqlite/schema.js';
 import { openDatabase } from '../../../src/shared/sqlite/sqliteDriver.js';
-import { describeLedgerContract } from './contract.js';
+import { describeLedgerContract } from '../../../src/testing/index.js';
 
 describeLedgerContract('SqliteLedger', async () => {
   const dir = mkdtempSync(join(tmpdir(), 'closeout-ledger-'));

@@ -8,9 +8,9 @@ import { SQL } from '../../../src/server/store/postgres/sql.js';
 import { PostgresTaskStore } from '../../../src/server/store/postgresTaskStore.js';
 import type { NewTask, StoredTask, TaskSignal } from '../../../src/server/store/taskStore.js';
 import { OpenTaskLimitError } from '../../../src/server/store/taskStore.js';
+import { describeTaskStoreContract } from '../../../src/testing/index.js';
 import { everythingShown, failingConnections } from '../../support/passwordLeaks.js';
 import { freePort, type StartedPostgres, startPostgres } from '../../support/postgres.js';
-import { describeTaskStoreContract } from './contract.js';
 
 let postgres: StartedPostgres;
 

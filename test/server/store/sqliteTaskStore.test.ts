@@ -8,8 +8,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { SqliteTaskStore } from '../../../src/server/store/sqliteTaskStore.js';
 import { OpenTaskLimitError } from '../../../src/server/store/taskStore.js';
 import { openDatabase } from '../../../src/shared/sqlite/sqliteDriver.js';
+import { describeTaskStoreContract } from '../../../src/testing/index.js';
 import { newTask } from '../../support/newTask.js';
-import { describeTaskStoreContract } from './contract.js';
 
 describeTaskStoreContract('SqliteTaskStore', async () => {
   const dir = await mkdtemp(join(tmpdir(), 'closeout-sqlite-'));

@@ -1,27 +1,39 @@
 /**
- * The one contract every Ledger passes (issue 17: "one contract suite runs against both ledgers, so the two cannot
- * drift"), as test/server/store/contract.ts is for the task stores. Each ledger's test file calls
- * `describeLedgerContract` with a factory for a fresh, empty ledger. Times are fixed numbers passed in.
+ * The one contract every Ledger passes, so that the ledgers cannot drift: SQLite and PostgreSQL here, and a ledger of
+ * your own (docs/client.md, "A ledger of your own"), as taskStoreContract.ts is for the task stores. A ledger's test
+ * file calls `describeLedgerContract` with a factory for a fresh, empty ledger. Times are fixed numbers passed in.
  *
- * Invariants: a record carries every field of issue 3; one current record per endpoint and idempotency key, also
+ * Invariants: a record carries every field it was given; one current record per endpoint and idempotency key, also
  * when two ledger objects race for it; driving writes need the lease; concurrent claims split records, never share
  * them; the history is append-only; an input key keeps its first answer; abandoned submissions surface as
  * unknown-outcome, never as something to re-send.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
-import { argumentsDigest } from '../../../src/client/argumentsDigest.js';
-import type { Ledger, NewSubmission, ObservedTask } from '../../../src/client/index.js';
+import { argumentsDigest } from '../client/argumentsDigest.js';
+import type { Ledger, NewSubmission, ObservedTask } from '../client/ledger/ledger.js';
 
+/**
+ * What a ledger's test file hands the contract, made afresh for every test by the factory given to
+ * `describeLedgerContract` (in vitest's `beforeEach`).
+ */
 export interface LedgerFixture {
-  /** A fresh, empty ledger. */
+  /** A fresh, empty ledger: no record of an earlier test may be visible in it (a new file, a new schema or database). */
   ledger: Ledger;
-  /** Another ledger object on the same storage, as a second process would open it (disposed by the contract). */
+  /**
+   * Another ledger object on the same storage, as a second process would open it, with `deferMs` passed on to it when
+   * given (how long it may hold schedule notes back). The races, fences and takeovers run between the two; the
+   * contract disposes of each one it opened.
+   */
   openSecond: (options?: { deferMs?: number }) => Promise<Ledger>;
-  /** Runs a statement on the storage itself, outside the ledger (for the append-only check). */
+  /**
+   * Runs a statement on the storage itself, outside the ledger: the contract sends an `UPDATE` and a `DELETE` of
+   * `historyTable` and expects both refused with an error that says "append-only".
+   */
   execRaw: (sql: string) => Promise<void>;
   /** The table holding the status history, as `execRaw` names it. */
   historyTable: string;
+  /** Disposes of what the factory made (disposes `ledger`, removes the file, drops the schema), after every test. */
   cleanup: () => Promise<void>;
 }
 
@@ -57,6 +69,10 @@ function task(overrides: Partial<ObservedTask> = {}): ObservedTask {
   };
 }
 
+/**
+ * Declares the contract's tests (a vitest `describe` named `Ledger contract: ${name}`) in the calling test file.
+ * `makeFixture` runs before every test and must answer a fresh, empty ledger; the contract calls `cleanup` after it.
+ */
 export function describeLedgerContract(name: string, makeFixture: () => Promise<LedgerFixture>): void {
   describe(`Ledger contract: ${name}`, () => {
     let fixture: LedgerFixture;
@@ -105,7 +121,7 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
     });
 
     it('treats spellings of one server as one endpoint for keys, tasks and lists', async () => {
-      // invariant: issue 13 item 6: one idempotency key makes one record whichever spelling of the URL is used
+      // invariant: one idempotency key makes one record whichever spelling of the URL is used
       await ledger.recordIntent(
         submission({ recordId: 'sp', idempotencyKey: 'k', endpoint: 'http://localhost:1/mcp/' }),
       );
@@ -118,7 +134,7 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
     });
 
     it('makes one record of one idempotency key when two ledger objects record it at the same moment', async () => {
-      // invariant: exactly once fleet-wide (issue 17): the storage decides the race, the loser gets the winner's record
+      // invariant: exactly once fleet-wide: the storage decides the race, the loser gets the winner's record
       const other = await openSecond();
       for (let round = 0; round < 10; round++) {
         const key = `order-${round}`;
@@ -283,7 +299,7 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
     });
 
     it('refuses every driving write of a holder whose lease was taken over (the fence)', async () => {
-      // invariant: issue 17: a late write from a worker that lost its record is refused, whatever it tries
+      // invariant: a late write from a worker that lost its record is refused, whatever it tries
       await ledger.recordIntent(submission({ recordId: 'fence' }));
       await ledger.commitTask('fence', 'p1', task({ status: 'input_required' }), T0);
       const other = await openSecond();
@@ -385,7 +401,7 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
     });
 
     it('splits records between ledger objects that claim them all at the same moment, each to one', async () => {
-      // invariant: resumeAll() on every worker together follows (and so queries) each open record once (issue 17)
+      // invariant: resumeAll() on every worker together follows (and so queries) each open record once
       const ids: string[] = [];
       for (let i = 0; i < 40; i++) {
         const recordId = `s${i}`;
@@ -439,7 +455,7 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
     });
 
     it('keeps the first of two answers stored at the same moment by two ledger objects', async () => {
-      // invariant: an input key is answered once fleet-wide (issue 17); both writers learn which answer won
+      // invariant: an input key is answered once fleet-wide; both writers learn which answer won
       await ledger.recordIntent(submission({ recordId: 'race' }));
       await ledger.commitTask('race', 'p1', task({ status: 'input_required' }), T0);
       const other = await openSecond();
@@ -537,7 +553,7 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
     });
 
     it('lists the records a worker may take over: followable, with a lease free or run out', async () => {
-      // invariant: issue 17: a live worker finds a dead worker's records once their leases ran out, and no others
+      // invariant: a live worker finds a dead worker's records once their leases ran out, and no others
       for (const recordId of ['live', 'lapsed', 'free', 'done']) {
         await ledger.recordIntent(submission({ recordId, submittedAt: T0 + recordId.length }));
         await ledger.commitTask(recordId, 'p1', task({ taskId: `t-${recordId}` }), T0, T0 + 10_000);
@@ -553,7 +569,7 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
     });
 
     it('gives every object on the storage one clock, running on with real time', async () => {
-      // invariant: issue 17: the processes sharing a ledger stamp and compare leases on one clock (Ledger.now)
+      // invariant: the processes sharing a ledger stamp and compare leases on one clock (Ledger.now)
       const other = await openSecond();
       const [mine, theirs] = [ledger.now(), other.now()];
       // on this test's host every clock is right: the ledger's differs from it by a round trip at most

@@ -1,21 +1,30 @@
 /**
  * The one contract every TaskStore passes (docs/DESIGN.md: "Every store implementation passes one shared contract
- * suite"). Each store's test file calls `describeTaskStoreContract` with a factory for a fresh, empty store. Times are
- * fixed numbers passed in; nothing here sleeps.
+ * suite"): SQLite and PostgreSQL here, and a store of your own (docs/server.md, "A store of your own"). A store's test
+ * file calls `describeTaskStoreContract` with a factory for a fresh, empty store. Times are fixed numbers passed in;
+ * nothing here sleeps.
  */
 import { randomUUID } from 'node:crypto';
 
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 
-import type { InputRequest, InputResponse } from '../../../src/protocol/index.js';
-import type { LeaseRef, NewTask, StoredTask, TaskSignal, TaskStore } from '../../../src/server/store/taskStore.js';
-import { OpenTaskLimitError, StepLimitError, StoredTaskLimitError } from '../../../src/server/store/taskStore.js';
+import type { InputRequest, InputResponse } from '../protocol/index.js';
+import type { LeaseRef, NewTask, StoredTask, TaskSignal, TaskStore } from '../server/store/taskStore.js';
+import { OpenTaskLimitError, StepLimitError, StoredTaskLimitError } from '../server/store/taskStore.js';
 
-/** What a store's test file hands the contract: a fresh, empty store and how to dispose of it. */
+/**
+ * What a store's test file hands the contract, made afresh for every test by the factory given to
+ * `describeTaskStoreContract` (in vitest's `beforeEach`).
+ */
 export interface TaskStoreFixture {
+  /** A fresh, empty store: no task of an earlier test may be visible in it (a new file, a new schema or database). */
   store: TaskStore;
+  /** Disposes of what the factory made (closes `store`, removes the file, drops the schema), after every test. */
   cleanup: () => Promise<void>;
-  /** A second, independent instance on the same database, where the store can have one (closed by the contract). */
+  /**
+   * A second, independent instance on the same database, where the store can have one: the checks that read a task and
+   * its steps through another instance run only when it is given (skipped otherwise). The contract closes each one.
+   */
   openSecond?: () => Promise<TaskStore>;
 }
 
@@ -51,10 +60,11 @@ function leaseOf(task: StoredTask): LeaseRef {
   return { taskId: task.taskId, fence: task.fence };
 }
 
-export function describeTaskStoreContract(
-  name: string,
-  makeStore: () => Promise<{ store: TaskStore; cleanup: () => Promise<void>; openSecond?: () => Promise<TaskStore> }>,
-): void {
+/**
+ * Declares the contract's tests (a vitest `describe` named `TaskStore contract: ${name}`) in the calling test file.
+ * `makeStore` runs before every test and must answer a fresh, empty store; the contract calls `cleanup` after it.
+ */
+export function describeTaskStoreContract(name: string, makeStore: () => Promise<TaskStoreFixture>): void {
   describe(`TaskStore contract: ${name}`, () => {
     let fixture: TaskStoreFixture;
     let store: TaskStore;
@@ -260,7 +270,7 @@ export function describeTaskStoreContract(
       });
 
       it('refuses a create over maxStoredTasksForPrincipal, counting finished tasks too, never an idempotent replay', async () => {
-        // invariant: what one owner keeps stored (open and retained finished tasks) is bounded (issue 11, item 9)
+        // invariant: what one owner keeps stored (open and retained finished tasks) is bounded
         const limit = { maxStoredTasksForPrincipal: 2 };
         const first = await created({ principal: 'dora', idempotencyKey: 'k-stored', ...limit });
         await store.finish(leaseOf(first), { status: 'completed', result: {} }, T0 + 1);
@@ -276,7 +286,7 @@ export function describeTaskStoreContract(
       });
 
       it('reads many tasks in one getMany, each as get reads it, unknown ids left out', async (ctx) => {
-        // invariant: push reads its subscribed ids in one go (issue 15); what it reads is what get reads
+        // invariant: push reads its subscribed ids in one go; what it reads is what get reads
         if (!store.getMany) return ctx.skip();
         const first = await created();
         const second = await created();
@@ -290,7 +300,7 @@ export function describeTaskStoreContract(
       });
 
       it("reads many tasks' versions in one taskVersions, each as get reads it, unknown ids left out", async (ctx) => {
-        // invariant: push's periodic check compares status, lastUpdatedAt and expiry, as stored (issue 15)
+        // invariant: push's periodic check compares status, lastUpdatedAt and expiry, as stored
         if (!store.taskVersions) return ctx.skip();
         const first = await created();
         const second = await created({ ttlMs: null });
@@ -459,7 +469,7 @@ export function describeTaskStoreContract(
 
     describe('durable steps', () => {
       it('commits a step for the lease holder and reads it back, in commit order, with the checkpoint', async () => {
-        // invariant: what a step or checkpoint write acknowledged is what the next attempt reads (issue 16)
+        // invariant: what a step or checkpoint write acknowledged is what the next attempt reads
         const task = await created();
         const lease = leaseOf(task);
         expect(await store.readSteps(task.taskId)).toEqual({ steps: [], checkpoint: undefined });
@@ -1035,7 +1045,7 @@ export function describeTaskStoreContract(
       });
 
       it('purges a finished task without a TTL `unlimitedRetentionMs` after it finished, and only when asked', async () => {
-        // invariant: a task with ttlMs null is not kept for ever once it finished (issue 20.6); an open one stays
+        // invariant: a task with ttlMs null is not kept for ever once it finished; an open one stays
         const finished = await created({ ttlMs: null });
         await store.finish(leaseOf(finished), { status: 'completed', result: {} }, T0 + MINUTE);
         const open = await created({ ttlMs: null });
