@@ -1,9 +1,10 @@
 // The chaos soak (test/e2e/soak.ts): every submission closes out with the ledger and the store agreeing, no handler
 // runs more often than its policy allows, no input is asked twice, nothing is left open, two reads agree, and each
 // kind of fault was actually injected and recovered from: kills, pauses past the lease, a second process racing
-// resumeAll, client clock steps, PostgreSQL connection drops and outages, stores stalled past a lease, an instance in
-// another PID namespace, and a fleet of clients on one PostgreSQL ledger taking up a killed worker's records. SHORT
-// here; `npm run soak` (SOAK_MODE=long) runs LONG: more of everything, for eight minutes.
+// resumeAll, client clock steps, PostgreSQL connection drops and outages, stores stalled past a lease (with a fresh
+// instance and a resumeAll started the moment each came back), an instance in another PID namespace, and a fleet of
+// clients on one PostgreSQL ledger taking up a killed worker's records. SHORT here; `npm run soak` (SOAK_MODE=long)
+// runs LONG: more of everything, for eight minutes.
 import { describe, expect, it } from 'vitest';
 
 import { type BackendKind, formatReport, LONG, runSoak, SHORT } from './soak.js';
@@ -42,6 +43,8 @@ describe(`chaos soak (${config.name})`, () => {
       expect(report.faults.clockSteps).toBeGreaterThan(0);
       // a store stalled past a lease on every backend (each fault kind runs once on each first)
       expect(report.faults.storeStalls).toBeGreaterThanOrEqual(config.backends.length);
+      // and, the moment each came back, a fresh instance and a resumeAll() that took nothing from a live holder
+      expect(report.faults.entrantsAfterStall).toBeGreaterThanOrEqual(config.backends.length);
       expect(report.namespacedStarts).toBeGreaterThan(0);
       if (config.backends.includes('postgres-fleet')) {
         // a fleet on one PostgreSQL ledger: workers were killed while they followed records, and the others took

@@ -1,12 +1,14 @@
 /**
- * The chaos soak (issue 7, "Chaos soak"). Client processes (fixtures/soakClient.mjs, each with its own ledger and
- * principal) submit a steady stream of tasks of every kind — fast, slow, input-requiring, failing, cancelled — to
- * several `closeout serve` processes, on SQLite (one store file shared by every instance) and on PostgreSQL, each
- * backend behind a ChaosProxy that drops connections and delays answers, while a fault injector SIGKILLs random
- * server and client processes and starts them again, pauses client processes (SIGSTOP) for longer than their lease,
- * races a second process's resumeAll() against a client on its own ledger, steps a client's wall clock (libfaketime),
- * drops the PostgreSQL connections and stops PostgreSQL for seconds; one instance per backend runs in a PID namespace
- * of its own (a container sharing the host's name). Everything runs on loopback and is bounded in count and time.
+ * The chaos soak. Client processes (fixtures/soakClient.mjs, each with its own ledger and principal) submit a steady
+ * stream of tasks of every kind — fast, slow, input-requiring, failing, cancelled — to several `closeout serve`
+ * processes, on SQLite (one store file shared by every instance) and on PostgreSQL, each backend behind a ChaosProxy
+ * that drops connections and delays answers, while a fault injector SIGKILLs random server and client processes and
+ * starts them again, pauses client processes (SIGSTOP) for longer than their lease, races a second process's
+ * resumeAll() against a client on its own ledger, steps a client's wall clock (libfaketime), drops the PostgreSQL
+ * connections, stops PostgreSQL for seconds, stalls the store past a lease (PostgreSQL frozen, a SQLite write lock
+ * held) and, the moment the store answers again, starts a fresh instance and a resumeAll(); one instance per backend
+ * runs in a PID namespace of its own (a container sharing the host's name). Everything runs on loopback and is
+ * bounded in count and time.
  *
  * Then, for every submission: the client's ledger and the server's store agree on the final state and result; no
  * handler ran more often than its policy allows (counted from the demo tools' CLOSEOUT_RUN_LOG, not from the store:
@@ -40,8 +42,8 @@ const SOAK_CLIENT = fileURLToPath(new URL('./fixtures/soakClient.mjs', import.me
 
 /**
  * Where the servers keep their tasks and the clients their ledgers: `sqlite` and `postgres` name the store, each client
- * keeping a SQLite ledger of its own; `postgres-fleet` is a store on PostgreSQL and clients that are one fleet (issue
- * 17): one PostgreSQL ledger shared by every client process, one credential, each process taking over the records
+ * keeping a SQLite ledger of its own; `postgres-fleet` is a store on PostgreSQL and clients that are one fleet: one
+ * PostgreSQL ledger shared by every client process, one credential, each process taking over the records
  * of the others that stop renewing their leases (`takeOverEveryMs`).
  */
 export type BackendKind = 'sqlite' | 'postgres' | 'postgres-fleet';
@@ -205,6 +207,8 @@ export interface SoakReport {
     connectionDrops: number;
     databaseOutages: number;
     storeStalls: number;
+    /** Fresh instances and resumeAll() processes started the moment the store answered again. */
+    entrantsAfterStall: number;
     droppedBefore: number;
     droppedAfter: number;
     delayed: number;
@@ -330,6 +334,7 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
       connectionDrops: sum((r) => r.connectionDrops),
       databaseOutages: sum((r) => r.databaseOutages),
       storeStalls: sum((r) => r.storeStalls),
+      entrantsAfterStall: sum((r) => r.entrantsAfterStall),
       droppedBefore: sum((r) => r.proxy.droppedBefore),
       droppedAfter: sum((r) => r.proxy.droppedAfter),
       delayed: sum((r) => r.proxy.delayed),
@@ -345,6 +350,7 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
       faults.connectionDrops +
       faults.databaseOutages +
       faults.storeStalls +
+      faults.entrantsAfterStall +
       faults.droppedBefore +
       faults.droppedAfter +
       faults.delayed +
@@ -386,6 +392,7 @@ export async function runSoak(config: SoakConfig, log: (line: string) => void = 
           r.connectionDrops +
           r.databaseOutages +
           r.storeStalls +
+          r.entrantsAfterStall +
           r.proxyFaults,
         recovered: r.recovered.size,
         lost: r.lost.length,
@@ -430,6 +437,7 @@ export function formatReport(report: SoakReport): string[] {
       `client processes paused past their lease ${faults.clientPauses}, second processes racing resumeAll ${faults.resumeRaces}, ` +
       `client clock steps ${faults.clockSteps}, PostgreSQL connection drops ${faults.connectionDrops}, ` +
       `PostgreSQL outages ${faults.databaseOutages}, stores stalled past a lease (PostgreSQL frozen, SQLite write lock held) ${faults.storeStalls}, ` +
+      `fresh instances and resumeAll processes started the moment the store answered again ${faults.entrantsAfterStall}, ` +
       `connections dropped before the server ${faults.droppedBefore}, answers dropped after it ${faults.droppedAfter}, ` +
       `answers delayed ${faults.delayed}, answers stalled past the client's timeout ${faults.stalled})`,
     `recovered: ${recovered.total} (resubmitted after a lost answer ${recovered.resubmitted}, resumed by a restarted client ` +
@@ -487,6 +495,7 @@ interface BackendResult {
   connectionDrops: number;
   databaseOutages: number;
   storeStalls: number;
+  entrantsAfterStall: number;
   namespacedStarts: number;
   proxy: ChaosProxy['counts'];
   proxyFaults: number;
@@ -527,6 +536,7 @@ class BackendRun {
   private databaseOutages = 0;
   private outageRunning = false;
   private storeStalls = 0;
+  private entrantsAfterStall = 0;
   private stallRunning = false;
   private readonly restarts = new Set<Promise<void>>();
   private readonly violations: string[] = [];
@@ -734,9 +744,19 @@ class BackendRun {
 
   /** The shared ledger's records a process follows (`tracking`), read through one connection kept for the soak. */
   private async fleetRecordsFollowed(): Promise<TaskRecord[]> {
-    this.fleetLedger ??= PostgresLedger.open(this.sharedLedger!);
-    const records = await (await this.fleetLedger).list({});
-    return records.filter((record) => record.localState === 'tracking');
+    // the harness's own reads go through the database faults it injects (a dropped connection, an outage, a freeze):
+    // a read that fails is read again, for as long as a fault lasts
+    for (const until = Date.now() + FLEET_TAKE_UP_WAIT_MS; ;) {
+      try {
+        this.fleetLedger ??= PostgresLedger.open(this.sharedLedger!);
+        const records = await (await this.fleetLedger).list({});
+        return records.filter((record) => record.localState === 'tracking');
+      } catch (error) {
+        if (!(await this.fleetLedger?.then(() => true).catch(() => false))) this.fleetLedger = undefined;
+        if (this.stopping || Date.now() > until) throw error;
+        await sleep(250);
+      }
+    }
   }
 
   /** SIGSTOP for longer than the client's lease (a laptop lid, a debugger, a paused container), then SIGCONT. */
@@ -834,6 +854,7 @@ class BackendRun {
       this.postgres.outage(this.config.databaseOutageMs).finally(() => {
         this.outageRunning = false;
         this.note('database back', 0);
+        this.enterAfterStall();
       }),
     );
     return true;
@@ -858,9 +879,41 @@ class BackendRun {
       stall().finally(() => {
         this.stallRunning = false;
         this.note('store answers again', 0);
+        this.enterAfterStall();
       }),
     );
     return true;
+  }
+
+  /**
+   * The moment the store answers again, after an outage or a stall, leases of live holders have lapsed only because
+   * nobody could renew them: a fresh instance starts (its takeover gate closed, as any process started after the
+   * stall), and a second process runs resumeAll() on a live client's ledger (on the fleet's shared ledger, the
+   * ledger outage itself). Neither may take anything from a live holder: a task run twice or an input asked twice is
+   * a violation the checks report. The fresh instance has a slot of its own, past the deployment's: the previous one
+   * is killed as it comes in, so instances do not pile up.
+   */
+  private enterAfterStall(): void {
+    if (this.stopping) return;
+    this.entrantsAfterStall++;
+    const index = this.config.serversPerBackend;
+    const previous = this.servers[index];
+    if (previous) {
+      this.servers[index] = undefined;
+      this.killedServerPids.add(previous.child.pid!);
+      this.killedServerInstances.add(this.instanceOf.get(previous)!);
+      this.route();
+    }
+    this.note('fresh instance after a stall', previous?.child.pid ?? 0);
+    this.track(
+      (async () => {
+        if (previous) await previous.kill();
+        this.servers[index] = await this.serve(index);
+        this.route();
+      })(),
+    );
+    const live = this.clients.filter((slot) => slot.child && !slot.done);
+    if (live.length > 0) this.spawnRacer(live[this.entrantsAfterStall % live.length]!);
   }
 
   /** No more faults: the proxy forwards faithfully, and every killed process is back. */
@@ -1138,6 +1191,7 @@ class BackendRun {
       connectionDrops: this.connectionDrops,
       databaseOutages: this.databaseOutages,
       storeStalls: this.storeStalls,
+      entrantsAfterStall: this.entrantsAfterStall,
       namespacedStarts: this.namespacedStarts,
       proxy: { ...this.proxy.counts },
       proxyFaults: this.proxy.faults,
