@@ -10,8 +10,8 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
-import { argumentsDigest } from '../../../src/client/argumentsDigest.js';
 import type { Ledger, NewSubmission, ObservedTask } from '../../../src/client/index.js';
+import { argumentsDigest } from '../../../src/client/submitting/argumentsDigest.js';
 
 export interface LedgerFixture {
   /** A fresh, empty ledger. */
