@@ -29,7 +29,7 @@ import { parseArgs } from 'node:util';
 
 import { DEFAULT_POLL_POLICY } from 'closeout/client';
 
-import { pollGridMs } from '../src/client/scheduler.js';
+import { pollGridMs } from '../src/client/core/scheduler.js';
 import { type ClockworkServer, startClockworkServer } from './clockworkServer.js';
 import { fixed, machineLine, median, percentile, table } from './figures.js';
 import { positive } from './flags.js';

@@ -27,10 +27,10 @@ import { connectHttpTaskClient, DEFAULT_POLL_POLICY, isTaskHandle, type TaskClie
 import { Agent } from 'undici';
 import * as z from 'zod/v4';
 
-import { createHttpFetch } from '../src/client/httpFetch.js';
-import { attachTaskResultCarrier } from '../src/client/sdkGlue.js';
-import { TaskGetFastPath } from '../src/client/taskGetFastPath.js';
-import { checkTask } from '../src/client/taskRequests.js';
+import { checkTask } from '../src/client/following/taskRequests.js';
+import { createHttpFetch } from '../src/client/transport/httpFetch.js';
+import { attachTaskResultCarrier } from '../src/client/transport/sdkGlue.js';
+import { TaskGetFastPath } from '../src/client/transport/taskGetFastPath.js';
 import { streamableHttpDispatch } from '../test/support/extTasksDispatch.js';
 import { PROTOCOL_VERSION, TASKS, wireRequest } from '../test/support/rpc.js';
 import { childMailbox } from './childMailbox.js';
@@ -398,8 +398,8 @@ async function floor(): Promise<void> {
     if (query.kind !== 'task') throw new Error(`tasks/get: ${query.error.message}`);
   };
 
-  // the TaskClient's poll fast path alone (src/client/taskGetFastPath.ts) on a pool of its own, taught by an SDK
-  // client of its own as a TaskClient's is: what a waiting poll's request costs without the bookkeeping around it
+  // the TaskClient's poll fast path alone (src/client/transport/taskGetFastPath.ts) on a pool of its own, taught by an
+  // SDK client of its own as a TaskClient's is: what a waiting poll's request costs without the bookkeeping around it
   const fastHttp = createHttpFetch();
   const fastPath = new TaskGetFastPath(fastHttp, new URL(config.url), undefined);
   const teacher = new Client(CLIENT_INFO, { versionNegotiation: { mode: 'auto' } });

@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 
 import { connectHttpTaskClient, isTaskHandle } from 'closeout/client';
 
-import { createHttpFetch } from '../src/client/httpFetch.js';
+import { createHttpFetch } from '../src/client/transport/httpFetch.js';
 import { childMailbox } from './childMailbox.js';
 import { countMajorCollections } from './majorCollections.js';
 

@@ -10,9 +10,9 @@ import { fileURLToPath } from 'node:url';
 
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { argumentsDigest } from '../src/client/argumentsDigest.js';
 import { LEDGER_SCHEMA_VERSION } from '../src/client/ledger/sqlite/schema.js';
 import { SqliteLedger } from '../src/client/ledger/sqliteLedger.js';
+import { argumentsDigest } from '../src/client/submitting/argumentsDigest.js';
 import { SqliteTaskStore, STORE_SCHEMA_VERSION } from '../src/server/store/sqliteTaskStore.js';
 import { openDatabase } from '../src/shared/sqlite/sqliteDriver.js';
 

@@ -17,7 +17,7 @@ import type { Tool } from 'ai';
 import { jsonSchema, tool } from 'ai';
 
 import type { TaskClient, TaskInputHandlers } from '../client/index.js';
-import { listAllTools } from '../client/listTools.js';
+import { listAllTools } from '../client/transport/listTools.js';
 import type { JsonObject } from '../protocol/index.js';
 import {
   ANSWER_TOOL_DESCRIPTION,

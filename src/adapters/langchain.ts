@@ -20,7 +20,7 @@ import { tool } from '@langchain/core/tools';
 import type { CallToolResult } from '@modelcontextprotocol/client';
 
 import type { TaskClient, TaskInputHandlers } from '../client/index.js';
-import { listAllTools } from '../client/listTools.js';
+import { listAllTools } from '../client/transport/listTools.js';
 import type { JsonObject } from '../protocol/index.js';
 import { graphInterruptInput } from './langgraphInterrupt.js';
 import {

@@ -22,7 +22,7 @@ import type { FunctionTool, RunToolApprovalItem } from '@openai/agents-core';
 import { tool } from '@openai/agents-core';
 
 import type { TaskClient, TaskHandle, TaskInputHandlers } from '../client/index.js';
-import { listAllTools } from '../client/listTools.js';
+import { listAllTools } from '../client/transport/listTools.js';
 import type { InputResponse, JsonObject } from '../protocol/index.js';
 import { acceptApproved, answerForApproval, approvalInput, inputForApproval } from './inputApproval.js';
 import {

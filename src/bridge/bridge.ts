@@ -30,7 +30,7 @@ import type {
   TaskRecord,
 } from '../client/index.js';
 import { connectHttpTaskClient, connectStdioTaskClient, isTaskHandle, TaskClientError } from '../client/index.js';
-import { listAllTools } from '../client/listTools.js';
+import { listAllTools } from '../client/transport/listTools.js';
 import { canonicalJson } from '../protocol/canonicalJson.js';
 import type { JsonObject } from '../protocol/index.js';
 import { stdioServerTransport } from '../server/stdio.js';

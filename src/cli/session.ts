@@ -116,7 +116,7 @@ export class ClientSession {
     const given = process.env[TOKEN_SERVER_ENV] || this.options.namedServer;
     if (given) return sameServer(given, endpoint) ? token : undefined;
     if (!this.opened) return undefined;
-    const { credentialFingerprint } = await import('../client/ledgerKeys.js');
+    const { credentialFingerprint } = await import('../client/ledger/ledgerKeys.js');
     const fingerprint = credentialFingerprint(await this.ledger.secret(), `Bearer ${token}`);
     const records = await this.ledger.list({ endpoint });
     return records.some((record) => record.credential === fingerprint) ? token : undefined;

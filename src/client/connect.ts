@@ -9,17 +9,17 @@ import type { StdioServerParameters } from '@modelcontextprotocol/client/stdio';
 import type { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 
 import { connectionError } from './errors.js';
-import type { HttpFetch } from './httpFetch.js';
-import { createHttpFetch } from './httpFetch.js';
+import { sessionCapabilities } from './input/sessionInput.js';
 import type { Ledger } from './ledger/ledger.js';
 import { isPostgresLocation } from './ledger/ledgerLocation.js';
 import { SqliteLedger } from './ledger/sqliteLedger.js';
-import { attachTaskResultCarrier, exitedOnVersionProbe, SessionStdioClientTransport } from './sdkGlue.js';
-import { sessionCapabilities } from './sessionInput.js';
 import type { TaskClientOptions } from './taskClient.js';
 import { TaskClient } from './taskClient.js';
-import { TaskGetFastPath } from './taskGetFastPath.js';
-import { retryAfterFetch } from './transportFailure.js';
+import type { HttpFetch } from './transport/httpFetch.js';
+import { createHttpFetch } from './transport/httpFetch.js';
+import { attachTaskResultCarrier, exitedOnVersionProbe, SessionStdioClientTransport } from './transport/sdkGlue.js';
+import { TaskGetFastPath } from './transport/taskGetFastPath.js';
+import { retryAfterFetch } from './transport/transportFailure.js';
 
 export const DEFAULT_CLIENT_INFO: Implementation = { name: 'closeout', version: '0.1.0' };
 

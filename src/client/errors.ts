@@ -4,7 +4,7 @@
  */
 import type { JsonRpcError } from '../protocol/index.js';
 import type { TaskRecord } from './ledger/ledger.js';
-import { classifyTransportError } from './transportFailure.js';
+import { classifyTransportError } from './transport/transportFailure.js';
 
 export type TaskClientErrorCode =
   /** tools/call was sent and no usable answer came back: surfaced, never re-sent silently (docs/REQUIREMENTS.md S13). */

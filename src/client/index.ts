@@ -7,10 +7,12 @@
  */
 export type { ConnectHttpOptions, ConnectTaskClientOptions } from './connect.js';
 export { connectHttpTaskClient, connectStdioTaskClient, DEFAULT_CLIENT_INFO } from './connect.js';
+export type { PollPolicy, SchedulerClock } from './core/scheduler.js';
+export { DEFAULT_POLL_POLICY } from './core/scheduler.js';
 export type { TaskClientErrorCode } from './errors.js';
 export { TaskClientError } from './errors.js';
-export type { HttpFetch } from './httpFetch.js';
-export type { TaskInputContext, TaskInputHandlers } from './inputRouter.js';
+export type { PushOptions, PushState } from './following/pushFollower.js';
+export type { TaskInputContext, TaskInputHandlers } from './input/inputRouter.js';
 export type {
   Closing,
   HistoryEntry,
@@ -29,10 +31,6 @@ export type { PostgresLedgerOptions } from './ledger/postgresLedger.js';
 export { PostgresLedger } from './ledger/postgresLedger.js';
 export type { SqliteLedgerOptions } from './ledger/sqliteLedger.js';
 export { SqliteLedger } from './ledger/sqliteLedger.js';
-export type { PushOptions, PushState } from './pushFollower.js';
-export type { PollPolicy, SchedulerClock } from './scheduler.js';
-export { DEFAULT_POLL_POLICY } from './scheduler.js';
-export { MAX_INPUT_REQUESTS, MAX_INPUT_REQUESTS_BYTES, ServerOutputError } from './serverOutput.js';
 export type {
   CallToolOptions,
   ResubmitOptions,
@@ -43,3 +41,5 @@ export type {
 export { isTaskHandle, TaskClient } from './taskClient.js';
 export type { TaskOutcome } from './taskHandle.js';
 export { TaskHandle } from './taskHandle.js';
+export type { HttpFetch } from './transport/httpFetch.js';
+export { MAX_INPUT_REQUESTS, MAX_INPUT_REQUESTS_BYTES, ServerOutputError } from './transport/serverOutput.js';

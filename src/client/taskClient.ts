@@ -18,17 +18,17 @@ import type { CallToolResult, Client } from '@modelcontextprotocol/client';
 
 import type { InputResponse, JsonObject } from '../protocol/index.js';
 import { TASK_METHODS } from '../protocol/index.js';
-import { ClientCore, DEFAULT_STORAGE_PATIENCE_MS } from './clientCore.js';
-import type { CallToolOptions, ResubmitOptions, ResumeReport, TaskClientOptions } from './clientOptions.js';
+import { ClientCore, DEFAULT_STORAGE_PATIENCE_MS } from './core/clientCore.js';
+import type { CallToolOptions, ResubmitOptions, ResumeReport, TaskClientOptions } from './core/clientOptions.js';
 import { TaskClientError } from './errors.js';
-import { Following } from './following.js';
-import { InputRouter } from './inputRouter.js';
+import { Following } from './following/following.js';
+import type { PushState } from './following/pushFollower.js';
+import { TaskRequests } from './following/taskRequests.js';
+import { InputRouter } from './input/inputRouter.js';
+import { answerSessionInput } from './input/sessionInput.js';
 import type { HistoryEntry, Ledger, LedgerFilter, TaskRecord } from './ledger/ledger.js';
-import type { PushState } from './pushFollower.js';
-import { answerSessionInput } from './sessionInput.js';
-import { Submission } from './submission.js';
+import { Submission } from './submitting/submission.js';
 import { TaskHandle } from './taskHandle.js';
-import { TaskRequests } from './taskRequests.js';
 
 export type {
   CallToolOptions,
@@ -36,7 +36,7 @@ export type {
   ResumeReport,
   TaskClientEvent,
   TaskClientOptions,
-} from './clientOptions.js';
+} from './core/clientOptions.js';
 
 /** True when `callTool` answered with a task handle rather than an immediate result (S3). */
 export function isTaskHandle(value: CallToolResult | TaskHandle): value is TaskHandle {

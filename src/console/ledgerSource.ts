@@ -8,7 +8,7 @@
 import type { ElicitRequest, ElicitResult } from '@modelcontextprotocol/client';
 
 import { TaskClientError } from '../client/errors.js';
-import type { TaskInputContext, TaskInputHandlers } from '../client/inputRouter.js';
+import type { TaskInputContext, TaskInputHandlers } from '../client/input/inputRouter.js';
 import type { InputAnswer, Ledger, TaskRecord } from '../client/ledger/ledger.js';
 import { isFollowable } from '../client/ledger/ledger.js';
 import type { RecordListQuery } from '../client/ledger/recordListing.js';

@@ -10,8 +10,8 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
-import { argumentsDigest } from '../client/argumentsDigest.js';
 import type { Ledger, NewSubmission, ObservedTask } from '../client/ledger/ledger.js';
+import { argumentsDigest } from '../client/submitting/argumentsDigest.js';
 
 /**
  * What a ledger's test file hands the contract, made afresh for every test by the factory given to

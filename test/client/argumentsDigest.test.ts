@@ -2,7 +2,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 
-import { argumentsDigest, canonicalJson } from '../../src/client/argumentsDigest.js';
+import { argumentsDigest, canonicalJson } from '../../src/client/submitting/argumentsDigest.js';
 
 describe('argumentsDigest', () => {
   it('ignores key order at every depth', () => {

@@ -6,10 +6,10 @@ import { join } from 'node:path';
 
 import { describe, expect, it } from 'vitest';
 
-import { argumentsDigest } from '../../src/client/argumentsDigest.js';
 import type { PollPolicy } from '../../src/client/index.js';
 import { isTaskHandle, SqliteLedger } from '../../src/client/index.js';
 import { endpointIdentity } from '../../src/client/ledger/endpointIdentity.js';
+import { argumentsDigest } from '../../src/client/submitting/argumentsDigest.js';
 import { deadHolderId } from '../support/deadHolder.js';
 import { useClientHarness } from './fixtures/clientHarness.js';
 

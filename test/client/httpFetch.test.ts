@@ -10,10 +10,14 @@ import { join } from 'node:path';
 
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 
-import { createHttpFetch } from '../../src/client/httpFetch.js';
 import type { HttpFetch } from '../../src/client/index.js';
 import { connectHttpTaskClient } from '../../src/client/index.js';
-import { classifyTransportError, HttpStatusError, retryAfterFetch } from '../../src/client/transportFailure.js';
+import { createHttpFetch } from '../../src/client/transport/httpFetch.js';
+import {
+  classifyTransportError,
+  HttpStatusError,
+  retryAfterFetch,
+} from '../../src/client/transport/transportFailure.js';
 import { waitFor } from '../support/waitFor.js';
 import { startTasksFixture } from './fixtures/tasksFixtureServer.js';
 

@@ -4,9 +4,9 @@
 // again with that key (a Closeout server then hands back the task the lost call created), once.
 import { describe, expect, it } from 'vitest';
 
-import { argumentsDigest } from '../../src/client/argumentsDigest.js';
 import type { PollPolicy } from '../../src/client/index.js';
 import { isTaskHandle, SqliteLedger } from '../../src/client/index.js';
+import { argumentsDigest } from '../../src/client/submitting/argumentsDigest.js';
 import { useClientHarness } from './fixtures/clientHarness.js';
 
 const FAST: Partial<PollPolicy> = {

@@ -4,14 +4,14 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 
-import type { PollPolicy, PollVerdict } from '../../src/client/scheduler.js';
+import type { PollPolicy, PollVerdict } from '../../src/client/core/scheduler.js';
 import {
   backoffDelay,
   DEFAULT_POLL_POLICY,
   nextPollDelay,
   pollGridMs,
   PollScheduler,
-} from '../../src/client/scheduler.js';
+} from '../../src/client/core/scheduler.js';
 import { FakeClock, settle } from './fakeClock.js';
 
 const POLICY: PollPolicy = {

@@ -1,4 +1,4 @@
-// Invariant: what src/client/sdkGlue.ts relies on in the SDK still holds. If one of these fails after an SDK
+// Invariant: what src/client/transport/sdkGlue.ts relies on in the SDK still holds. If one of these fails after an SDK
 // upgrade, read the failure message: it says which assumption broke and what to change.
 import {
   Client,
@@ -10,7 +10,7 @@ import {
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
-import { attachTaskResultCarrier, TASK_CARRIER_ERROR_CODE } from '../../src/client/sdkGlue.js';
+import { attachTaskResultCarrier, TASK_CARRIER_ERROR_CODE } from '../../src/client/transport/sdkGlue.js';
 import { EmptyResultSchema, JsonObjectSchema } from '../../src/protocol/index.js';
 import type { FixtureServer } from './fixtures/tasksFixtureServer.js';
 import { startTasksFixture } from './fixtures/tasksFixtureServer.js';

@@ -2,7 +2,11 @@
 // accepted; a terminal task may repeat itself but never change.
 import { describe, expect, it } from 'vitest';
 
-import { parseCreateTaskResult, parseGetTaskResult, progressionViolation } from '../../src/client/serverOutput.js';
+import {
+  parseCreateTaskResult,
+  parseGetTaskResult,
+  progressionViolation,
+} from '../../src/client/transport/serverOutput.js';
 
 const base = {
   taskId: 't1',

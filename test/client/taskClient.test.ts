@@ -8,9 +8,9 @@ import type { CallToolResult } from '@modelcontextprotocol/client';
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client';
 import { describe, expect, it } from 'vitest';
 
-import { argumentsDigest } from '../../src/client/argumentsDigest.js';
 import type { PollPolicy, TaskHandle, TaskInputHandlers } from '../../src/client/index.js';
 import { isTaskHandle, SqliteLedger, TaskClient, TaskClientError } from '../../src/client/index.js';
+import { argumentsDigest } from '../../src/client/submitting/argumentsDigest.js';
 import { deadHolderId } from '../support/deadHolder.js';
 import { waitFor } from '../support/waitFor.js';
 import { task, textOf, useClientHarness } from './fixtures/clientHarness.js';

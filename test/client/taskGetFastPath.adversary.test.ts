@@ -1,7 +1,8 @@
-// Invariant: against the answers a review found to set the client poll fast path (src/client/taskGetFastPath.ts)
-// apart from the SDK alone (strict JSON-RPC members, repeated headers, streams that stay open or come late, a server
-// that streams every answer, a rotated token, a close with polls in flight), the same poll through the fast path and
-// through the SDK alone, on a real HTTP server on 127.0.0.1, gives the same conclusion, the same request, no extra cost.
+// Invariant: against the answers a review found to set the client poll fast path
+// (src/client/transport/taskGetFastPath.ts) apart from the SDK alone (strict JSON-RPC members, repeated headers,
+// streams that stay open or come late, a server that streams every answer, a rotated token, a close with polls in
+// flight), the same poll through the fast path and through the SDK alone, on a real HTTP server on 127.0.0.1, gives the
+// same conclusion, the same request, no extra cost.
 import { mkdtempSync, rmSync } from 'node:fs';
 import {
   createServer,
@@ -17,12 +18,12 @@ import { join } from 'node:path';
 import { Client, ProtocolError } from '@modelcontextprotocol/client';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 
-import { ClientCore } from '../../src/client/clientCore.js';
 import { DEFAULT_CLIENT_INFO, httpTaskTransport } from '../../src/client/connect.js';
+import { ClientCore } from '../../src/client/core/clientCore.js';
+import type { TaskQuery } from '../../src/client/following/taskRequests.js';
+import { TaskRequests } from '../../src/client/following/taskRequests.js';
 import { SqliteLedger } from '../../src/client/ledger/sqliteLedger.js';
-import { attachTaskResultCarrier } from '../../src/client/sdkGlue.js';
-import type { TaskQuery } from '../../src/client/taskRequests.js';
-import { TaskRequests } from '../../src/client/taskRequests.js';
+import { attachTaskResultCarrier } from '../../src/client/transport/sdkGlue.js';
 import { discoverResult } from '../support/jsonRpcFixture.js';
 import { TASKS } from '../support/rpc.js';
 

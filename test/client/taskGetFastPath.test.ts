@@ -1,5 +1,5 @@
-// Invariant: a poll on the client's fast path (src/client/taskGetFastPath.ts) reaches the server as the SDK's own
-// tasks/get would, and whatever the server answers (valid, hostile, an error, an overload, a stream, a hang-up) the
+// Invariant: a poll on the client's fast path (src/client/transport/taskGetFastPath.ts) reaches the server as the SDK's
+// own tasks/get would, and whatever the server answers (valid, hostile, an error, an overload, a stream, a hang-up) the
 // TaskClient's requests conclude exactly what they conclude through the SDK alone. Each answer is asked once on the
 // fast path when the fast path decides it, and the SDK asks again only when it does not.
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -17,12 +17,12 @@ import { join } from 'node:path';
 import { Client, ProtocolError } from '@modelcontextprotocol/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { ClientCore } from '../../src/client/clientCore.js';
 import { DEFAULT_CLIENT_INFO, httpTaskTransport } from '../../src/client/connect.js';
+import { ClientCore } from '../../src/client/core/clientCore.js';
+import type { TaskQuery } from '../../src/client/following/taskRequests.js';
+import { TaskRequests } from '../../src/client/following/taskRequests.js';
 import { SqliteLedger } from '../../src/client/ledger/sqliteLedger.js';
-import { attachTaskResultCarrier } from '../../src/client/sdkGlue.js';
-import type { TaskQuery } from '../../src/client/taskRequests.js';
-import { TaskRequests } from '../../src/client/taskRequests.js';
+import { attachTaskResultCarrier } from '../../src/client/transport/sdkGlue.js';
 import { discoverResult } from '../support/jsonRpcFixture.js';
 import { TASKS } from '../support/rpc.js';
 

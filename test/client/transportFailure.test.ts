@@ -11,7 +11,7 @@ import {
   HttpStatusError,
   parseRetryAfter,
   retryAfterFetch,
-} from '../../src/client/transportFailure.js';
+} from '../../src/client/transport/transportFailure.js';
 
 describe('parseRetryAfter', () => {
   it('reads delay-seconds and HTTP dates', () => {

@@ -7,8 +7,8 @@ import { join } from 'node:path';
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { argumentsDigest } from '../../src/client/argumentsDigest.js';
 import { SqliteLedger } from '../../src/client/index.js';
+import { argumentsDigest } from '../../src/client/submitting/argumentsDigest.js';
 import { jsonDocument, runCli } from '../support/cli.js';
 
 const IDS = ['-Vx3kQ9_a8Zt2LmN0pQrStU', '--jsonAbCdEfGhIjKlMnOpQ'];

@@ -10,7 +10,7 @@ import { InvalidArgumentError } from 'commander';
 
 import type { TaskClient, TaskHandle } from '../../client/index.js';
 import { isTaskHandle } from '../../client/index.js';
-import { listAllTools } from '../../client/listTools.js';
+import { listAllTools } from '../../client/transport/listTools.js';
 import type { JsonObject } from '../../protocol/index.js';
 import { parseJsonObject, parseUrl } from '../arguments.js';
 import { CliError } from '../cliError.js';

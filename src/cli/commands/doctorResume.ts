@@ -10,9 +10,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-import { argumentsDigest } from '../../client/argumentsDigest.js';
 import { SqliteLedger } from '../../client/ledger/index.js';
-import { parseGetTaskResult } from '../../client/serverOutput.js';
+import { argumentsDigest } from '../../client/submitting/argumentsDigest.js';
+import { parseGetTaskResult } from '../../client/transport/serverOutput.js';
 import type { JsonObject } from '../../protocol/index.js';
 import { TASK_STATUSES } from '../../protocol/index.js';
 import { TOKEN_ENV } from '../session.js';

@@ -7,7 +7,7 @@ import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/cli
 import type { Command } from 'commander';
 
 import { DEFAULT_CLIENT_INFO } from '../../client/connect.js';
-import { listAllTools } from '../../client/listTools.js';
+import { listAllTools } from '../../client/transport/listTools.js';
 import { parseUrl } from '../arguments.js';
 import type { JsonFlags, TokenFlags } from '../commonOptions.js';
 import { addJsonOption, addTokenOption } from '../commonOptions.js';

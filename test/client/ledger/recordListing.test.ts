@@ -9,7 +9,6 @@ import { join } from 'node:path';
 import type Database from 'better-sqlite3';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 
-import { argumentsDigest } from '../../../src/client/argumentsDigest.js';
 import type { Ledger, NewSubmission, ObservedTask } from '../../../src/client/index.js';
 import { PostgresLedger } from '../../../src/client/ledger/postgresLedger.js';
 import type { RecordListQuery, RecordStatus } from '../../../src/client/ledger/recordListing.js';
@@ -21,6 +20,7 @@ import {
 } from '../../../src/client/ledger/recordListing.js';
 import { SQLITE_LISTING } from '../../../src/client/ledger/sqlite/sql.js';
 import { SqliteLedger } from '../../../src/client/ledger/sqliteLedger.js';
+import { argumentsDigest } from '../../../src/client/submitting/argumentsDigest.js';
 import { openDatabase } from '../../../src/shared/sqlite/sqliteDriver.js';
 import { type StartedPostgres, startPostgres } from '../../support/postgres.js';
 

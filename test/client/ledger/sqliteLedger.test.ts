@@ -7,10 +7,10 @@ import { join } from 'node:path';
 import type Database from 'better-sqlite3';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
-import { argumentsDigest } from '../../../src/client/argumentsDigest.js';
 import type { NewSubmission } from '../../../src/client/index.js';
 import { SqliteLedger } from '../../../src/client/index.js';
 import { LEDGER_SCHEMA_VERSION } from '../../../src/client/ledger/sqlite/schema.js';
+import { argumentsDigest } from '../../../src/client/submitting/argumentsDigest.js';
 import { openDatabase } from '../../../src/shared/sqlite/sqliteDriver.js';
 import { describeLedgerContract } from '../../../src/testing/index.js';
 

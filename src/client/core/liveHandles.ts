@@ -3,8 +3,8 @@
  * and how long this process has seen each open. Following (following.ts) adds and drops them; submission and the lease
  * keeper only look.
  */
-import type { TaskRecord } from './ledger/ledger.js';
-import type { TaskHandle } from './taskHandle.js';
+import type { TaskRecord } from '../ledger/ledger.js';
+import type { TaskHandle } from '../taskHandle.js';
 
 export class LiveHandles {
   private readonly handles = new Map<string, TaskHandle>();

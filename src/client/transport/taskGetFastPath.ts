@@ -41,7 +41,7 @@ import {
 } from '@modelcontextprotocol/client';
 import { createParser } from 'eventsource-parser';
 
-import { TASK_METHODS } from '../protocol/index.js';
+import { TASK_METHODS } from '../../protocol/index.js';
 import type { HttpAnswer, HttpFetch } from './httpFetch.js';
 import { RequestSignal } from './httpFetch.js';
 import { overloadFailure } from './transportFailure.js';

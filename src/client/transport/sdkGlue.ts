@@ -48,13 +48,13 @@ import {
   SUBSCRIPTION_ID_META_KEY,
   SUBSCRIPTIONS_LISTEN_METHOD,
   TASK_STATUS_NOTIFICATION_METHOD,
-} from '../protocol/constants.js';
+} from '../../protocol/constants.js';
 import {
   CLIENT_CAPABILITIES_META_KEY,
   PROTOCOL_VERSION_META_KEY,
   TASK_RESULT_TYPE,
   TASKS_EXTENSION_ID,
-} from '../protocol/index.js';
+} from '../../protocol/index.js';
 
 /** A server-defined JSON-RPC code (-32000..-32099) used only between this module and the TaskClient. */
 export const TASK_CARRIER_ERROR_CODE = -32099;

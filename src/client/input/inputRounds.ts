@@ -9,9 +9,9 @@
  * - an InputRequiredResult without `inputRequests` may be retried at once; a short pause keeps a server that sheds
  *   load this way from being hammered.
  */
-import type { InputRequests, InputResponses } from '../protocol/index.js';
-import { InputRequestsSchema } from '../protocol/index.js';
-import { MAX_INPUT_REQUESTS } from './serverOutput.js';
+import type { InputRequests, InputResponses } from '../../protocol/index.js';
+import { InputRequestsSchema } from '../../protocol/index.js';
+import { MAX_INPUT_REQUESTS } from '../transport/serverOutput.js';
 
 /** Rounds one call may take before it is given up (the SDK's own driver uses the same cap). */
 export const MAX_INPUT_ROUNDS = 10;

@@ -7,21 +7,21 @@
  */
 import { ProtocolError } from '@modelcontextprotocol/client';
 
-import { ErrorCode, isTerminalStatus, TASK_METHODS } from '../protocol/index.js';
-import type { ClientCore } from './clientCore.js';
-import { describe } from './clientCore.js';
-import type { ResumeReport } from './clientOptions.js';
-import { TaskClientError } from './errors.js';
-import type { InputRouter } from './inputRouter.js';
+import { ErrorCode, isTerminalStatus, TASK_METHODS } from '../../protocol/index.js';
+import type { ClientCore } from '../core/clientCore.js';
+import { describe } from '../core/clientCore.js';
+import type { ResumeReport } from '../core/clientOptions.js';
+import type { PollVerdict } from '../core/scheduler.js';
+import { nextPollDelay, PollScheduler } from '../core/scheduler.js';
+import { TaskClientError } from '../errors.js';
+import type { InputRouter } from '../input/inputRouter.js';
+import { observationChanges } from '../ledger/closing.js';
+import type { ObservedTask, RecordedError, TaskRecord } from '../ledger/ledger.js';
+import { isFollowable } from '../ledger/ledger.js';
+import { outcomeOf, TaskHandle, type TaskHandleDriver } from '../taskHandle.js';
+import { sdkServerOutputMessage } from '../transport/serverOutput.js';
 import { LeaseKeeper } from './leaseKeeper.js';
-import { observationChanges } from './ledger/closing.js';
-import type { ObservedTask, RecordedError, TaskRecord } from './ledger/ledger.js';
-import { isFollowable } from './ledger/ledger.js';
 import { PushFollower } from './pushFollower.js';
-import type { PollVerdict } from './scheduler.js';
-import { nextPollDelay, PollScheduler } from './scheduler.js';
-import { sdkServerOutputMessage } from './serverOutput.js';
-import { outcomeOf, TaskHandle, type TaskHandleDriver } from './taskHandle.js';
 import type { TaskRequests } from './taskRequests.js';
 import { checkTask } from './taskRequests.js';
 

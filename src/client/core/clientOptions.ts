@@ -4,12 +4,12 @@
  */
 import type { Client, ClientCapabilities } from '@modelcontextprotocol/client';
 
-import type { TaskInputHandlers } from './inputRouter.js';
-import type { Ledger, RecordedError, TaskRecord } from './ledger/ledger.js';
+import type { TaskInputHandlers } from '../input/inputRouter.js';
+import type { Ledger, RecordedError, TaskRecord } from '../ledger/ledger.js';
+import type { TaskHandle } from '../taskHandle.js';
+import type { TaskGetFastPath } from '../transport/taskGetFastPath.js';
 import type { PushOptions, PushState } from './pushOptions.js';
 import type { PollPolicy, SchedulerClock } from './scheduler.js';
-import type { TaskGetFastPath } from './taskGetFastPath.js';
-import type { TaskHandle } from './taskHandle.js';
 import type { ClientTelemetryOptions } from './telemetry.js';
 
 export interface TaskClientOptions {

@@ -12,17 +12,17 @@ import {
   JsonObjectSchema,
   TASK_METHODS,
   TASKS_EXTENSION_ID,
-} from '../protocol/index.js';
-import type { ClientCore } from './clientCore.js';
-import { describe } from './clientCore.js';
-import { TaskClientError } from './errors.js';
-import { capabilitiesForHandlers } from './inputRouter.js';
-import type { ObservedTask, RecordedError } from './ledger/ledger.js';
-import type { TaskResultCarrier } from './sdkGlue.js';
-import { attachTaskResultCarrier } from './sdkGlue.js';
-import type { KnownTaskState } from './serverOutput.js';
-import { parseGetTaskResult, progressionViolation, ServerOutputError } from './serverOutput.js';
-import { classifyTransportError } from './transportFailure.js';
+} from '../../protocol/index.js';
+import type { ClientCore } from '../core/clientCore.js';
+import { describe } from '../core/clientCore.js';
+import { TaskClientError } from '../errors.js';
+import { capabilitiesForHandlers } from '../input/inputRouter.js';
+import type { ObservedTask, RecordedError } from '../ledger/ledger.js';
+import type { TaskResultCarrier } from '../transport/sdkGlue.js';
+import { attachTaskResultCarrier } from '../transport/sdkGlue.js';
+import type { KnownTaskState } from '../transport/serverOutput.js';
+import { parseGetTaskResult, progressionViolation, ServerOutputError } from '../transport/serverOutput.js';
+import { classifyTransportError } from '../transport/transportFailure.js';
 
 /**
  * A task state as the server sent it (a tasks/get answer, or the params of a `notifications/tasks`, which carry the

@@ -4,8 +4,8 @@
  */
 import { createHash } from 'node:crypto';
 
-import type { JsonObject } from '../protocol/index.js';
-import { canonicalJson } from '../protocol/index.js';
+import type { JsonObject } from '../../protocol/index.js';
+import { canonicalJson } from '../../protocol/index.js';
 
 export { canonicalJson };
 

@@ -9,25 +9,25 @@ import { randomUUID } from 'node:crypto';
 import type { CallToolRequest, CallToolResult } from '@modelcontextprotocol/client';
 import { ProtocolError } from '@modelcontextprotocol/client';
 
-import type { JsonObject, JsonRpcError } from '../protocol/index.js';
-import { IDEMPOTENCY_KEY_META_KEY, isTerminalStatus } from '../protocol/index.js';
-import { storableText, unstorableField } from '../protocol/storableText.js';
+import type { JsonObject, JsonRpcError } from '../../protocol/index.js';
+import { IDEMPOTENCY_KEY_META_KEY, isTerminalStatus } from '../../protocol/index.js';
+import { storableText, unstorableField } from '../../protocol/storableText.js';
+import type { ClientCore } from '../core/clientCore.js';
+import { describe } from '../core/clientCore.js';
+import type { CallToolOptions, ResubmitOptions } from '../core/clientOptions.js';
+import { nextPollDelay } from '../core/scheduler.js';
+import type { CallTrace } from '../core/telemetry.js';
+import { connectionError, TaskClientError } from '../errors.js';
+import type { Following } from '../following/following.js';
+import type { TaskRequests } from '../following/taskRequests.js';
+import { callThroughInputRounds, InputRoundsError } from '../input/inputRounds.js';
+import type { InputRouter } from '../input/inputRouter.js';
+import type { Closing, ObservedTask, RecordedError, TaskRecord } from '../ledger/ledger.js';
+import { isFollowable, isTransientStorageError } from '../ledger/ledger.js';
+import { wireIdempotencyKey } from '../ledger/ledgerKeys.js';
+import type { TaskHandle } from '../taskHandle.js';
+import { parseCreateTaskResult, sdkServerOutputMessage, ServerOutputError } from '../transport/serverOutput.js';
 import { argumentsDigest } from './argumentsDigest.js';
-import type { ClientCore } from './clientCore.js';
-import { describe } from './clientCore.js';
-import type { CallToolOptions, ResubmitOptions } from './clientOptions.js';
-import { connectionError, TaskClientError } from './errors.js';
-import type { Following } from './following.js';
-import { callThroughInputRounds, InputRoundsError } from './inputRounds.js';
-import type { InputRouter } from './inputRouter.js';
-import type { Closing, ObservedTask, RecordedError, TaskRecord } from './ledger/ledger.js';
-import { isFollowable, isTransientStorageError } from './ledger/ledger.js';
-import { wireIdempotencyKey } from './ledgerKeys.js';
-import { nextPollDelay } from './scheduler.js';
-import { parseCreateTaskResult, sdkServerOutputMessage, ServerOutputError } from './serverOutput.js';
-import type { TaskHandle } from './taskHandle.js';
-import type { TaskRequests } from './taskRequests.js';
-import type { CallTrace } from './telemetry.js';
 
 export class Submission {
   /** In-process submissions by idempotency key, so two concurrent calls with one key send once. */

@@ -13,15 +13,15 @@
  */
 import { ProtocolError, SdkError, SdkErrorCode } from '@modelcontextprotocol/client';
 
-import { ErrorCode } from '../protocol/index.js';
-import type { ClientCore } from './clientCore.js';
-import { describe } from './clientCore.js';
-import type { PushOptions, PushState } from './pushOptions.js';
-import type { TaskStream } from './sdkGlue.js';
-import { listenForTasks } from './sdkGlue.js';
+import { ErrorCode } from '../../protocol/index.js';
+import type { ClientCore } from '../core/clientCore.js';
+import { describe } from '../core/clientCore.js';
+import type { PushOptions, PushState } from '../core/pushOptions.js';
+import type { TaskStream } from '../transport/sdkGlue.js';
+import { listenForTasks } from '../transport/sdkGlue.js';
 import type { TaskRequests } from './taskRequests.js';
 
-export type { PushOptions, PushState } from './pushOptions.js';
+export type { PushOptions, PushState } from '../core/pushOptions.js';
 
 /** What the push follower asks of the following side (`following.ts`). */
 export interface PushHooks {

@@ -19,18 +19,18 @@ import {
   type TracerProvider,
 } from '@opentelemetry/api';
 
-import { TASK_STATUS_NOTIFICATION_METHOD } from '../protocol/constants.js';
-import { TASK_METHODS, TASK_STATUSES } from '../protocol/index.js';
+import { TASK_STATUS_NOTIFICATION_METHOD } from '../../protocol/constants.js';
+import { TASK_METHODS, TASK_STATUSES } from '../../protocol/index.js';
 import {
   BAGGAGE_META_KEY,
   type TraceCarrier,
   TRACEPARENT_META_KEY,
   TRACESTATE_META_KEY,
-} from '../protocol/traceContext.js';
-import { carrierOf, contextOf } from '../shared/telemetryContext.js';
-import type { TaskInputHandlers } from './inputRouter.js';
-import type { Ledger, LocalState, TaskRecord } from './ledger/ledger.js';
-import { LOCAL_STATES } from './ledger/ledger.js';
+} from '../../protocol/traceContext.js';
+import { carrierOf, contextOf } from '../../shared/telemetryContext.js';
+import type { TaskInputHandlers } from '../input/inputRouter.js';
+import type { Ledger, LocalState, TaskRecord } from '../ledger/ledger.js';
+import { LOCAL_STATES } from '../ledger/ledger.js';
 
 /** The instrumentation scope of every span and metric of the client half. */
 export const CLIENT_TELEMETRY_SCOPE = 'closeout/client';

@@ -5,11 +5,11 @@
  */
 import type { Client } from '@modelcontextprotocol/client';
 
-import { newLeaseHolder } from '../shared/lease/leaseHolder.js';
+import { newLeaseHolder } from '../../shared/lease/leaseHolder.js';
+import { TaskClientError } from '../errors.js';
+import type { Ledger, RecordedError, TaskRecord } from '../ledger/ledger.js';
+import { credentialFingerprint } from '../ledger/ledgerKeys.js';
 import type { TaskClientEvent, TaskClientOptions } from './clientOptions.js';
-import { TaskClientError } from './errors.js';
-import type { Ledger, RecordedError, TaskRecord } from './ledger/ledger.js';
-import { credentialFingerprint } from './ledgerKeys.js';
 import { LiveHandles } from './liveHandles.js';
 import type { SchedulerClock } from './scheduler.js';
 import { STEADY_CLOCK, SYSTEM_CLOCK } from './scheduler.js';

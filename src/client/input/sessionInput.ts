@@ -10,8 +10,8 @@
 import type { Client, ClientCapabilities } from '@modelcontextprotocol/client';
 import { SdkError, SdkErrorCode } from '@modelcontextprotocol/client';
 
+import type { TaskRecord } from '../ledger/ledger.js';
 import type { TaskInputContext, TaskInputHandlers } from './inputRouter.js';
-import type { TaskRecord } from './ledger/ledger.js';
 
 /**
  * The capabilities a session declares at `initialize` (2025 revisions) for the handlers it has: a 2025-era server

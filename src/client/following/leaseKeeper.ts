@@ -4,13 +4,13 @@
  * fleet's take-over timer), and the takeover gate through which alone a lapsed lease is taken. What it takes up it
  * hands to `follow` (Following.startFollowing), which polls it from then on.
  */
-import { isDeadLocalHolder } from '../shared/lease/leaseHolder.js';
-import { TakeoverGate } from '../shared/lease/takeoverGate.js';
-import type { ClientCore } from './clientCore.js';
-import type { ResumeReport } from './clientOptions.js';
-import type { TaskRecord } from './ledger/ledger.js';
-import { isFollowable } from './ledger/ledger.js';
-import type { TaskHandle } from './taskHandle.js';
+import { isDeadLocalHolder } from '../../shared/lease/leaseHolder.js';
+import { TakeoverGate } from '../../shared/lease/takeoverGate.js';
+import type { ClientCore } from '../core/clientCore.js';
+import type { ResumeReport } from '../core/clientOptions.js';
+import type { TaskRecord } from '../ledger/ledger.js';
+import { isFollowable } from '../ledger/ledger.js';
+import type { TaskHandle } from '../taskHandle.js';
 
 /** The most records one take-over tick claims; the rest wait for the next tick (or another worker). */
 const TAKE_OVER_PAGE = 500;

@@ -13,10 +13,10 @@ import type {
   ListRootsResult,
 } from '@modelcontextprotocol/client';
 
-import type { InputRequest, InputRequests, InputResponse, InputResponses } from '../protocol/index.js';
-import { TaskClientError } from './errors.js';
-import type { InputAnswer, Ledger, RecordedError, TaskRecord } from './ledger/ledger.js';
-import { isTransientStorageError } from './ledger/ledger.js';
+import type { InputRequest, InputRequests, InputResponse, InputResponses } from '../../protocol/index.js';
+import { TaskClientError } from '../errors.js';
+import type { InputAnswer, Ledger, RecordedError, TaskRecord } from '../ledger/ledger.js';
+import { isTransientStorageError } from '../ledger/ledger.js';
 
 /** What a handler learns about the request besides the request itself. */
 export interface TaskInputContext {

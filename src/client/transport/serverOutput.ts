@@ -12,9 +12,9 @@ import {
   isTerminalStatus,
   TASK_RESULT_TYPE,
   TaskSchema,
-} from '../protocol/index.js';
-import { storableText } from '../protocol/storableText.js';
-import type { ObservedTask } from './ledger/ledger.js';
+} from '../../protocol/index.js';
+import { storableText } from '../../protocol/storableText.js';
+import type { ObservedTask } from '../ledger/ledger.js';
 
 /**
  * The most `inputRequests` one answer may carry. Each key is a question for a person (or a model) and a ledger row:
