@@ -697,14 +697,15 @@ class BackendRun {
     this.track(
       (async () => {
         let victim: ClientSlot | undefined;
+        let followed: TaskRecord[] = [];
         for (const until = Date.now() + FLEET_VICTIM_WAIT_MS; !victim && Date.now() < until && !this.stopping;) {
-          const followed = await this.fleetRecordsFollowed();
+          followed = await this.fleetRecordsFollowed();
           victim = shuffle(live(), random).find((slot) =>
             followed.some((record) => holderPid(record) === slot.child?.pid),
           );
           if (!victim) await sleep(200);
         }
-        victim ??= live()[0];
+        // a worker that follows nothing proves nothing about taking up: no kill this time
         const child = victim?.child;
         if (!victim || !child || live().length < 2) return;
         victim.child = undefined;
@@ -713,7 +714,9 @@ class BackendRun {
         const exited = new Promise((resolve) => child.once('exit', resolve));
         child.kill('SIGKILL');
         await exited;
-        const orphans = (await this.fleetRecordsFollowed()).filter((record) => holderPid(record) === child.pid);
+        // what it followed as it was chosen, read before the kill: a worker in the same PID namespace is proved dead
+        // by the kernel, and another takes its records up at once, often before a read after the kill would run
+        const orphans = followed.filter((record) => holderPid(record) === child.pid);
         this.fleetOrphans += orphans.length;
         let left = orphans;
         let standby = false;
