@@ -43,7 +43,7 @@ export class StoreSource implements ConsoleSource {
     const listing: TaskListQuery = {
       status: statuses,
       toolName: query.tool,
-      taskIdPrefix: query.search,
+      search: query.search,
       cursor: query.cursor,
       limit: query.limit,
     };

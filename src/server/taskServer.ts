@@ -309,6 +309,8 @@ export class TaskServer {
       const expired = await this.storeCall(() => this.store.expireOverdue(now));
       this.runs.abortIfRunning(task.taskId, 'expired');
       this.changed(expired);
+      // only the call that expired a task returns it: the sweep, or another read, never logs it again
+      if (expired.length > 0) this.activity({ type: 'expired', count: expired.length });
       task = await this.ownedTask(task.taskId, principal);
     }
     return this.detailed(task, now);

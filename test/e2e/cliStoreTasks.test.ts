@@ -1,13 +1,15 @@
 // `closeout tasks` and `closeout task show` read what a real `closeout serve` stored, on SQLite and on PostgreSQL:
-// every caller's tasks newest first with counts per status, each filter, pages joined by the printed cursor into the
-// whole listing, one task in full (arguments, inputs, steps, result or error), for people and as --json; bad input
-// is one clear line and exit 1, a missing store file is not created, and a connection string's password is never shown.
+// every caller's tasks newest first with counts per status, each filter (an idempotency key whoever's it is), pages
+// joined by the printed cursor into the whole listing, one task in full (arguments, inputs, steps, result or error),
+// for people and as --json; bad input is one clear line and exit 1, a missing store file is not created, and a
+// connection string's password is never shown.
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
+import { IDEMPOTENCY_KEY_META_KEY } from '../../src/protocol/index.js';
 import { jsonDocument, runCli } from '../support/cli.js';
 import { type StartedPostgres, startPostgres } from '../support/postgres.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
@@ -42,8 +44,23 @@ async function listed(store: string, ...args: string[]): Promise<Listed> {
   return jsonDocument(run.stdout) as unknown as Listed;
 }
 
-async function call(url: string, token: string, name: string, args: Record<string, unknown>): Promise<string> {
-  const answer = await rpc(url, 'tools/call', { name, arguments: args }, { token, capabilities: { elicitation: {} } });
+async function call(
+  url: string,
+  token: string,
+  name: string,
+  args: Record<string, unknown>,
+  idempotencyKey?: string,
+): Promise<string> {
+  const answer = await rpc(
+    url,
+    'tools/call',
+    { name, arguments: args },
+    {
+      token,
+      capabilities: { elicitation: {} },
+      ...(idempotencyKey !== undefined && { meta: { [IDEMPOTENCY_KEY_META_KEY]: idempotencyKey } }),
+    },
+  );
   const taskId = answer.result?.['taskId'];
   if (typeof taskId !== 'string') throw new Error(`no task: ${JSON.stringify(answer)}`);
   return taskId;
@@ -63,10 +80,11 @@ describe.each(['sqlite', 'postgres'] as const)('closeout tasks and task show on 
     serve = await startServe(['--store', store, ...TOKENS]);
     const url = serve.url;
     // one at a time, so their creation times order them
-    ids['batch'] = await call(url, ALICE, 'batch_job', { items: 2, stepMs: 0 });
+    // two callers who happen to use the same idempotency key: the key is unique per caller only
+    ids['batch'] = await call(url, ALICE, 'batch_job', { items: 2, stepMs: 0 }, 'nightly-42');
     ids['flaky'] = await call(url, ALICE, 'flaky_upstream', {});
     ids['deploy'] = await call(url, ALICE, 'approve_deploy', { env: 'staging' });
-    ids['report'] = await call(url, BOB, 'export_report', { pages: 1, pageMs: 0 });
+    ids['report'] = await call(url, BOB, 'export_report', { pages: 1, pageMs: 0 }, 'nightly-42');
     await waitFor('the tasks to settle', async () => {
       const statuses = await Promise.all([
         statusOf(url, ALICE, ids['batch']!),
@@ -114,7 +132,7 @@ describe.each(['sqlite', 'postgres'] as const)('closeout tasks and task show on 
     expect(lines.at(-1)).toMatch(/^working 0 · input_required 1 · completed 2 · failed 1 · cancelled 0 \(4 tasks in /);
   });
 
-  it('filters by status, tool, principal, id prefix and creation time', async () => {
+  it('filters by status, tool, principal, id prefix, idempotency key and creation time', async () => {
     const idsOf = (page: Listed) => page.tasks.map((task) => task['taskId']);
     expect(idsOf(await listed(store, '--status', 'completed'))).toEqual([ids['report'], ids['batch']]);
     expect(idsOf(await listed(store, '--status', 'failed,input_required'))).toEqual([ids['deploy'], ids['flaky']]);
@@ -128,6 +146,14 @@ describe.each(['sqlite', 'postgres'] as const)('closeout tasks and task show on 
     expect(idsOf(bob)).toEqual([ids['report']]);
     expect(bob.counts).toEqual({ working: 0, input_required: 0, completed: 1, failed: 0, cancelled: 0 });
     expect(idsOf(await listed(store, '--prefix', ids['deploy']!.slice(0, 12)))).toEqual([ids['deploy']]);
+    const keyed = await listed(store, '--idempotency-key', 'nightly-42');
+    expect(idsOf(keyed)).toEqual([ids['report'], ids['batch']]);
+    expect(keyed.counts).toEqual({ working: 0, input_required: 0, completed: 2, failed: 0, cancelled: 0 });
+    expect(idsOf(await listed(store, '--idempotency-key', 'nightly-42', '--principal', 'client:bob'))).toEqual([
+      ids['report'],
+    ]);
+    // the exact key, never a prefix of it
+    expect(idsOf(await listed(store, '--idempotency-key', 'nightly'))).toEqual([]);
     const deployCreated = (await listed(store, '--tool', 'approve_deploy')).tasks[0]!['createdAt'] as string;
     expect(idsOf(await listed(store, '--since', deployCreated))).toEqual([ids['report'], ids['deploy']]);
     expect(idsOf(await listed(store, '--before', deployCreated))).toEqual([ids['flaky'], ids['batch']]);

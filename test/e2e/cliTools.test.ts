@@ -1,14 +1,17 @@
 // `closeout tools URL` lists what a server offers, read with tools/list only (nothing called, no ledger made), as a
 // table for people and as the full tools/list entries with --json; `closeout call URL` without a tool prints the same
-// table; an unreachable server is one line and exit 1.
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+// table, and the samples of README.md and docs/cli.md are lines of it; an unreachable server is one line and exit 1.
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { runCli } from '../support/cli.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
 let dir: string;
 let server: ServeProcess;
@@ -38,6 +41,26 @@ describe('closeout tools', () => {
     );
     expect(lines.at(-1)).toMatch(/^6 tools at /);
     expect(existsSync(join(home, '.closeout'))).toBe(false);
+  }, 90_000);
+
+  it('prints the lines README.md and docs/cli.md show of it', async () => {
+    const run = await runCli(['tools', server.url], { timeoutMs: 60_000 });
+    expect(run.code, run.stderr).toBe(0);
+    // the samples were taken from a serve on its default port
+    const printed = run.stdout.replaceAll(server.url, 'http://127.0.0.1:3000/mcp').trimEnd().split('\n');
+    for (const page of ['README.md', 'docs/cli.md']) {
+      const text = readFileSync(join(ROOT, page), 'utf8').split('\n');
+      const at = text.findIndex((line) => line.trim() === '$ npx closeout tools http://127.0.0.1:3000/mcp');
+      expect(at, page).toBeGreaterThan(0);
+      const end = text.findIndex((line, i) => i > at && line.trim().startsWith('```'));
+      // a sample may leave rows out (…), never change one
+      const shown = text
+        .slice(at + 1, end)
+        .map((line) => line.trim())
+        .filter((line) => line !== '…');
+      expect(shown.length, page).toBeGreaterThan(2);
+      for (const line of shown) expect(printed, `${page}: ${line}`).toContain(line);
+    }
   }, 90_000);
 
   it('prints the tools/list entries, schemas included, with --json', async () => {

@@ -1,11 +1,12 @@
 // The console in a real browser (Chromium through playwright-core) over a real `closeout serve` and the ledger of
-// real `closeout call`s: the list shows the ledger's tasks and the store's; a status or tool filter narrows it; an
-// input answered in the page's form reaches the server's task (tasks/update) and the task completes; a cancel reaches
-// the server, from the ledger (tasks/cancel) and from the store; a task finishing elsewhere shows within a second with
-// no reload; bulk cancel and resubmit, after a confirmation, reach the server; keyboard and a phone-sized screen; the
-// page logs no error; 100,000 stored records list in under a second, on a ledger and on a store; a token is required
-// when one is set, and without one only loopback host names are served; `closeout demo --keep` prints the command
-// that opens its console; and createConsoleHandler works mounted under a prefix in Express.
+// real `closeout call`s: the list shows the ledger's tasks and the store's; a status or tool filter narrows it, and
+// the search finds a store task by its idempotency key; an input answered in the page's form reaches the server's
+// task (tasks/update) and the task completes; a cancel reaches the server, from the ledger (tasks/cancel) and from the
+// store; a task finishing elsewhere shows within a second with no reload; bulk cancel and resubmit, after a
+// confirmation, reach the server; keyboard and a phone-sized screen; the page logs no error; 100,000 stored records
+// list in under a second, on a ledger and on a store; a token is required when one is set, and without one only
+// loopback host names are served; `closeout demo --keep` prints the command that opens its console; and
+// createConsoleHandler works mounted under a prefix in Express.
 import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import type { Server } from 'node:http';
@@ -22,6 +23,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { SqliteLedger } from '../../src/client/ledger/sqliteLedger.js';
 import type { ConsoleHandler, ConsoleOptions } from '../../src/console/index.js';
+import { IDEMPOTENCY_KEY_META_KEY } from '../../src/protocol/index.js';
 import { SqliteTaskStore } from '../../src/server/store/sqliteTaskStore.js';
 import { openDatabase } from '../../src/shared/sqlite/sqliteDriver.js';
 import { collectErrors, type ConsoleProcess, findChromium, launchChromium, startConsole } from '../support/browser.js';
@@ -155,6 +157,22 @@ describe.skipIf(missing !== undefined)('the console in Chromium, over a real ser
     await page.press('#tool', 'Enter');
     await listed(page, 1);
     expect(await rows(page)).toEqual([{ status: 'completed', tool: 'batch_job' }]);
+  });
+
+  it('finds a store task by its idempotency key in the search box', async () => {
+    const created = await rpc(
+      serve.url,
+      'tools/call',
+      { name: 'flaky_upstream', arguments: {} },
+      { meta: { [IDEMPOTENCY_KEY_META_KEY]: 'invoice-2026-0042' } },
+    );
+    const taskId = created.result?.['taskId'] as string;
+    await page.goto(`${console_.url}#/store`);
+    await page.waitForSelector('table.tasks tbody tr');
+    await page.fill('#search', 'invoice-2026-0042');
+    await page.press('#search', 'Enter');
+    await listed(page, 1);
+    expect(await page.getAttribute('table.tasks tbody tr td.id a', 'title')).toBe(taskId);
   });
 
   it('is usable from the keyboard, on a phone-sized screen', async () => {

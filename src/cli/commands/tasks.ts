@@ -21,6 +21,7 @@ interface TasksFlags extends JsonFlags, StoreFlags {
   tool?: string;
   principal?: string;
   prefix?: string;
+  idempotencyKey?: string;
   since?: number;
   before?: number;
   limit: number;
@@ -39,6 +40,7 @@ export function registerTasks(program: Command): void {
     .option('--tool <name>', 'only tasks of this tool')
     .option('--principal <principal>', 'only tasks of this caller (the principal its token maps to)')
     .option('--prefix <taskId>', 'only tasks whose id starts with this')
+    .option('--idempotency-key <key>', 'only the tasks created with this idempotency key (one per caller at most)')
     .option('--since <time>', 'only tasks created at or after this time (ISO 8601, or ms since the epoch)', parseTime)
     .option('--before <time>', 'only tasks created before this time (ISO 8601, or ms since the epoch)', parseTime)
     .option(`--limit <n>`, `tasks per page, 1 to ${MAX_LIST_LIMIT}`, parseLimit, DEFAULT_LIST_LIMIT)
@@ -52,6 +54,7 @@ export function registerTasks(program: Command): void {
       toolName: flags.tool,
       principal: flags.principal,
       taskIdPrefix: flags.prefix,
+      idempotencyKey: flags.idempotencyKey,
       createdFrom: flags.since,
       createdBefore: flags.before,
       limit: flags.limit,

@@ -304,7 +304,7 @@ function TaskList({ source, filters, live, cursors, setCursors }: TaskListProps)
           id="search"
           type="search"
           value=${search}
-          placeholder=${source.kind === 'ledger' ? 'task id (prefix), record id, correlation id, idempotency key' : 'task id (prefix)'}
+          placeholder=${source.kind === 'ledger' ? 'task id (prefix), record id, correlation id, idempotency key' : 'task id (prefix), idempotency key'}
           onInput=${(e: Event) => setSearch((e.target as HTMLInputElement).value)}
       /></label>
       <button type="submit" class="primary">Apply</button>

@@ -144,6 +144,10 @@ const MIGRATIONS: readonly string[] = [
    CREATE INDEX tasks_listing_tool ON tasks (tool_name, created_at, task_id);
    CREATE INDEX tasks_listing_owner ON tasks (owner, created_at, task_id);
    DROP INDEX tasks_owner;`,
+  // the operators' listing finds a task by its idempotency key whoever's it is: the unique index leads with the key,
+  // as unique as before and no index more for a create to write
+  `DROP INDEX tasks_idempotency;
+   CREATE UNIQUE INDEX tasks_idempotency ON tasks (idempotency_key, owner) WHERE idempotency_key IS NOT NULL;`,
 ];
 
 /** The task store schema version this build writes. */

@@ -1,6 +1,7 @@
-// The operators' listing (src/server/store/listing) answers alike on both stores: newest first, every filter, a
-// cursor that neither skips nor repeats a task, counts per status, a clear refusal of a bad query; and at 100,000
-// tasks each query shape is planned on an index, never a scan of the table (its cost must not grow with the store).
+// The operators' listing (src/server/store/listing) answers alike on both stores: newest first, every filter (an
+// idempotency key among them, whoever's task it is, and a search by id prefix or key), a cursor that neither skips nor
+// repeats a task, counts per status, a clear refusal of a bad query; and at 100,000 tasks each query shape is planned
+// on an index, never a scan of the table (its cost must not grow with the store).
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -294,6 +295,30 @@ describe.each(STORES)('the operators’ listing on %s', (_name, open) => {
     expect(await store.countTasks!({ taskIdPrefix: 'ab' })).toMatchObject({ working: 5 });
   });
 
+  it('select by idempotency key, whoever’s task it is, and search by task id prefix or key', async () => {
+    // a key is the caller's own and unique per principal only: alice and bob may both use `order-7`
+    await seed([
+      { taskId: 'k1', principal: 'alice', idempotencyKey: 'order-7', createdAt: T0 },
+      { taskId: 'k2', principal: 'bob', idempotencyKey: 'order-7', createdAt: T0 + 1 },
+      { taskId: 'k3', principal: 'alice', idempotencyKey: 'order-70', createdAt: T0 + 2 },
+      { taskId: 'order-7x', principal: 'carol', createdAt: T0 + 3 },
+      { taskId: 'plain', principal: 'carol', createdAt: T0 + 4 },
+    ]);
+    // exact, never a prefix of the key
+    expect(ids((await list({ idempotencyKey: 'order-7' })).tasks)).toEqual(['k2', 'k1']);
+    expect(ids((await list({ idempotencyKey: 'order-7', principal: 'bob' })).tasks)).toEqual(['k2']);
+    expect(ids((await list({ idempotencyKey: 'order' })).tasks)).toEqual([]);
+    expect(ids((await list({ idempotencyKey: 'order-7', limit: 1 })).tasks)).toEqual(['k2']);
+    expect(await store.countTasks!({ idempotencyKey: 'order-7' })).toMatchObject({ working: 2 });
+    // a search box: the id prefix or the exact key, either one
+    expect(ids((await list({ search: 'order-7' })).tasks)).toEqual(['order-7x', 'k2', 'k1']);
+    expect(ids((await list({ search: 'k' })).tasks)).toEqual(['k3', 'k2', 'k1']);
+    expect(ids((await list({ search: 'order-70' })).tasks)).toEqual(['k3']);
+    expect(ids((await list({ search: 'pl', status: 'completed' })).tasks)).toEqual([]);
+    expect(await store.countTasks!({ search: 'order-7' })).toMatchObject({ working: 3 });
+    expect((await allPages({ search: 'order-7', limit: 1 })).ids).toEqual(['order-7x', 'k2', 'k1']);
+  });
+
   it('refuses a bad query with an error naming what is wrong, and the store goes on answering', async () => {
     await seed([{ taskId: 'kept' }]);
     const refusals: Array<[TaskListQuery, RegExp]> = [
@@ -307,6 +332,8 @@ describe.each(STORES)('the operators’ listing on %s', (_name, open) => {
       [{ cursor: Buffer.from('{').toString('base64url') }, /cursor is not one a listing returned/],
       [{ toolName: 'a\0b' }, /toolName must be well-formed Unicode text without NUL characters/],
       [{ principal: 'x\uD800' }, /principal must be well-formed Unicode text .* lone surrogate/],
+      [{ idempotencyKey: 'k\0' }, /idempotencyKey must be well-formed Unicode text without NUL characters/],
+      [{ search: 'x\uDC00' }, /search must be well-formed Unicode text .* lone surrogate/],
       [{ createdFrom: Number.NaN }, /createdFrom must be a time in ms/],
     ];
     for (const [query, message] of refusals) {
@@ -328,6 +355,10 @@ function queryShapes(cursor: string): TaskListQuery[] {
     { toolName: 'tool-7' },
     { principal: 'principal-3' },
     { taskIdPrefix: 'task-0001' },
+    { idempotencyKey: 'key-000124' },
+    { idempotencyKey: 'key-000124', status: 'input_required', principal: 'principal-24' },
+    { search: 'task-0001' },
+    { search: 'key-000124', status: ['working', 'failed'] },
     { createdFrom: T0 + 10_000, createdBefore: T0 + 20_000 },
     { principal: 'principal-3', status: 'failed', toolName: 'tool-7' },
     { toolName: 'tool-7', status: ['working', 'completed'], createdFrom: T0 },
@@ -338,6 +369,13 @@ function queryShapes(cursor: string): TaskListQuery[] {
 /** Whether a count of `query` counts every task of its statuses (no filter but status: a cursor does not narrow it). */
 function countsEveryTask(query: TaskListQuery): boolean {
   return Object.keys(query).every((key) => key === 'status' || key === 'cursor');
+}
+
+/** Whether the query has a filter with an index of its own (not status, not creation time alone). */
+function isNarrowed(query: TaskListQuery): boolean {
+  return (['principal', 'toolName', 'taskIdPrefix', 'idempotencyKey', 'search'] as const).some(
+    (key) => query[key] !== undefined,
+  );
 }
 
 /** 100,000 tasks over 5 statuses, 20 tools and 50 principals, written in one statement (`i` is 0 to 99,999). */
@@ -353,11 +391,12 @@ describe('the listing at 100,000 tasks', () => {
       // written in SQL rather than through create: 100,000 creates would make the test slow, not the listing
       db.exec(`WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ${BULK_ROWS - 1})
         INSERT INTO tasks (task_id, owner, tool_name, arguments, status, created_at, last_updated_at, ttl_ms,
-          expires_at, poll_interval_ms, resumable)
+          expires_at, poll_interval_ms, resumable, idempotency_key)
         SELECT printf('task-%06d', i), 'principal-' || (i % 50), 'tool-' || (i % 20),
           '{}', CASE i % 5 WHEN 0 THEN 'working' WHEN 1 THEN 'input_required' WHEN 2 THEN 'completed'
             WHEN 3 THEN 'failed' ELSE 'cancelled' END,
-          ${T0} + i * 10, ${T0} + i * 10, NULL, NULL, 1000, 0 FROM n`);
+          ${T0} + i * 10, ${T0} + i * 10, NULL, NULL, 1000, 0,
+          CASE WHEN i % 2 = 0 THEN printf('key-%06d', i) END FROM n`);
       const first = await store.listTasks({ limit: 3 });
       expect(first.tasks.map((task) => task.taskId)).toEqual(['task-099999', 'task-099998', 'task-099997']);
       expect(await store.countTasks()).toEqual({
@@ -368,6 +407,9 @@ describe('the listing at 100,000 tasks', () => {
         cancelled: 20_000,
       });
       expect((await store.listTasks({ taskIdPrefix: 'task-0001', limit: 1000 })).tasks).toHaveLength(100);
+      expect((await store.listTasks({ idempotencyKey: 'key-000124' })).tasks.map((task) => task.taskId)).toEqual([
+        'task-000124',
+      ]);
       for (const query of queryShapes(first.nextCursor!)) {
         for (const [what, statement] of [
           ['list', sqliteListStatement(query)],
@@ -385,6 +427,8 @@ describe('the listing at 100,000 tasks', () => {
           // SEARCH: a range of an index; SCAN would read every task (or every entry of an index)
           for (const line of reads) {
             expect(line, `${JSON.stringify(query)}: ${plan.join(' | ')}`).toMatch(/^SEARCH tasks USING .*INDEX/);
+            // narrowed, never a whole status's slice of its index (20,000 tasks here) before the narrower filter
+            if (isNarrowed(query)) expect(line, `${JSON.stringify(query)}`).not.toMatch(/tasks_listing_status/);
           }
         }
       }
@@ -402,10 +446,11 @@ describe('the listing at 100,000 tasks', () => {
     await client.connect();
     try {
       await client.query(`INSERT INTO closeout_tasks (task_id, owner, tool_name, arguments, status, created_at,
-          last_updated_at, poll_interval_ms, resumable)
+          last_updated_at, poll_interval_ms, resumable, idempotency_key)
         SELECT 'task-' || lpad(i::text, 6, '0'), 'principal-' || (i % 50), 'tool-' || (i % 20), '{}',
           (ARRAY['working','input_required','completed','failed','cancelled'])[i % 5 + 1],
-          ${T0} + i * 10, ${T0} + i * 10, 1000, false
+          ${T0} + i * 10, ${T0} + i * 10, 1000, false,
+          CASE WHEN i % 2 = 0 THEN 'key-' || lpad(i::text, 6, '0') END
         FROM generate_series(0, ${BULK_ROWS - 1}) AS i`);
       // the statistics and visibility map autovacuum keeps on a live database
       await client.query('VACUUM ANALYZE closeout_tasks');
@@ -420,6 +465,9 @@ describe('the listing at 100,000 tasks', () => {
         cancelled: 0,
       });
       expect((await store.listTasks({ taskIdPrefix: 'task-0001', limit: 1000 })).tasks).toHaveLength(100);
+      expect((await store.listTasks({ search: 'key-000124' })).tasks.map((task) => task.taskId)).toEqual([
+        'task-000124',
+      ]);
       const unindexed: string[] = [];
       for (const query of queryShapes(first.nextCursor!)) {
         for (const [what, statement] of [

@@ -83,9 +83,9 @@ describe('PostgresTaskStore across instances', () => {
     const versions = await admin.query<{ version: number }>(
       'SELECT version FROM closeout_schema_version ORDER BY version',
     );
-    expect(versions.rows).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12].map((version) => ({ version })));
+    expect(versions.rows).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13].map((version) => ({ version })));
     await openStore({ listen: false });
-    expect((await admin.query('SELECT version FROM closeout_schema_version')).rowCount).toBe(12);
+    expect((await admin.query('SELECT version FROM closeout_schema_version')).rowCount).toBe(13);
   });
 
   it('migrates a version 5 database with its tasks to the current version, where steps are stored and fenced', async () => {
@@ -119,7 +119,7 @@ describe('PostgresTaskStore across instances', () => {
     const versions = await admin.query<{ version: number }>(
       'SELECT MAX(version) AS version FROM closeout_schema_version',
     );
-    expect(versions.rows[0]?.version).toBe(12);
+    expect(versions.rows[0]?.version).toBe(13);
     expect(await store.get(task.taskId)).toEqual(task);
     const lease = { taskId: task.taskId, fence: task.fence };
     expect((await store.recordStep(lease, 'start-job', { jobId: 'j-1' }, T0 + 1)).held).toBe(true);

@@ -1,6 +1,7 @@
 /**
  * The operators' listing (query.ts) on the PostgreSQL store: the listing indexes are made by the store's migration
- * 12. Each call is one statement, so it reads one snapshot.
+ * 12, and the idempotency key's unique index is led by the key since 13. Each call is one statement, so it reads one
+ * snapshot.
  */
 import type pg from 'pg';
 
@@ -13,6 +14,8 @@ const POSTGRES: ListingDialect = {
   // the database's collation may order by language rules, where a prefix is no range: "C" compares bytes, and
   // closeout_tasks_listing_task_id indexes the id in it
   taskIdInCodePointOrder: 'task_id COLLATE "C"',
+  // its planner has statistics, and weighs the status against the other filters itself
+  statusChecked: 'status',
 };
 
 export function postgresListStatement(query: TaskListQuery): ReturnType<typeof listStatement> {

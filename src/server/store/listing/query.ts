@@ -23,6 +23,13 @@ export interface TaskListQuery {
   createdBefore?: number | undefined;
   /** The task id starts with this (case-sensitive). */
   taskIdPrefix?: string | undefined;
+  /** The idempotency key the task was created with is exactly this, whichever principal's task it is. */
+  idempotencyKey?: string | undefined;
+  /**
+   * What a person pastes into a search box: a task whose id starts with this, or whose idempotency key is exactly
+   * this (the ledger's `search` also matches its own record and correlation ids; the store has neither).
+   */
+  search?: string | undefined;
   /** Tasks per page, 1 to MAX_LIST_LIMIT; default DEFAULT_LIST_LIMIT. Not used by `countTasks`. */
   limit?: number | undefined;
   /** `nextCursor` of the page before; absent for the first page. Not used by `countTasks`. */
@@ -81,6 +88,8 @@ interface CheckedQuery {
   createdFrom: number | undefined;
   createdBefore: number | undefined;
   taskIdPrefix: string | undefined;
+  idempotencyKey: string | undefined;
+  search: string | undefined;
   limit: number;
   after: Position | undefined;
 }
@@ -121,6 +130,7 @@ export function checkQuery(query: TaskListQuery): CheckedQuery {
     throw new TaskListQueryError(`limit must be an integer from 1 to ${MAX_LIST_LIMIT}`);
   }
   const prefix = checkedText('taskIdPrefix', query.taskIdPrefix);
+  const search = checkedText('search', query.search);
   return {
     statuses: checkedStatuses(query.status),
     toolName: checkedText('toolName', query.toolName),
@@ -128,6 +138,8 @@ export function checkQuery(query: TaskListQuery): CheckedQuery {
     createdFrom: checkedTime('createdFrom', query.createdFrom),
     createdBefore: checkedTime('createdBefore', query.createdBefore),
     taskIdPrefix: prefix === '' ? undefined : prefix,
+    idempotencyKey: checkedText('idempotencyKey', query.idempotencyKey),
+    search: search === '' ? undefined : search,
     limit,
     after: query.cursor === undefined ? undefined : decodeCursor(query.cursor),
   };
@@ -152,6 +164,11 @@ export interface ListingDialect {
   placeholder: (n: number) => string;
   /** The task id as compared for a prefix: in code point order, on an index. */
   taskIdInCodePointOrder: string;
+  /**
+   * The status as a narrowed query checks it, row by row rather than on its index: a planner without statistics
+   * (SQLite's) would read a whole status's slice of its index, tens of thousands of tasks, before the narrower filter's.
+   */
+  statusChecked: string;
 }
 
 /** An SQL statement and its values. */
@@ -181,10 +198,16 @@ function filterConditions(q: CheckedQuery, dialect: ListingDialect, values: unkn
   if (q.toolName !== undefined) conditions.push(`tool_name = ${value(q.toolName)}`);
   if (q.createdFrom !== undefined) conditions.push(`created_at >= ${value(q.createdFrom)}`);
   if (q.createdBefore !== undefined) conditions.push(`created_at < ${value(q.createdBefore)}`);
-  if (q.taskIdPrefix !== undefined) {
-    conditions.push(`${dialect.taskIdInCodePointOrder} >= ${value(q.taskIdPrefix)}`);
-    const end = prefixEnd(q.taskIdPrefix);
-    if (end !== undefined) conditions.push(`${dialect.taskIdInCodePointOrder} < ${value(end)}`);
+  const prefixed = (prefix: string) => {
+    const end = prefixEnd(prefix);
+    const from = `${dialect.taskIdInCodePointOrder} >= ${value(prefix)}`;
+    return end === undefined ? from : `${from} AND ${dialect.taskIdInCodePointOrder} < ${value(end)}`;
+  };
+  if (q.taskIdPrefix !== undefined) conditions.push(prefixed(q.taskIdPrefix));
+  // the key is stored as the caller sent it; the unique index on (idempotency_key, owner) finds it for any owner
+  if (q.idempotencyKey !== undefined) conditions.push(`idempotency_key = ${value(q.idempotencyKey)}`);
+  if (q.search !== undefined) {
+    conditions.push(`((${prefixed(q.search)}) OR idempotency_key = ${value(q.search)})`);
   }
   if (cursor && q.after !== undefined) {
     conditions.push(`(created_at, task_id) < (${value(q.after.createdAt)}, ${value(q.after.taskId)})`);
@@ -192,13 +215,19 @@ function filterConditions(q: CheckedQuery, dialect: ListingDialect, values: unkn
   return conditions;
 }
 
-/** Whether a filter with an index of its own narrows the query: a principal, a tool, a task id prefix. */
+/** Whether a filter with an index of its own narrows the query: a principal, a tool, a task id prefix, a key. */
 function isNarrowed(q: CheckedQuery): boolean {
-  return q.principal !== undefined || q.toolName !== undefined || q.taskIdPrefix !== undefined;
+  return (
+    q.principal !== undefined ||
+    q.toolName !== undefined ||
+    q.taskIdPrefix !== undefined ||
+    q.idempotencyKey !== undefined ||
+    q.search !== undefined
+  );
 }
 
-function statusIn(statuses: readonly TaskStatus[]): string {
-  return `status IN (${statuses.map(sqlStatus).join(', ')})`;
+function statusIn(statuses: readonly TaskStatus[], column = 'status'): string {
+  return `${column} IN (${statuses.map(sqlStatus).join(', ')})`;
 }
 
 function where(conditions: string[]): string {
@@ -206,10 +235,11 @@ function where(conditions: string[]): string {
 }
 
 /**
- * One page, one row more than the limit (to know whether another page follows). Without a principal, tool or id
- * prefix to narrow by, it reads each status apart, newest first on the (status, created_at, task_id) index, at most a
- * page of each, and merges them: a page costs the same at 100,000 tasks as at 100. With one, the store's planner picks
- * the index on it (owner, tool_name: each followed by created_at, task_id; the task id's own) and checks the rest.
+ * One page, one row more than the limit (to know whether another page follows). Without a principal, tool, id prefix,
+ * key or search to narrow by, it reads each status apart, newest first on the (status, created_at, task_id) index, at
+ * most a page of each, and merges them: a page costs the same at 100,000 tasks as at 100. With one, the store's
+ * planner picks the index on it (owner, tool_name: each followed by created_at, task_id; the task id's own; the
+ * idempotency key's unique index, or both of the last two for a search) and checks the rest.
  */
 export function listStatement(query: TaskListQuery, dialect: ListingDialect): Statement & { limit: number } {
   const q = checkQuery(query);
@@ -218,7 +248,7 @@ export function listStatement(query: TaskListQuery, dialect: ListingDialect): St
   values.push(q.limit + 1);
   const limit = dialect.placeholder(values.length);
   if (isNarrowed(q)) {
-    if (q.statuses !== undefined) conditions.push(statusIn(q.statuses));
+    if (q.statuses !== undefined) conditions.push(statusIn(q.statuses, dialect.statusChecked));
     return {
       text: `SELECT ${SUMMARY_COLUMNS} FROM ${dialect.table} ${where(conditions)} ${NEWEST_FIRST} LIMIT ${limit}`,
       values,
@@ -238,9 +268,9 @@ export function listStatement(query: TaskListQuery, dialect: ListingDialect): St
 }
 
 /**
- * The count of each status asked for (all by default). Narrowed by a principal, tool or id prefix: one statement on
- * that index. By creation time alone: a branch per status, a range of the (status, created_at, task_id) index each.
- * Otherwise every task of the statuses counts, in one pass (over that index where the planner finds it cheaper).
+ * The count of each status asked for (all by default). Narrowed by a principal, tool, id prefix, key or search: one
+ * statement on that index. By creation time alone: a branch per status, a range of the (status, created_at, task_id)
+ * index each. Otherwise every task of the statuses counts, in one pass (over that index where the planner finds it cheaper).
  */
 export function countStatement(query: TaskListQuery, dialect: ListingDialect): Statement {
   const q = checkQuery({ ...query, limit: undefined, cursor: undefined });
@@ -248,7 +278,9 @@ export function countStatement(query: TaskListQuery, dialect: ListingDialect): S
   const conditions = filterConditions(q, dialect, values, false);
   const statuses = q.statuses ?? TASK_STATUSES;
   if (isNarrowed(q) || conditions.length === 0) {
-    if (q.statuses !== undefined) conditions.push(statusIn(q.statuses));
+    if (q.statuses !== undefined) {
+      conditions.push(statusIn(q.statuses, isNarrowed(q) ? dialect.statusChecked : 'status'));
+    }
     return {
       text: `SELECT status, COUNT(*) AS n FROM ${dialect.table} ${where(conditions)} GROUP BY status`,
       values,

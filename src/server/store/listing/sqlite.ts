@@ -1,6 +1,7 @@
 /**
  * The operators' listing (query.ts) on the SQLite store: the tasks table's listing indexes are made by the store's
- * schema (version 11), and every statement reads from one snapshot of the file.
+ * schema (version 11; the idempotency key's unique index is led by the key since 12), and every statement reads from
+ * one snapshot of the file.
  */
 import type Database from 'better-sqlite3';
 
@@ -13,6 +14,8 @@ const SQLITE: ListingDialect = {
   placeholder: (n) => `@p${n}`,
   // the primary key's own index, in BINARY collation: UTF-8 bytes, code point order
   taskIdInCodePointOrder: 'task_id',
+  // unary +: a term no index is used for
+  statusChecked: '+status',
 };
 
 /** The statement's values as better-sqlite3 binds named parameters. */

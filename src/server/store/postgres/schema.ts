@@ -188,4 +188,10 @@ export const MIGRATIONS: readonly string[] = [
    CREATE INDEX closeout_tasks_listing_tool ON closeout_tasks (tool_name, created_at, task_id);
    CREATE INDEX closeout_tasks_listing_owner ON closeout_tasks (owner, created_at, task_id);
    CREATE INDEX closeout_tasks_listing_task_id ON closeout_tasks (task_id COLLATE "C");`,
+  // the operators' listing finds a task by its idempotency key whoever's it is: the unique index leads with the key,
+  // as unique as before and no index more for a create to write. Dropped and made in one transaction, so no create
+  // ever runs without it (an older instance's creates wait for the migration)
+  `DROP INDEX closeout_tasks_idempotency;
+   CREATE UNIQUE INDEX closeout_tasks_idempotency ON closeout_tasks (idempotency_key, owner)
+     WHERE idempotency_key IS NOT NULL;`,
 ];
