@@ -1,5 +1,5 @@
 /**
- * The console (README.md, "The console"): a web page over a client ledger, a server store, or both, as one `node:http`
+ * The console (docs/cli.md, "The console"): a web page over a client ledger, a server store, or both, as one `node:http`
  * request handler that `closeout console` serves and an application mounts in its own server (node:http, Express,
  * or anything that hands over Node's request and response).
  *

@@ -1,5 +1,5 @@
 /**
- * closeout/console: the web console over a client ledger and a server store (README.md, "The console"), as a
+ * closeout/console: the web console over a client ledger and a server store (docs/cli.md, "The console"), as a
  * `node:http` request handler. Named exports only: this is the entry point's complete public surface.
  */
 export type { ConsoleHandler, ConsoleOptions } from './consoleHandler.js';

@@ -1,5 +1,5 @@
 /**
- * What the console's JSON API answers (README.md, "The console"): one shape for a client ledger's records and a server
+ * What the console's JSON API answers (docs/cli.md, "The console"): one shape for a client ledger's records and a server
  * store's tasks, so the page shows both alike. The sources (ledgerSource.ts, storeSource.ts) build it; the page
  * (web/) renders it, and imports these types only: this file stands on nothing, so the page's build reads it as it is.
  */

@@ -1,5 +1,5 @@
 /**
- * `closeout console`: the web console (README.md, "The console") over a client ledger, a server store, or both, on
+ * `closeout console`: the web console (docs/cli.md, "The console") over a client ledger, a server store, or both, on
  * 127.0.0.1 by default. Bound to any other interface it requires a token, and prints the link that carries it. The
  * console acts on ledger records through this process's own TaskClients, with CLOSEOUT_TOKEN given to the servers it
  * belongs to, as every command does (src/cli/session.ts); leases it takes are handed back when it stops.

@@ -1,5 +1,5 @@
 /**
- * A ledger's records listed for people (the console, README.md "The console"): newest first, filtered by status, tool
+ * A ledger's records listed for people (the console, docs/cli.md "The console"): newest first, filtered by status, tool
  * or a search, a page at a time, with how many of each status. Both ledgers run the statements built here (their
  * listing indexes: SQLite schema 8, PostgreSQL schema 3), so a page costs the same at 100,000 records as at 100.
  *

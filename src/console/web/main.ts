@@ -1,5 +1,5 @@
 /**
- * The console's page (README.md, "The console"): a list of tasks newest first with counts per status, filters, search
+ * The console's page (docs/cli.md, "The console"): a list of tasks newest first with counts per status, filters, search
  * and pages; one task in full with its timeline, inputs and actions; both kept live by server-sent events
  * (src/console/liveView.ts), with pause and refresh. Keyboard: `/` search, `r` refresh, `p` pause, Escape back to the
  * list.
