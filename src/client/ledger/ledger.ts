@@ -218,6 +218,8 @@ export type RecordedIntent =
  * `false` otherwise: a process that lost its lease stops driving the task instead of fighting over it.
  */
 export interface Ledger {
+  /** Where the ledger lives, fit for display (a file path; a connection string without its password), for messages. */
+  readonly location?: string | undefined;
   /**
    * Record the intent before `tools/call` is sent. When a record with the same endpoint and idempotency key is
    * already current (not superseded), nothing is inserted and that record comes back instead.

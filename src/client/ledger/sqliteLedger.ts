@@ -76,6 +76,8 @@ export interface SqliteLedgerOptions {
 
 export class SqliteLedger implements Ledger {
   readonly path: string;
+  /** The file's path (Ledger.location). */
+  readonly location: string;
   private readonly db: Database.Database;
   private readonly stmt;
   private readonly deferMs: number;
@@ -93,6 +95,7 @@ export class SqliteLedger implements Ledger {
 
   constructor(path: string, options: SqliteLedgerOptions = {}) {
     this.path = path;
+    this.location = path;
     this.db = openSqliteFile(path, {
       migrations: MIGRATIONS,
       what: 'ledger',
