@@ -1,5 +1,6 @@
 // `closeout doctor` passing on our server (including the ledger round trip through a fresh process) and failing,
-// with the right lines, on a deliberately broken one; `closeout demo` finishing unattended; `--help` everywhere.
+// with the right lines, on a deliberately broken one and on one that is not running (in `call`'s words); `closeout demo`
+// finishing unattended; `--help` everywhere.
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -8,6 +9,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { jsonDocument, runCli } from '../support/cli.js';
+import { freePort } from '../support/postgres.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'closeout-cli-doctor-'));
@@ -139,6 +141,15 @@ describe.concurrent('closeout doctor and demo', { timeout: 60_000 }, () => {
     expect(run.stdout).toMatch(/^FAIL {2}capability +tasks\/get without the extension capability answered a result/m);
     expect(run.stdout).toMatch(/^PASS {2}task handle /m);
     expect(run.stdout.trimEnd().split('\n').at(-1)).toBe('failed: see FAIL lines');
+  });
+
+  it('says of a server that is not running what `call` says: nothing is listening, start it or check the URL', async () => {
+    const url = `http://127.0.0.1:${await freePort()}/mcp`;
+    const run = await runCli(['doctor', url]);
+    expect(run.code).toBe(1);
+    expect(run.stdout).toMatch(
+      /^FAIL {2}reachable +nothing is listening at http:\/\/127\.0\.0\.1:\d+\/mcp \(connection refused\): start the server, or check the URL$/m,
+    );
   });
 
   it('the demo runs unattended: a result, a task followed, an input answered, a cancel, a detach and a resume', async () => {
