@@ -169,12 +169,28 @@ describe.concurrent('closeout doctor and demo', { timeout: 60_000 }, () => {
     expect(out).not.toContain('\u001b[');
   });
 
-  it('every command has --help', async () => {
-    const commands = ['serve', 'doctor', 'call', 'ls', 'show', 'resume', 'answer', 'cancel', 'demo'];
-    const runs = await Promise.all(commands.map((command) => runCli([command, '--help'])));
-    runs.forEach((run, i) => {
-      expect(run.code).toBe(0);
-      expect(run.stdout).toContain(`Usage: closeout ${commands[i]}`);
-    });
+  it('every command has --help, and none shows an empty collection as its default', async () => {
+    // the commands `closeout --help` lists, and the sub-commands each one lists in turn (`task show`)
+    const commandsIn = (help: string) =>
+      [...(/\nCommands:\n([\s\S]*?)(?:\n\n|\n?$)/.exec(help)?.[1] ?? '').matchAll(/^ {2}([a-z]+)\b/gm)]
+        .map((m) => m[1]!)
+        .filter((name) => name !== 'help');
+    const top = await runCli(['--help']);
+    const seen: string[] = [];
+    // a level at a time, each level's commands at once
+    for (let level = commandsIn(top.stdout).map((name) => [name]); level.length > 0;) {
+      const runs = await Promise.all(level.map((command) => runCli([...command, '--help'])));
+      level = runs.flatMap((run, i) => {
+        const command = level[i]!.join(' ');
+        seen.push(command);
+        expect(run.code, command).toBe(0);
+        expect(run.stdout).toContain(`Usage: closeout ${command}`);
+        // commander prints `(default: {})` for an option collected into an object: it tells a user nothing
+        expect(run.stdout, `closeout ${command} --help`).not.toMatch(/\(default: (\{\}|\[\])\)/);
+        return commandsIn(run.stdout).map((name) => [...level[i]!, name]);
+      });
+    }
+    expect(seen.length).toBeGreaterThan(10);
+    expect(seen).toContain('task show');
   });
 });
