@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The two ways the README tells a user to install Closeout before it is on the registry, tried as a user would, in
-# fresh projects outside this tree: the tarball `npm pack` makes, and a git URL (npm clones the repository, installs
-# its development dependencies, runs `prepare` to build dist/, and packs that). Each project then runs the main job,
-# `npx closeout demo` on the embedded default (SQLite), and imports the three core entry points from its own ESM code.
+# fresh projects outside this tree: the tarball `npm pack` makes (its manifest without development scripts), and a
+# git URL (npm clones the repository, installs its development dependencies, runs `prepare` to build dist/, and packs
+# that). Each project then runs the main job, `npx closeout demo` on the embedded default (SQLite), and imports the
+# three core entry points from its own ESM code.
 #
 # The check runs offline: npm takes every package from its cache, the git URL is a file:// one of this repository's
 # committed HEAD, and better-sqlite3 is compiled from source against this Node's own headers instead of downloading a
@@ -77,10 +78,19 @@ EOF
 for way in "${ways[@]}"; do
   case "$way" in
     tarball)
+      # as a user packs it: prepack builds dist/ and writes the manifest without development scripts, postpack puts
+      # the repository's back (scripts/packed-manifest.mjs); --fetch runs no script at all
       log "packing this tree and installing the tarball"
-      (cd "$ROOT" && npm pack --silent --ignore-scripts --pack-destination "$work" >/dev/null)
+      (cd "$ROOT" && npm pack --silent --pack-destination "$work" >/dev/null)
       try_install "$work/from-tarball" "$(ls "$work"/closeout-*.tgz)"
-      $fetch || try_use "$work/from-tarball"
+      if ! $fetch; then
+        if ! node -e 'process.exit(Object.hasOwn(require(process.argv[1]), "scripts") ? 1 : 0)' \
+          "$work/from-tarball/node_modules/closeout/package.json"; then
+          log "the installed package.json carries development scripts"
+          exit 1
+        fi
+        try_use "$work/from-tarball"
+      fi
       ;;
     git)
       log "installing from git+file://$ROOT (HEAD $(git -C "$ROOT" rev-parse --short HEAD))"

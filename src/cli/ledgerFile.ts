@@ -8,6 +8,7 @@ import { existsSync, mkdirSync, statSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 
+import { TaskClientError } from '../client/errors.js';
 import type { Ledger } from '../client/ledger/index.js';
 import { SqliteLedger } from '../client/ledger/index.js';
 import { displayLedgerLocation, isPostgresLocation } from '../client/ledger/ledgerLocation.js';
@@ -72,7 +73,12 @@ export function openLedgerFile(path: string, options: { mustExist?: boolean } = 
 }
 
 /** A CliError for what SQLite says about the ledger file, or undefined when the error is something else. */
-export function ledgerError(path: string, error: unknown): CliError | undefined {
+export function ledgerError(path: string, failed: unknown): CliError | undefined {
+  // the client's own classification (`ledger-busy`, `ledger-unavailable`) wraps what SQLite said, which is what this reads
+  const error =
+    failed instanceof TaskClientError && failed.code.startsWith('ledger-') && failed.cause !== undefined
+      ? failed.cause
+      : failed;
   const code = (error as { code?: unknown }).code;
   const message = error instanceof Error ? error.message : String(error);
   if (code === 'SQLITE_BUSY' || code === 'SQLITE_LOCKED') {

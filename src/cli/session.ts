@@ -7,6 +7,7 @@ import type { Ledger, TaskRecord } from '../client/ledger/index.js';
 import { displayLedgerLocation, isPostgresLocation } from '../client/ledger/ledgerLocation.js';
 import { CliError } from './cliError.js';
 import { openLedger, openLedgerFile } from './ledgerFile.js';
+import { isTaskIdPrefix, noSuchTask } from './taskIdPrefix.js';
 import { explainConnectError } from './terminal/explain.js';
 
 /** A bearer token for the servers the CLI talks to (the ledger never stores it). */
@@ -131,7 +132,7 @@ export class ClientSession {
       all.find((r) => r.taskId === ref) ??
       all.find((r) => r.idempotencyKey === ref && r.supersededBy === undefined) ??
       // a unique prefix of a taskId, as people copy them
-      unique(all.filter((r) => ref.length >= 6 && r.taskId?.startsWith(ref)))
+      unique(all.filter((r) => isTaskIdPrefix(ref) && r.taskId?.startsWith(ref)))
     );
   }
 
@@ -140,17 +141,7 @@ export class ClientSession {
     const record = await this.find(ref);
     if (record) return record;
     const starting = (await this.ledger.list()).filter((r) => r.taskId?.startsWith(ref)).length;
-    if (starting > 0 && ref.length < 6) {
-      throw new CliError(
-        `${ref} is too short a prefix of a taskId: give at least 6 of its characters (\`closeout ls --all\` lists them)`,
-      );
-    }
-    if (starting > 1) {
-      throw new CliError(
-        `${starting} tasks start with ${ref}: give more of the taskId (\`closeout ls --all\` lists them)`,
-      );
-    }
-    throw unknownTask(ref, this.ledgerPath);
+    throw unknownTask(ref, this.ledgerPath, starting);
   }
 
   /** Close every client: leases are handed back, and answers being sent are sent (or their failure recorded). */
@@ -168,9 +159,9 @@ export class ClientSession {
   }
 }
 
-export function unknownTask(ref: string, ledgerPath: string): CliError {
-  const shown = displayLedgerLocation(ledgerPath);
-  return new CliError(`no task ${ref} in the ledger ${shown}: list them with \`closeout ls --all\``);
+/** No record for `ref` in the ledger (`starting`: how many taskIds start with it). */
+export function unknownTask(ref: string, ledgerPath: string, starting = 0): CliError {
+  return noSuchTask(ref, starting, `the ledger ${displayLedgerLocation(ledgerPath)}`, 'closeout ls --all');
 }
 
 function unique<T>(items: T[]): T | undefined {

@@ -8,10 +8,10 @@ import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/cli
 import type { StdioServerParameters } from '@modelcontextprotocol/client/stdio';
 import type { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 
-import { connectionError } from './errors.js';
+import { connectionError, ledgerFailure } from './errors.js';
 import { sessionCapabilities } from './input/sessionInput.js';
 import type { Ledger } from './ledger/ledger.js';
-import { isPostgresLocation } from './ledger/ledgerLocation.js';
+import { displayLedgerLocation, isPostgresLocation } from './ledger/ledgerLocation.js';
 import { SqliteLedger } from './ledger/sqliteLedger.js';
 import type { TaskClientOptions } from './taskClient.js';
 import { TaskClient } from './taskClient.js';
@@ -69,7 +69,8 @@ export interface ConnectHttpOptions extends ConnectTaskClientOptions {
 /**
  * Connect to a Streamable HTTP server. Fails (TaskClientError) only on what waiting would not mend: a refused
  * credential (`unauthorized`), an endpoint that is no MCP server or shares no protocol revision (`protocol`), a ledger
- * that cannot be opened; an unreachable server is connected to later (`connectLater`).
+ * that cannot be opened (`ledger-busy`, `ledger-unavailable`); an unreachable server is connected to later
+ * (`connectLater`).
  */
 export async function connectHttpTaskClient(url: string | URL, options: ConnectHttpOptions): Promise<TaskClient> {
   const target = new URL(url);
@@ -266,10 +267,18 @@ async function connectWith(
   });
 }
 
-/** The ledger the `ledger` option gives: itself, what its function opens, or the ledger its string names. */
+/**
+ * The ledger the `ledger` option gives: itself, what its function opens, or the ledger its string names. One that
+ * cannot be opened is a TaskClientError (`ledger-busy`, `ledger-unavailable`) saying why.
+ */
 async function openLedgerOption(option: ConnectTaskClientOptions['ledger']): Promise<Ledger> {
-  if (typeof option === 'string') return openLedgerLocation(option);
-  return typeof option === 'function' ? option() : option;
+  try {
+    if (typeof option === 'string') return await openLedgerLocation(option);
+    return typeof option === 'function' ? await option() : option;
+  } catch (error) {
+    const location = typeof option === 'string' ? displayLedgerLocation(option) : undefined;
+    throw ledgerFailure(location, error, 'no client was made');
+  }
 }
 
 /** The ledger a string names: a PostgreSQL database for `postgres://` URLs (loaded only then), else a SQLite file. */

@@ -47,6 +47,16 @@ export type TaskClientErrorCode =
   /** The ledger could not record something that arrived (a taskId, an answer); the message names it. */
   | 'storage'
   /**
+   * Another process held the ledger's write lock longer than its busy timeout (a backup, a sqlite3 shell, a large
+   * resume): the operation did nothing; try it again once that process is done.
+   */
+  | 'ledger-busy'
+  /**
+   * The ledger cannot be opened or used: its directory is missing, its permissions refuse it, it is no Closeout ledger
+   * or one of a newer version, its PostgreSQL database cannot be reached. The message says which and what to do.
+   */
+  | 'ledger-unavailable'
+  /**
    * A call's tool name, idempotency key or correlation id holds NUL or a lone surrogate, which no ledger or server
    * store keeps as it is (docs/DESIGN.md rule 15); the message names the field. Nothing was recorded or sent.
    */
@@ -100,6 +110,56 @@ export function connectionError(endpoint: string, error: unknown): TaskClientErr
     'protocol',
     `no MCP session could be made with ${endpoint}: ${error instanceof Error ? error.message : String(error)} (is it an MCP endpoint, speaking 2025-06-18 or later?)`,
     { cause: error },
+  );
+}
+
+/**
+ * What a failure of the ledger means to a user, as a TaskClientError with the SQLite or PostgreSQL error as its cause:
+ * `ledger-busy` while another process holds the write lock, else `ledger-unavailable`. `location` is the ledger as it
+ * may be shown (a path, a connection string without its password); `outcome` what became of the operation.
+ */
+export function ledgerFailure(location: string | undefined, error: unknown, outcome: string): TaskClientError {
+  if (error instanceof TaskClientError) return error;
+  const ledger = location === undefined ? 'the ledger' : `the ledger ${location}`;
+  const code = (error as { code?: unknown } | undefined)?.code;
+  const message = error instanceof Error ? error.message : String(error);
+  const failure = (code: TaskClientErrorCode, text: string) =>
+    new TaskClientError(code, `${text}; ${outcome}`, { cause: error });
+  if (typeof code === 'string' && /^SQLITE_(BUSY|LOCKED)/.test(code)) {
+    return failure(
+      'ledger-busy',
+      `${ledger} is locked by another process (${message}): wait for it to finish (a backup, a sqlite3 shell, a large resume) and try again`,
+    );
+  }
+  if (code === 'ENOENT') {
+    return failure(
+      'ledger-unavailable',
+      `cannot open ${ledger}: its directory does not exist (create it, or use another path)`,
+    );
+  }
+  if (
+    code === 'EACCES' ||
+    code === 'EPERM' ||
+    (typeof code === 'string' && /^SQLITE_(CANTOPEN|READONLY|PERM)/.test(code))
+  ) {
+    return failure(
+      'ledger-unavailable',
+      `cannot open ${ledger} (${message}): check its permissions, or use another path`,
+    );
+  }
+  if (typeof code === 'string' && /^SQLITE_(NOTADB|CORRUPT)/.test(code)) {
+    return failure(
+      'ledger-unavailable',
+      `${ledger} is corrupt or not a Closeout ledger (${message}): move it aside, or use another path`,
+    );
+  }
+  if (/newer than this build/.test(message)) {
+    const newer = message.replace(/: upgrade closeout$/, '');
+    return failure('ledger-unavailable', `${newer}: upgrade closeout, or use another ledger`);
+  }
+  return failure(
+    'ledger-unavailable',
+    `${ledger} cannot be used (${message}): check its file, or for PostgreSQL that the database is up and the URL right`,
   );
 }
 

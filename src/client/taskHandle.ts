@@ -132,7 +132,10 @@ export class TaskHandle {
     return this.driver.record(this.recordId);
   }
 
-  /** Called with the record after every observed change; returns the unsubscribe function. */
+  /**
+   * Called with the record after every observed change, and after each failure of an input handler (the failure as
+   * its `lastError`); returns the unsubscribe function.
+   */
   onChange(listener: (record: TaskRecord) => void): () => void {
     const listeners = (this.listeners ??= new Set());
     listeners.add(listener);

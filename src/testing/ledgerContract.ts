@@ -5,8 +5,8 @@
  *
  * Invariants: a record carries every field it was given; one current record per endpoint and idempotency key, also
  * when two ledger objects race for it; driving writes need the lease; concurrent claims split records, never share
- * them; the history is append-only; an input key keeps its first answer; abandoned submissions surface as
- * unknown-outcome, never as something to re-send.
+ * them; the history is append-only, and holds each failed input handler; an input key keeps its first answer;
+ * abandoned submissions surface as unknown-outcome, never as something to re-send.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 
@@ -262,6 +262,26 @@ export function describeLedgerContract(name: string, makeFixture: () => Promise<
       await ledger.commitTask('tasked', 'p1', task({ taskId: 't-tasked' }), T0 + 2);
       expect(await ledger.closeOut('tasked', 'p2', { ...answer, arrived: true }, T0 + 3)).toBe(false);
       expect((await ledger.get('tasked'))?.localState).toBe('tracking');
+    });
+
+    it('keeps each failed input handler as a history line; other errors only as the last error', async () => {
+      await ledger.recordIntent(submission({ recordId: 'ih' }));
+      await ledger.commitTask('ih', 'p1', task({ taskId: 't-ih', status: 'input_required' }), T0);
+      const lines = (await ledger.history('ih')).length;
+      // a failed poll recurs at every poll: it is the last error, not a step of the task
+      await ledger.recordError('ih', { kind: 'transport', message: 'connection refused', at: T0 + 1 });
+      const failed = (attempt: number) => `input go (elicitation/create): the handler failed (attempt ${attempt} of 3)`;
+      await ledger.recordError('ih', { kind: 'input', message: failed(1), at: T0 + 2 });
+      await ledger.recordError('ih', { kind: 'input', message: failed(2), at: T0 + 3 });
+      const step = { recordId: 'ih', taskId: 't-ih', status: 'input_required', localState: 'tracking' };
+      expect((await ledger.history('ih')).slice(lines)).toMatchObject([
+        { ...step, observedAt: T0 + 2, note: failed(1) },
+        { ...step, observedAt: T0 + 3, note: failed(2) },
+      ]);
+      expect((await ledger.get('ih'))?.lastError).toMatchObject({ kind: 'input', message: failed(2) });
+      // a record that is gone gets neither
+      await ledger.recordError('gone', { kind: 'input', message: failed(1), at: T0 + 4 });
+      expect(await ledger.history('gone')).toEqual([]);
     });
 
     it('appends history only when the status changes, and never lets it be rewritten', async () => {

@@ -1,11 +1,12 @@
-// An input handler that throws (docs/client.md, "Input"): the failure is recorded on the record and told as an `error` event,
-// the handler is asked again a bounded number of times with growing pauses while the task still needs the input,
-// and once those are spent the question stays answerable by `client.answer()`; never asked twice once answered.
+// An input handler that throws (docs/client.md, "Input"): each failure is recorded on the record (its last error and
+// a line of its history), told as an `error` event and to the handle's onChange listeners; the handler is asked again
+// a bounded number of times with growing pauses while the task still needs the input, and once those are spent the
+// question stays answerable by `client.answer()`; never asked twice once answered.
 import { join } from 'node:path';
 
 import { afterEach, describe, expect, it } from 'vitest';
 
-import type { RecordedError, TaskClient } from '../../src/client/index.js';
+import type { RecordedError, TaskClient, TaskRecord } from '../../src/client/index.js';
 import { connectHttpTaskClient, isTaskHandle } from '../../src/client/index.js';
 import { startTestServer, type TestServer } from '../support/testServer.js';
 import { waitFor } from '../support/waitFor.js';
@@ -54,14 +55,25 @@ describe('an input handler that throws', { timeout: 60_000 }, () => {
     const tasks = await client(server, 2, errors, asked);
     const handle = await tasks.callTool('approve', {});
     if (!isTaskHandle(handle)) throw new Error('approve answered without a task');
+    const seen: TaskRecord[] = [];
+    handle.onChange((record) => seen.push(record));
     expect(await handle.outcome()).toMatchObject({ kind: 'completed' });
     expect(asked.n).toBe(3);
-    expect(errors.map((e) => e.message)).toEqual([
+    const failures = [
       expect.stringMatching(
         /input go .*the handler failed \(attempt 1 of 3\): the approval service is down \(1\); asked again in 2 s/,
       ),
       expect.stringMatching(/attempt 2 of 3\): the approval service is down \(2\); asked again in 4 s/),
-    ]);
+    ];
+    expect(errors.map((e) => e.message)).toEqual(failures);
+    // each failure reached the handle: its listeners got the record with the failure as lastError (which later
+    // records go on carrying until another error replaces it)
+    const told = new Set(seen.filter((r) => r.lastError?.kind === 'input').map((r) => r.lastError!.message));
+    expect([...told]).toEqual(failures);
+    // and is a line of the record's history, where lastError keeps only the last
+    const lines = (await tasks.history(handle.recordId)).filter((entry) => /handler failed/.test(entry.note ?? ''));
+    expect(lines.map((entry) => entry.note)).toEqual(failures);
+    expect(lines[0]).toMatchObject({ status: 'input_required', localState: 'tracking', taskId: handle.taskId });
   });
 
   it('once its attempts are spent, leaves the question to client.answer(), asked no more', async () => {
@@ -76,6 +88,10 @@ describe('an input handler that throws', { timeout: 60_000 }, () => {
       /attempt 3 of 3\).*not asked again in this process: answer it with TaskClient\.answer/,
     );
     expect((await tasks.get(handle.recordId))?.lastError?.message).toBe(errors[2]!.message);
+    const history = await tasks.history(handle.recordId);
+    expect(history.filter((entry) => /handler failed/.test(entry.note ?? '')).map((entry) => entry.note)).toEqual(
+      errors.map((e) => e.message),
+    );
     await new Promise((resolve) => setTimeout(resolve, 1000));
     expect(asked.n).toBe(3);
     expect(await tasks.answer(handle.taskId, 'go', { action: 'decline' })).toBe(true);

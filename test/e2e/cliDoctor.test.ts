@@ -1,5 +1,6 @@
 // `closeout doctor` passing on our server (including the ledger round trip through a fresh process) and failing,
-// with the right lines, on a deliberately broken one; `closeout demo` finishing unattended; `--help` everywhere.
+// with the right lines, on a deliberately broken one and on one that is not running (in `call`'s words); `closeout demo`
+// finishing unattended; `--help` everywhere.
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
@@ -8,6 +9,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { jsonDocument, runCli } from '../support/cli.js';
+import { freePort } from '../support/postgres.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'closeout-cli-doctor-'));
@@ -141,6 +143,15 @@ describe.concurrent('closeout doctor and demo', { timeout: 60_000 }, () => {
     expect(run.stdout.trimEnd().split('\n').at(-1)).toBe('failed: see FAIL lines');
   });
 
+  it('says of a server that is not running what `call` says: nothing is listening, start it or check the URL', async () => {
+    const url = `http://127.0.0.1:${await freePort()}/mcp`;
+    const run = await runCli(['doctor', url]);
+    expect(run.code).toBe(1);
+    expect(run.stdout).toMatch(
+      /^FAIL {2}reachable +nothing is listening at http:\/\/127\.0\.0\.1:\d+\/mcp \(connection refused\): start the server, or check the URL$/m,
+    );
+  });
+
   it('the demo runs unattended: a result, a task followed, an input answered, a cancel, a detach and a resume', async () => {
     const run = await runCli(['demo'], { timeoutMs: 50_000 });
     expect(run.code, run.stderr).toBe(0);
@@ -158,12 +169,28 @@ describe.concurrent('closeout doctor and demo', { timeout: 60_000 }, () => {
     expect(out).not.toContain('\u001b[');
   });
 
-  it('every command has --help', async () => {
-    const commands = ['serve', 'doctor', 'call', 'ls', 'show', 'resume', 'answer', 'cancel', 'demo'];
-    const runs = await Promise.all(commands.map((command) => runCli([command, '--help'])));
-    runs.forEach((run, i) => {
-      expect(run.code).toBe(0);
-      expect(run.stdout).toContain(`Usage: closeout ${commands[i]}`);
-    });
+  it('every command has --help, and none shows an empty collection as its default', async () => {
+    // the commands `closeout --help` lists, and the sub-commands each one lists in turn (`task show`)
+    const commandsIn = (help: string) =>
+      [...(/\nCommands:\n([\s\S]*?)(?:\n\n|\n?$)/.exec(help)?.[1] ?? '').matchAll(/^ {2}([a-z]+)\b/gm)]
+        .map((m) => m[1]!)
+        .filter((name) => name !== 'help');
+    const top = await runCli(['--help']);
+    const seen: string[] = [];
+    // a level at a time, each level's commands at once
+    for (let level = commandsIn(top.stdout).map((name) => [name]); level.length > 0;) {
+      const runs = await Promise.all(level.map((command) => runCli([...command, '--help'])));
+      level = runs.flatMap((run, i) => {
+        const command = level[i]!.join(' ');
+        seen.push(command);
+        expect(run.code, command).toBe(0);
+        expect(run.stdout).toContain(`Usage: closeout ${command}`);
+        // commander prints `(default: {})` for an option collected into an object: it tells a user nothing
+        expect(run.stdout, `closeout ${command} --help`).not.toMatch(/\(default: (\{\}|\[\])\)/);
+        return commandsIn(run.stdout).map((name) => [...level[i]!, name]);
+      });
+    }
+    expect(seen.length).toBeGreaterThan(10);
+    expect(seen).toContain('task show');
   });
 });

@@ -159,6 +159,10 @@ describe.concurrent('closeout ls, show and cancel', { timeout: 60_000 }, () => {
     expect(short.stderr).toMatch(
       new RegExp(`${taskId.slice(0, 4)} is too short a prefix of a taskId: give at least 6`),
     );
+    // a short reference that matches nothing gets the same words as one that matches (as `task show` on a store does)
+    expect((await runCli(['show', 'Q'], { ledger })).stderr).toBe(
+      'closeout: Q is too short a prefix of a taskId: give at least 6 of its characters (`closeout ls --all` lists them)\n',
+    );
     expect((await runCli(['show', taskId.slice(0, 8)], { ledger })).stdout).toContain(taskId);
     expect((await runCli(['ls', '--all'], { ledger })).stdout).toMatch(/^1 record in /m);
     expect((await runCli(['call', '--help'], { ledger })).stdout).not.toContain('(default: {})');

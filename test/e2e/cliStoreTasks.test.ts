@@ -220,6 +220,16 @@ describe.each(['sqlite', 'postgres'] as const)('closeout tasks and task show on 
     const unknown = await runCli(['task', 'show', 'no-such-task', '--store', store]);
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toMatch(/^closeout: no task no-such-task in /);
+    // a prefix of a taskId needs 6 characters, as the ledger's commands ask, and is refused in the same words
+    for (const ref of [ids['batch']!.slice(0, 1), 'Q']) {
+      const short = await runCli(['task', 'show', ref, '--store', store]);
+      expect(short.code).toBe(1);
+      expect(short.stderr).toBe(
+        `closeout: ${ref} is too short a prefix of a taskId: give at least 6 of its characters (\`closeout tasks --store ...\` lists them)\n`,
+      );
+    }
+    const prefixed = await runCli(['task', 'show', ids['batch']!.slice(0, 8), '--store', store]);
+    expect(prefixed.stdout).toContain(`task ${ids['batch']}`);
     const status = await runCli(['tasks', '--store', store, '--status', 'done']);
     expect(status.code).toBe(1);
     expect(status.stderr).toContain("argument 'done' is invalid. expected working, input_required, completed");

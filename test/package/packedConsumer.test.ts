@@ -1,9 +1,9 @@
 /**
  * The package as a user gets it (docs/operations.md, "Install"): `npm pack` ships a LICENSE, the contract suites
- * (dist/testing), no benchmark build and no source map that points at a source left out; the tarball unpacked into a
- * fresh TypeScript project, with the dependencies it declares beside it, typechecks a consumer of the three core entry
- * points and of closeout/testing with strict settings and without `skipLibCheck`, with no `@types/pg` and no vitest
- * installed.
+ * (dist/testing), no benchmark build, no source map that points at a source left out, and a manifest without
+ * development scripts; the tarball unpacked into a fresh TypeScript project, with the dependencies it declares beside
+ * it, typechecks a consumer of the core entry points and of closeout/testing with strict settings and without
+ * `skipLibCheck`, with no `@types/pg` and no vitest installed.
  */
 import { execFile } from 'node:child_process';
 import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
@@ -18,6 +18,7 @@ const run = promisify(execFile);
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const TSC = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
 const NPM_CLI = process.env['npm_execpath'];
+const PACKED_MANIFEST = join(ROOT, 'scripts', 'packed-manifest.mjs');
 
 interface PackEntry {
   filename: string;
@@ -38,12 +39,21 @@ function npm(args: string[], cwd: string, timeoutMs: number) {
 
 let dir: string;
 let pack: PackEntry;
+/** package.json as the repository has it. */
+let developmentManifest: string;
 
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), 'closeout-pack-'));
-  // dist/ was built by `pretest`; the benchmarks may have compiled into dist/bench, which must not ship
-  const { stdout } = await npm(['pack', '--ignore-scripts', '--json', '--pack-destination', dir], ROOT, 120_000);
-  pack = (JSON.parse(stdout) as PackEntry[])[0]!;
+  developmentManifest = await readFile(join(ROOT, 'package.json'), 'utf8');
+  // dist/ was built by `pretest`; the benchmarks may have compiled into dist/bench, which must not ship. What npm runs
+  // around the pack but the build: prepack's manifest step, and postpack (`--ignore-scripts` skips the build)
+  await run(process.execPath, [PACKED_MANIFEST, 'write']);
+  try {
+    const { stdout } = await npm(['pack', '--ignore-scripts', '--json', '--pack-destination', dir], ROOT, 120_000);
+    pack = (JSON.parse(stdout) as PackEntry[])[0]!;
+  } finally {
+    await run(process.execPath, [PACKED_MANIFEST, 'restore']);
+  }
 }, 180_000);
 
 afterAll(async () => {
@@ -69,6 +79,25 @@ describe('the packed tarball', () => {
       const { sources } = JSON.parse(await readFile(join(ROOT, map), 'utf8')) as { sources: string[] };
       for (const source of sources) expect(paths, `${map} points at ${source}`).toContain(join(map, '..', source));
     }
+  });
+
+  it("carries a manifest without development scripts, and leaves the repository's own as it was", async () => {
+    const { stdout } = await run('tar', ['-xzOf', join(dir, pack.filename), 'package/package.json']);
+    const packed = JSON.parse(stdout) as Record<string, unknown>;
+    const development = JSON.parse(developmentManifest) as Record<string, unknown> & {
+      scripts: Record<string, string>;
+    };
+    // nothing a consumer's npm would run or offer to run: no test, lint, soak or bench, no build at install
+    expect(packed['scripts']).toBeUndefined();
+    expect(packed['allowScripts']).toBeUndefined();
+    for (const field of ['name', 'version', 'exports', 'bin', 'engines', 'dependencies', 'peerDependencies'])
+      expect(packed[field], field).toEqual(development[field]);
+    expect(await readFile(join(ROOT, 'package.json'), 'utf8')).toBe(developmentManifest);
+    // npm writes the packed manifest in prepack, after the build, and puts the development one back in postpack; a
+    // git-URL install runs only prepare, the build
+    expect(development.scripts['prepack']).toBe('npm run build && node scripts/packed-manifest.mjs write');
+    expect(development.scripts['postpack']).toBe('node scripts/packed-manifest.mjs restore');
+    expect(development.scripts['prepare']).toBe('npm run build');
   });
 
   it('unpacked into a fresh TypeScript project, typechecks a consumer of the entry points strictly', async () => {

@@ -135,9 +135,14 @@ async function runAnswer(ref: string, flags: AnswerCommandFlags): Promise<void> 
     if (unanswerable) out.aside(`closeout: not answered: ${unanswerable}`);
     if (failed) out.aside(`closeout: ${serverLine(failed)}`);
     if (answered.length > 0) {
+      // the status the ledger holds is from before the answer (input_required): saying it reads as if the answer
+      // was not taken, so say what happened to the answer and what follows the task now
+      const resume = `\`closeout resume ${record.taskId}\``;
       out.line(
         c.dim(
-          `task ${record.taskId} goes on (${stateWord(after)}); follow it to its end with \`closeout resume ${record.taskId}\``,
+          answered.every((a) => a.sent)
+            ? `the server has the answer (recorded in the ledger too); ${resume} follows task ${record.taskId} to its end`
+            : `the answer is recorded in the ledger, not sent yet; ${resume} sends it and follows task ${record.taskId} to its end`,
         ),
       );
     }

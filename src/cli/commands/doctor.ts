@@ -7,6 +7,7 @@ import type { Command } from 'commander';
 import { ErrorCode, TASKS_EXTENSION_ID } from '../../protocol/index.js';
 import { parseJsonObject, parseUrl } from '../arguments.js';
 import { CliError } from '../cliError.js';
+import { explainConnectError } from '../terminal/explain.js';
 import { colorsFor } from '../terminal/output.js';
 import { serverLine, terminalJson } from '../terminal/serverText.js';
 import { DOCTOR_PROBE_MCP_NAME } from './doctorProbe.js';
@@ -54,7 +55,8 @@ export async function runDoctor(url: string, options: DoctorOptions = {}): Promi
   try {
     discover = await rpc(url, 'server/discover', {}, auth);
   } catch (error) {
-    add('reachable', 'fail', `cannot reach ${url}: ${(error as Error).message}`);
+    // the words `call` uses for the same failure ("nothing is listening at ...: start the server, or check the URL")
+    add('reachable', 'fail', explainConnectError(url, error).message);
     return checks;
   }
   const extensions = (discover.result?.['capabilities'] as { extensions?: Record<string, unknown> } | undefined)

@@ -35,7 +35,8 @@ interface ServeFlags {
   host: string;
   store: string;
   tools: 'demo' | 'conformance';
-  token: Record<string, string>;
+  /** Absent when no --token was given: commander would print an empty default `{}` in --help. */
+  token?: Record<string, string>;
   leaseMs: number;
   storeWaitMs: number;
   retentionMs: number;
@@ -67,7 +68,6 @@ export function registerServe(program: Command): void {
       '--token <token=principal>',
       'require this bearer token and bind its tasks to the principal (repeatable)',
       collectToken,
-      {},
     )
     .option('--lease-ms <ms>', 'how long a task lease holds without renewal', parsePositiveInt, 10_000)
     .option(
@@ -172,7 +172,7 @@ export function registerServe(program: Command): void {
           port: flags.port,
           host: flags.host,
           serverInfo: { name: 'closeout', version: '0.1.0' },
-          ...(Object.keys(flags.token).length > 0 && { tokens: flags.token }),
+          ...(flags.token && { tokens: flags.token }),
           ...(flags.tools === 'conformance' && { bus, setup: conformanceDiagnostics(bus) }),
           onerror,
         });
@@ -261,7 +261,7 @@ function parseToolSet(value: string): 'demo' | 'conformance' {
   throw new InvalidArgumentError('expected demo or conformance');
 }
 
-function collectToken(value: string, previous: Record<string, string>): Record<string, string> {
+function collectToken(value: string, previous: Record<string, string> = {}): Record<string, string> {
   const at = value.indexOf('=');
   if (at <= 0 || at === value.length - 1) throw new InvalidArgumentError('expected TOKEN=PRINCIPAL');
   return { ...previous, [value.slice(0, at)]: value.slice(at + 1) };

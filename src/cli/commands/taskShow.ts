@@ -6,10 +6,10 @@
 import type { Command } from 'commander';
 
 import type { StoredTask, TaskStore } from '../../server/store/taskStore.js';
-import { CliError } from '../cliError.js';
 import type { JsonFlags } from '../commonOptions.js';
 import { addJsonOption, addTaskIdArgument } from '../commonOptions.js';
 import { addStoreOption, openStoreToRead, type StoreFlags } from '../storeOpen.js';
+import { isTaskIdPrefix, noSuchTask } from '../taskIdPrefix.js';
 import { Output } from '../terminal/output.js';
 import { serverLine } from '../terminal/serverText.js';
 import { detailJson, detailLines } from '../terminal/storeTaskView.js';
@@ -40,14 +40,12 @@ export function registerTaskShow(program: Command): void {
 async function findTask(store: TaskStore, ref: string, shown: string): Promise<StoredTask> {
   const exact = await store.get(ref);
   if (exact) return exact;
-  const page = ref === '' || !store.listTasks ? undefined : await store.listTasks({ taskIdPrefix: ref, limit: 2 });
-  const [only, other] = page?.tasks ?? [];
-  if (only && !other) {
-    const task = await store.get(only.taskId);
+  const page =
+    !isTaskIdPrefix(ref) || !store.listTasks ? undefined : await store.listTasks({ taskIdPrefix: ref, limit: 2 });
+  const starting = page?.tasks ?? [];
+  if (starting.length === 1) {
+    const task = await store.get(starting[0]!.taskId);
     if (task) return task;
   }
-  if (only && other) {
-    throw new CliError(`several tasks in ${shown} start with ${serverLine(ref)}: give more of the task id`);
-  }
-  throw new CliError(`no task ${serverLine(ref)} in ${shown} (\`closeout tasks --store ...\` lists them)`);
+  throw noSuchTask(serverLine(ref), starting.length, shown, 'closeout tasks --store ...');
 }

@@ -135,6 +135,10 @@ export class ClientCore {
   async recordError(recordId: string, error: RecordedError): Promise<void> {
     await this.ledger.recordError(recordId, error).catch(() => undefined);
     this.emit({ type: 'error', recordId, error });
+    // a failed input handler leaves the task waiting: the handle's listeners hear it, with the failure as lastError
+    const handle = error.kind === 'input' ? this.live.get(recordId) : undefined;
+    const record = handle && (await this.ledger.get(recordId).catch(() => undefined));
+    if (handle && record) handle.observe(record);
   }
 
   async emitClosed(recordId: string): Promise<TaskRecord | undefined> {

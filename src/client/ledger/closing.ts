@@ -5,7 +5,7 @@
  */
 import { isTerminalStatus } from '../../protocol/index.js';
 import { storableText } from '../../protocol/storableText.js';
-import type { LocalState, ObservedTask, TaskRecord } from './ledger.js';
+import type { LocalState, ObservedTask, RecordedError, TaskRecord } from './ledger.js';
 
 /**
  * Whether an observed task closes the record out: a terminal status with what it carries (a `completed` task's
@@ -89,4 +89,13 @@ export function answeredNote(
 /** The history note when a tools/call answer names a task another record of the endpoint already follows. */
 export function taskHeldElsewhereNote(taskId: string, holderRecordId: string): string {
   return `tools/call answered task ${taskId}, which record ${holderRecordId} already follows`;
+}
+
+/**
+ * The history note of a recorded error that is a step of the task's story, or undefined: a failed input handler is
+ * (each attempt a line, where `lastError` keeps only the last); a failed poll is not, it recurs at every poll.
+ */
+export function errorNote(error: RecordedError): string | undefined {
+  // a handler's message is free text: kept alike on every ledger (docs/DESIGN.md rule 15)
+  return error.kind === 'input' ? storableText(error.message) : undefined;
 }

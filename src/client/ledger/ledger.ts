@@ -116,7 +116,10 @@ export interface TaskRecord {
   inputs: InputAnswer[];
 }
 
-/** One line of the append-only history: an observed status or local state change (S15). */
+/**
+ * One line of the append-only history: an observed status or local state change (S15), or a failed input handler
+ * (its `note` the failure, the state unchanged).
+ */
 export interface HistoryEntry {
   seq: number;
   recordId: string;
@@ -218,6 +221,8 @@ export type RecordedIntent =
  * `false` otherwise: a process that lost its lease stops driving the task instead of fighting over it.
  */
 export interface Ledger {
+  /** Where the ledger lives, fit for display (a file path; a connection string without its password), for messages. */
+  readonly location?: string | undefined;
   /**
    * Record the intent before `tools/call` is sent. When a record with the same endpoint and idempotency key is
    * already current (not superseded), nothing is inserted and that record comes back instead.
@@ -256,7 +261,10 @@ export interface Ledger {
    * `nextPollAt` only while the record is tracked.
    */
   noteSchedule(recordId: string, holder: string, note: ScheduleNote): void;
-  /** Record an error without a poll (input handlers, server output of cancel/update, storage). Any process. */
+  /**
+   * Record an error without a poll (input handlers, server output of cancel/update, storage). Any process. A failed
+   * input handler (kind `input`) is also a line of the history (`errorNote`).
+   */
   recordError(recordId: string, lastError: RecordedError): Promise<void>;
   /**
    * Close a record out: it leaves the open states (an `expired` record may come back with `reopen`). Not to be

@@ -30,7 +30,14 @@ import { asError, wrapPostgresError } from '../../shared/postgres/errors.js';
 import { runMigrations } from '../../shared/postgres/migrations.js';
 import { connectionConfig, guardPool, statementTimeouts } from '../../shared/postgres/pool.js';
 import { inTransaction } from '../../shared/postgres/transaction.js';
-import { abandonedReason, answeredNote, applyObservedTask, commitNote, taskHeldElsewhereNote } from './closing.js';
+import {
+  abandonedReason,
+  answeredNote,
+  applyObservedTask,
+  commitNote,
+  errorNote,
+  taskHeldElsewhereNote,
+} from './closing.js';
 import { endpointIdentity } from './endpointIdentity.js';
 import type {
   Closing,
@@ -298,9 +305,13 @@ export class PostgresLedger implements Ledger {
   }
 
   async recordError(recordId: string, lastError: RecordedError): Promise<void> {
-    await this.write('recordError', (client) =>
-      client.query(SQL.recordError, [recordId, JSON.stringify(lastError), lastError.at]),
-    );
+    await this.write('recordError', async (client) => {
+      await client.query(SQL.recordError, [recordId, JSON.stringify(lastError), lastError.at]);
+      const note = errorNote(lastError);
+      if (note === undefined) return;
+      const row = (await client.query<SubmissionRow>(SQL.lock, [recordId])).rows[0];
+      if (row) await this.appendLocalChange(client, row, row.local_state, lastError.at, note);
+    });
   }
 
   async closeOut(recordId: string, holder: string, closing: Closing, at: number): Promise<boolean> {

@@ -13,7 +13,14 @@ import type { InputRequest, InputResponse } from '../../protocol/index.js';
 import { openSqliteFile } from '../../shared/sqlite/sqliteFile.js';
 import { SqliteGroupCommit } from '../../shared/sqlite/sqliteGroupCommit.js';
 import type { SqliteSynchronous } from '../../shared/sqlite/sqliteSynchronous.js';
-import { abandonedReason, answeredNote, applyObservedTask, commitNote, taskHeldElsewhereNote } from './closing.js';
+import {
+  abandonedReason,
+  answeredNote,
+  applyObservedTask,
+  commitNote,
+  errorNote,
+  taskHeldElsewhereNote,
+} from './closing.js';
 import { endpointIdentity } from './endpointIdentity.js';
 import type {
   Closing,
@@ -76,6 +83,8 @@ export interface SqliteLedgerOptions {
 
 export class SqliteLedger implements Ledger {
   readonly path: string;
+  /** The file's path (Ledger.location). */
+  readonly location: string;
   private readonly db: Database.Database;
   private readonly stmt;
   private readonly deferMs: number;
@@ -93,6 +102,7 @@ export class SqliteLedger implements Ledger {
 
   constructor(path: string, options: SqliteLedgerOptions = {}) {
     this.path = path;
+    this.location = path;
     this.db = openSqliteFile(path, {
       migrations: MIGRATIONS,
       what: 'ledger',
@@ -269,7 +279,13 @@ export class SqliteLedger implements Ledger {
   }
 
   async recordError(recordId: string, lastError: RecordedError): Promise<void> {
-    await this.group.run(() => this.stmt.recordError.run(JSON.stringify(lastError), lastError.at, recordId));
+    await this.group.run(() => {
+      this.stmt.recordError.run(JSON.stringify(lastError), lastError.at, recordId);
+      const note = errorNote(lastError);
+      if (note === undefined) return;
+      const row = this.stmt.get.get(recordId) as SubmissionRow | undefined;
+      if (row) this.appendLocalChange(row, row.local_state, lastError.at, note);
+    });
   }
 
   async closeOut(recordId: string, holder: string, closing: Closing, at: number): Promise<boolean> {

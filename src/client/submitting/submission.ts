@@ -17,7 +17,7 @@ import { describe } from '../core/clientCore.js';
 import type { CallToolOptions, ResubmitOptions } from '../core/clientOptions.js';
 import { nextPollDelay } from '../core/scheduler.js';
 import type { CallTrace } from '../core/telemetry.js';
-import { connectionError, TaskClientError } from '../errors.js';
+import { connectionError, ledgerFailure, TaskClientError } from '../errors.js';
 import type { Following } from '../following/following.js';
 import type { TaskRequests } from '../following/taskRequests.js';
 import { callThroughInputRounds, InputRoundsError } from '../input/inputRounds.js';
@@ -83,7 +83,7 @@ export class Submission {
       name,
       digest,
       (async () => {
-        const existing = await this.core.ledger.findByIdempotencyKey(this.core.endpoint, key);
+        const existing = await this.beforeSending(this.core.ledger.findByIdempotencyKey(this.core.endpoint, key));
         if (existing) return this.fromExisting(existing, name, digest);
         return this.submitNew(name, args, digest, options);
       })(),
@@ -113,26 +113,28 @@ export class Submission {
     await core.ensureConnected().catch((error: unknown) => {
       throw connectionError(core.endpoint, error);
     });
-    const keys = await core.keys();
+    const keys = await this.beforeSending(core.keys());
     const now = core.clock.now();
-    const intent = await core.ledger.recordIntent({
-      recordId: randomUUID(),
-      endpoint: core.endpoint,
-      toolName: name,
-      arguments: args,
-      argumentsDigest: digest,
-      correlationId: options.correlationId,
-      idempotencyKey: options.idempotencyKey,
-      wireIdempotencyKey:
-        options.idempotencyKey === undefined
-          ? undefined
-          : wireIdempotencyKey(keys.secret, core.endpoint, options.idempotencyKey),
-      credential: keys.credential,
-      submittedAt: now,
-      leaseHolder: core.leaseHolder,
-      leaseExpiresAt: now + core.leaseMs,
-      traceContext: call.carrier,
-    });
+    const intent = await this.beforeSending(
+      core.ledger.recordIntent({
+        recordId: randomUUID(),
+        endpoint: core.endpoint,
+        toolName: name,
+        arguments: args,
+        argumentsDigest: digest,
+        correlationId: options.correlationId,
+        idempotencyKey: options.idempotencyKey,
+        wireIdempotencyKey:
+          options.idempotencyKey === undefined
+            ? undefined
+            : wireIdempotencyKey(keys.secret, core.endpoint, options.idempotencyKey),
+        credential: keys.credential,
+        submittedAt: now,
+        leaseHolder: core.leaseHolder,
+        leaseExpiresAt: now + core.leaseMs,
+        traceContext: call.carrier,
+      }),
+    );
     // another process recorded the same key between our lookup and our insert
     if (!intent.created) return this.fromExisting(intent.record, name, digest);
     return this.submit(intent.record, options.signal, call);
@@ -169,29 +171,31 @@ export class Submission {
     if (policy !== 'reuse' && policy !== 'new') assertStorable({ idempotencyKey: policy });
     const key =
       policy === 'reuse' ? (previous.idempotencyKey ?? randomUUID()) : policy === 'new' ? randomUUID() : policy;
-    const keys = await core.keys();
+    const keys = await this.beforeSending(core.keys());
     // a reused key goes out as it went before (records older than ledger schema 2 sent it as it is)
     const wireKey =
       key === previous.idempotencyKey
         ? (previous.wireIdempotencyKey ?? previous.idempotencyKey)
         : wireIdempotencyKey(keys.secret, core.endpoint, key);
     const now = core.clock.now();
-    const intent = await core.ledger.recordResubmission(previous.recordId, {
-      recordId: randomUUID(),
-      endpoint: core.endpoint,
-      toolName: previous.toolName,
-      arguments: previous.arguments,
-      argumentsDigest: previous.argumentsDigest,
-      correlationId: previous.correlationId,
-      idempotencyKey: key,
-      wireIdempotencyKey: wireKey,
-      credential: keys.credential,
-      submittedAt: now,
-      leaseHolder: core.leaseHolder,
-      leaseExpiresAt: now + core.leaseMs,
-      resubmittedFrom: previous.recordId,
-      traceContext: call.carrier,
-    });
+    const intent = await this.beforeSending(
+      core.ledger.recordResubmission(previous.recordId, {
+        recordId: randomUUID(),
+        endpoint: core.endpoint,
+        toolName: previous.toolName,
+        arguments: previous.arguments,
+        argumentsDigest: previous.argumentsDigest,
+        correlationId: previous.correlationId,
+        idempotencyKey: key,
+        wireIdempotencyKey: wireKey,
+        credential: keys.credential,
+        submittedAt: now,
+        leaseHolder: core.leaseHolder,
+        leaseExpiresAt: now + core.leaseMs,
+        resubmittedFrom: previous.recordId,
+        traceContext: call.carrier,
+      }),
+    );
     if (!intent.created) {
       // checked again inside the ledger's transaction: of two concurrent resubmissions, one goes through
       if (intent.refused === 'already-resubmitted') {
@@ -214,6 +218,16 @@ export class Submission {
       previous.argumentsDigest,
       this.submit(intent.record, options.signal, call),
     );
+  }
+
+  /**
+   * A ledger step before tools/call leaves: its failure (another process holding the write lock past the busy timeout,
+   * a ledger gone) is a TaskClientError that says nothing was sent.
+   */
+  private beforeSending<T>(step: Promise<T>): Promise<T> {
+    return step.catch((error: unknown) => {
+      throw ledgerFailure(this.core.ledger.location, error, 'nothing was sent');
+    });
   }
 
   private trackSubmission(
@@ -260,7 +274,7 @@ export class Submission {
     if (wireKey !== undefined) meta[IDEMPOTENCY_KEY_META_KEY] = wireKey;
     // from here on, silence means unknown-outcome. A process that no longer holds the record (paused past its lease,
     // while another settled it as never sent, which a resubmission may have believed) sends nothing
-    if (!(await core.ledger.markSent(record.recordId, core.leaseHolder, core.clock.now()))) {
+    if (!(await this.beforeSending(core.ledger.markSent(record.recordId, core.leaseHolder, core.clock.now())))) {
       const now = await core.ledger.get(record.recordId);
       throw new TaskClientError(
         'invalid-state',

@@ -142,8 +142,9 @@ export class PostgresTaskStore implements TaskStore {
   private readonly passwords: string[];
 
   /**
-   * Uses an existing pool (left open by `close()`), or makes one from a connection string. The schema must already
-   * be migrated: `PostgresTaskStore.open` does that.
+   * Uses an existing pool (left open by `close()`), or makes one from a connection string. Connects lazily: the first
+   * call of any kind migrates the schema (`migrated`); `PostgresTaskStore.open` does that at once, and also reads the
+   * database's clock and starts LISTEN before it returns.
    */
   constructor(poolOrConnectionString: PostgresPool | string, options: PostgresTaskStoreOptions = {}) {
     this.onError = options.onError ?? (() => {});
