@@ -7,7 +7,6 @@
  * is replayed by another with the same tool-call id, which gets the task's real result while the server ran it once.
  * `ai` 7 declares Node 22 or later; it loads and runs on this Node (20), where this test runs it.
  */
-import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -20,7 +19,8 @@ import { type AiSdkTaskResult, aiSdkTaskTools, TaskToolError } from '../../src/a
 import type { TaskClient } from '../../src/client/index.js';
 import { connectHttpTaskClient } from '../../src/client/index.js';
 import { ADAPTER_TOOL_NAMES, serveForAdapterTests } from '../support/adapterServe.js';
-import { runsOf, settled } from '../support/runLog.js';
+import { killAgentWithItsTask } from '../support/agentCrash.js';
+import { handlerStarts, runsOf, settled } from '../support/runLog.js';
 import { waitFor } from '../support/waitFor.js';
 
 const ADAPTER = fileURLToPath(new URL('../../dist/adapters/aiSdk.js', import.meta.url));
@@ -289,26 +289,16 @@ describe('closeout/ai-sdk under streamText', { timeout: 120_000 }, () => {
       const tools = await aiSdkTaskTools(client, { tools: ['batch_job'], scope: 'run-7' });
       for await (const _ of tools.batch_job.execute({ items: 10, stepMs: 300 }, { toolCallId: 'crash-1', messages: [], context: {} })) {}
     `;
-    const agent = spawn(process.execPath, ['--input-type=module', '-e', agentScript], {
-      stdio: ['ignore', 'ignore', 'pipe'],
-    });
-    let stderr = '';
-    agent.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    const taskId = await waitFor(
-      'the agent to have its task in the ledger',
-      async () => (await serve.client.get('ai-sdk:run-7:crash-1'))?.taskId,
-      30_000,
-      50,
-    );
-    agent.kill('SIGKILL');
-    await new Promise((resolve) => agent.once('exit', resolve));
-    expect(stderr).toBe('');
+    const taskId = await killAgentWithItsTask(serve, agentScript, 'ai-sdk:run-7:crash-1');
+    const before = handlerStarts(serve.runLog);
 
     const replay = await runAgent(
       [{ calls: [{ id: 'crash-1', name: 'batch_job', input: { items: 10, stepMs: 300 } }] }, { text: 'done' }],
       { tools: ['batch_job'], scope: 'run-7' },
     );
     expect(outputOf(replay.parts, 'crash-1')).toMatchObject({ taskId, text: 'Processed 10 items' });
+    // the replay started no handler: the server ran the tool once, for the first run's task
+    expect(handlerStarts(serve.runLog)).toBe(before);
     expect(runsOf(serve.runLog, taskId)).toHaveLength(1);
   });
 });

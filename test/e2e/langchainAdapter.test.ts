@@ -7,7 +7,6 @@
  * process SIGKILLed while its tool's task runs is replayed by another with the same tool-call id, which gets the
  * task's real result while the server ran the tool once.
  */
-import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -17,8 +16,8 @@ import { describe, expect, it } from 'vitest';
 import { langchainTaskTools, TaskToolError } from '../../src/adapters/langchain.js';
 import { connectHttpTaskClient } from '../../src/client/index.js';
 import { ADAPTER_TOOL_NAMES, serveForAdapterTests } from '../support/adapterServe.js';
-import { runsOf } from '../support/runLog.js';
-import { waitFor } from '../support/waitFor.js';
+import { killAgentWithItsTask } from '../support/agentCrash.js';
+import { handlerStarts, runsOf } from '../support/runLog.js';
 
 const ADAPTER = fileURLToPath(new URL('../../dist/adapters/langchain.js', import.meta.url));
 const CLIENT = fileURLToPath(new URL('../../dist/client/index.js', import.meta.url));
@@ -129,32 +128,18 @@ describe('closeout/langchain', { timeout: 90_000 }, () => {
   });
 
   it('gives an agent replayed after a SIGKILL the real result of the task its first run started, run once', async () => {
-    const agent = spawn(
-      process.execPath,
-      [
-        '--input-type=module',
-        '-e',
-        `
-        const { connectHttpTaskClient } = await import(${JSON.stringify(CLIENT)});
-        const { langchainTaskTools } = await import(${JSON.stringify(ADAPTER)});
-        const client = await connectHttpTaskClient(${JSON.stringify(serve.server.url)}, { ledger: ${JSON.stringify(join(serve.dir, 'ledger.db'))} });
-        const [batch] = await langchainTaskTools(client, { tools: ['batch_job'] });
-        await batch.invoke({ name: 'batch_job', args: { items: 10, stepMs: 300 }, id: 'crash-1', type: 'tool_call' });
-        `,
-      ],
-      { stdio: ['ignore', 'ignore', 'pipe'] },
+    const taskId = await killAgentWithItsTask(
+      serve,
+      `
+      const { connectHttpTaskClient } = await import(${JSON.stringify(CLIENT)});
+      const { langchainTaskTools } = await import(${JSON.stringify(ADAPTER)});
+      const client = await connectHttpTaskClient(${JSON.stringify(serve.server.url)}, { ledger: ${JSON.stringify(join(serve.dir, 'ledger.db'))} });
+      const [batch] = await langchainTaskTools(client, { tools: ['batch_job'] });
+      await batch.invoke({ name: 'batch_job', args: { items: 10, stepMs: 300 }, id: 'crash-1', type: 'tool_call' });
+      `,
+      'langchain:crash-1',
     );
-    let stderr = '';
-    agent.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    const taskId = await waitFor(
-      'the agent to have its task in the ledger',
-      async () => (await serve.client.get('langchain:crash-1'))?.taskId,
-      30_000,
-      50,
-    );
-    agent.kill('SIGKILL');
-    await new Promise((resolve) => agent.once('exit', resolve));
-    expect(stderr).toBe('');
+    const before = handlerStarts(serve.runLog);
 
     const batch = await toolNamed('batch_job');
     const message = (await batch.invoke({
@@ -164,6 +149,8 @@ describe('closeout/langchain', { timeout: 90_000 }, () => {
       type: 'tool_call',
     })) as ToolMessage;
     expect(message.content).toBe('Processed 10 items');
+    // the replay started no handler: the server ran the tool once, for the first run's task
+    expect(handlerStarts(serve.runLog)).toBe(before);
     expect(runsOf(serve.runLog, taskId)).toHaveLength(1);
   });
 });

@@ -6,7 +6,9 @@
  * output the model reads (with its JSON-RPC code), an inline tool is a plain tool, and an input request is answered
  * by the adapter's handler or stated and answered through `closeout_answer`, asked once. With `inputAsApproval` a
  * task's question pauses the run as an approval interruption: its state, serialized and restored in another process,
- * is approved there and the call returns the task's result; an answer is sent once, and the task runs once.
+ * is approved there and the call returns the task's result; an answer is sent once, and the task runs once. An agent
+ * process SIGKILLed while its tool's task runs is replayed by another with the same function call id, which gets the
+ * task's real result while the server ran the tool once.
  */
 import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -20,7 +22,8 @@ import { describe, expect, it } from 'vitest';
 import { answerInterruption, interruptionInput, openAIAgentsTaskTools } from '../../src/adapters/openaiAgents.js';
 import { connectHttpTaskClient, type TaskClient } from '../../src/client/index.js';
 import { ADAPTER_TOOL_NAMES, serveForAdapterTests } from '../support/adapterServe.js';
-import { runsOf } from '../support/runLog.js';
+import { killAgentWithItsTask } from '../support/agentCrash.js';
+import { handlerStarts, runsOf } from '../support/runLog.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const ADAPTER = fileURLToPath(new URL('../../dist/adapters/openaiAgents.js', import.meta.url));
@@ -129,6 +132,33 @@ describe('closeout/openai-agents', { timeout: 90_000 }, () => {
     } finally {
       await asking.close();
     }
+  });
+
+  it('gives an agent replayed after a SIGKILL the real result of the task its first run started, run once', async () => {
+    const args = { items: 10, stepMs: 300 };
+    // the agent's own run, in a process of its own: the scripted model calls batch_job, the runner runs the tool
+    const taskId = await killAgentWithItsTask(
+      serve,
+      `
+      import { Agent, Runner } from '@openai/agents-core';
+      import { functionCall, ScriptedModel } from '@openai/agents-core/testing';
+      const { connectHttpTaskClient } = await import(${JSON.stringify(CLIENT)});
+      const { openAIAgentsTaskTools } = await import(${JSON.stringify(ADAPTER)});
+      const client = await connectHttpTaskClient(${JSON.stringify(serve.server.url)}, { ledger: ${JSON.stringify(join(serve.dir, 'ledger.db'))} });
+      const tools = await openAIAgentsTaskTools(client, { tools: ['batch_job'], scope: 'run-7' });
+      const model = new ScriptedModel([[functionCall('batch_job', ${JSON.stringify(args)}, { callId: 'crash-1' })]]);
+      await new Runner({ tracingDisabled: true }).run(new Agent({ name: 'ops', tools, model }), 'Process 10 items');
+      `,
+      'openai-agents:run-7:crash-1',
+      ROOT,
+    );
+    const before = handlerStarts(serve.runLog);
+    const tools = await openAIAgentsTaskTools(serve.client, { tools: ['batch_job'], scope: 'run-7' });
+    const replay = scriptedAgent(tools, 'batch_job', args, 'crash-1');
+    expect((await runner.run(replay.agent, 'Process 10 items')).finalOutput).toBe('Processed 10 items');
+    // the replay started no handler: the server ran the tool once, for the first run's task
+    expect(handlerStarts(serve.runLog)).toBe(before);
+    expect(runsOf(serve.runLog, taskId)).toHaveLength(1);
   });
 
   it("pauses on a task's question as an approval interruption, approved in a run restored by another process", async () => {
