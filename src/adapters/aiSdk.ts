@@ -13,6 +13,7 @@
  * `ai` is an optional peer dependency: only this entry point loads it.
  */
 import type { CallToolResult } from '@modelcontextprotocol/client';
+/** @ts-ignore `ai` is an optional peer: a consumer without it installed typechecks, reading its types as `any` */
 import type { Tool } from 'ai';
 import { jsonSchema, tool } from 'ai';
 

@@ -15,6 +15,7 @@
  * is loaded only for `input: 'interrupt'`.
  */
 import { dispatchCustomEvent } from '@langchain/core/callbacks/dispatch';
+/** @ts-ignore `@langchain/core` is an optional peer: a consumer without it typechecks, reading its types as `any` */
 import type { DynamicStructuredTool, ToolRunnableConfig } from '@langchain/core/tools';
 import { tool } from '@langchain/core/tools';
 import type { CallToolResult } from '@modelcontextprotocol/client';

@@ -18,6 +18,7 @@
  * `@openai/agents-core` (which `@openai/agents` re-exports) is an optional peer dependency: only this entry point
  * loads it.
  */
+/** @ts-ignore `@openai/agents-core` is an optional peer: a consumer without it typechecks, reading its types as `any` */
 import type { FunctionTool, RunToolApprovalItem } from '@openai/agents-core';
 import { tool } from '@openai/agents-core';
 

@@ -1,8 +1,10 @@
 /**
  * The package as a user gets it (docs/operations.md, "Install"): `npm pack` ships a LICENSE, no benchmark build and no source
  * map that points at a source left out; the tarball unpacked into a fresh TypeScript project, with the dependencies it
- * declares beside it, typechecks a consumer of all three entry points with strict settings and without
- * `skipLibCheck`, with no `@types/pg` installed.
+ * declares beside it, typechecks a consumer of every entry point (client, server, protocol, console and the three
+ * agent-framework adapters) with strict settings and without `skipLibCheck`, with no `@types/pg` and no agent
+ * framework installed: the adapters' declarations import their framework's types under a `@ts-ignore`, so a consumer
+ * without the framework reads them as `any` rather than failing.
  */
 import { execFile } from 'node:child_process';
 import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
@@ -66,7 +68,7 @@ describe('the packed tarball', () => {
     }
   });
 
-  it('unpacked into a fresh TypeScript project, typechecks a consumer of all three entry points strictly', async () => {
+  it('unpacked into a fresh TypeScript project, typechecks a consumer of every entry point strictly', async () => {
     const project = join(dir, 'consumer');
     await mkdir(project);
     await writeFile(join(project, 'package.json'), JSON.stringify({ name: 'consumer', private: true, type: 'module' }));
@@ -108,9 +110,8 @@ describe('the packed tarball', () => {
       await mkdir(join(modules, name, '..'), { recursive: true });
       await symlink(join(ROOT, 'node_modules', name), join(modules, name), 'dir');
     }
-    // no agent framework beside it: the adapters' declarations name their framework's types and are read only by a
-    // consumer that imports closeout/ai-sdk, closeout/langchain or closeout/openai-agents (optional peers, as the
-    // manifest says), so a consumer of the three entry points above needs none of them
+    // no agent framework beside it (optional peers, as the manifest says): the consumer imports closeout/ai-sdk,
+    // closeout/langchain and closeout/openai-agents all the same, and their declarations must not break it
     for (const framework of ['ai', '@langchain/core', '@langchain/langgraph', '@openai/agents-core']) {
       expect(beside, `${framework} is an optional peer, not a dependency`).not.toContain(framework);
     }
@@ -121,7 +122,7 @@ describe('the packed tarball', () => {
   }, 600_000);
 });
 
-/** Uses each entry point the way the README does, types included. */
+/** Uses each entry point the way the README and docs/frameworks.md do, types included. */
 const CONSUMER = `
 import {
   connectHttpTaskClient,
@@ -141,6 +142,15 @@ import {
   type TaskContext,
 } from 'closeout/server';
 import * as z from 'zod/v4';
+import { aiSdkTaskTools, type AiSdkTaskResult, type AiSdkTaskToolsOptions, TaskToolError } from 'closeout/ai-sdk';
+import { createConsoleHandler, type ConsoleHandler } from 'closeout/console';
+import { langchainTaskTools, type LangChainTaskToolsOptions, type PendingInput } from 'closeout/langchain';
+import {
+  answerInterruption,
+  interruptionInput,
+  openAIAgentsTaskTools,
+  type OpenAIAgentsTaskToolsOptions,
+} from 'closeout/openai-agents';
 
 export async function server(): Promise<void> {
   const tasks = new TaskServer({ store: new SqliteTaskStore('./tasks.db') });
@@ -167,5 +177,22 @@ export async function client(): Promise<TaskOutcome | undefined> {
   const task: DetailedTask | undefined = undefined;
   if (task !== undefined && isTerminalStatus((task as DetailedTask).status)) return undefined;
   return isTaskHandle(answer) ? answer.outcome() : undefined;
+}
+
+// the adapters' entry points, typechecked with none of their frameworks installed
+export async function adapters(client: TaskClient): Promise<string[]> {
+  const aiOptions: AiSdkTaskToolsOptions = { scope: 'chat-1', onAbort: 'cancel', tools: ['echo_later'] };
+  const aiTools = await aiSdkTaskTools(client, aiOptions);
+  const result: AiSdkTaskResult | undefined = undefined;
+  const lcOptions: LangChainTaskToolsOptions = { input: 'answer-tool' };
+  const lcTools = await langchainTaskTools(client, lcOptions);
+  const oaOptions: OpenAIAgentsTaskToolsOptions = { scope: 'c-1', onProgress: (update) => console.log(update.tool) };
+  const oaTools = await openAIAgentsTaskTools(client, oaOptions);
+  const asked: PendingInput | undefined = await interruptionInput(client, oaTools as never);
+  await answerInterruption(client, { approve: () => undefined }, undefined as never, { action: 'decline' });
+  const failure = new TaskToolError('failed', 't-1', 'failed', -32603);
+  const consoleHandler: ConsoleHandler = createConsoleHandler({ ledger: new SqliteLedger('./ledger.db') });
+  await consoleHandler.close();
+  return [...Object.keys(aiTools), String(lcTools.length), String(asked?.key), failure.kind, String(result)];
 }
 `;
