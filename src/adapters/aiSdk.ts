@@ -4,11 +4,11 @@
  * idempotency key, so a run replayed after a crash, or a retried call, gets the same task, and the handle is in the
  * ledger before the tool waits. `execute` is an async generator: the task's start and each status message are
  * preliminary tool results (`{ type: 'progress' }`), the task's result the final one (`{ type: 'result' }`, its text
- * and structured content). The call's abort signal detaches (the task goes on) or, with `onAbort: 'cancel'`,
- * cancels. A task that failed, was cancelled or expired throws TaskToolError, which the AI SDK reports as a tool
- * error (its message carries the JSON-RPC code). Input a task asks for goes to the TaskClient's `inputHandlers`, then
- * to the `inputHandlers` given here; else the result states the question and the `closeout_answer` tool (offered
- * beside the server's tools) answers it.
+ * and structured content, or that content as JSON for the text when it has no text). The call's abort signal detaches
+ * (the task goes on) or, with `onAbort: 'cancel'`, cancels. A task that failed, was cancelled or expired throws
+ * TaskToolError, which the AI SDK reports as a tool error (its message carries the JSON-RPC code). Input a task asks
+ * for goes to the TaskClient's `inputHandlers`, then to the `inputHandlers` given here; else the result states the
+ * question and the `closeout_answer` tool (offered beside the server's tools) answers it.
  *
  * `ai` is an optional peer dependency: only this entry point loads it.
  */
@@ -29,7 +29,7 @@ import {
   type PendingInput,
   pendingInputOf,
 } from './taskInput.js';
-import { callAsTool, type CallAsToolOptions, type OnAbort, textOf } from './taskOutcome.js';
+import { callAsTool, type CallAsToolOptions, type OnAbort, textForModel } from './taskOutcome.js';
 
 export type { PendingInput } from './taskInput.js';
 export { type OnAbort, TaskToolError } from './taskOutcome.js';
@@ -58,7 +58,7 @@ export interface AiSdkTaskResult {
   type: 'result';
   /** The task that produced it; undefined when the server answered inline (no task). */
   taskId: string | undefined;
-  /** The text blocks of the result, one per line. */
+  /** The text blocks of the result, one per line; with none, its structured content as JSON. */
   text: string;
   structuredContent: JsonObject | undefined;
   /** The tool reported an error in its result (`isError: true`): a result for the model, not a failure. */
@@ -150,7 +150,7 @@ async function* streamed(run: (watch: Watch) => Promise<CallToolResult>): AsyncG
   yield {
     type: 'result',
     taskId,
-    text: textOf(result),
+    text: textForModel(result),
     structuredContent: result.structuredContent as JsonObject | undefined,
     isError: result.isError === true,
     ...(inputRequired && { inputRequired }),

@@ -1,18 +1,19 @@
 /**
- * `closeout/langchain`: a server's tools as LangChain.js tools that run as durable tasks through a TaskClient. The
- * tool call's id (scoped by the run's `thread_id` when it has one) is the idempotency key, so a graph replayed after a
+ * `closeout/langchain`: a server's tools as LangChain.js tools that run as durable tasks through a TaskClient. The tool
+ * call's id (scoped by the run's `thread_id` when it has one) is the idempotency key, so a graph replayed after a
  * crash, or a retried call, gets the same task; each status message is dispatched as a custom event
  * (`closeout_progress`, seen by `streamEvents` and callbacks) and written to LangGraph's stream writer when there is
  * one; the run's abort signal detaches (the task goes on) or, with `onAbort: 'cancel'`, cancels. A completed task is
- * the tool's content (its text) with the whole CallToolResult as the artifact; a task that failed, was cancelled or
- * expired throws TaskToolError. Input a task asks for goes to the TaskClient's own `inputHandlers`, else to the
- * `inputHandlers` given here; a request nobody here can answer ends the call with a ToolMessage stating the question
- * (the pending request in the artifact's `_meta`, `io.closeout/inputRequired`) and the `closeout_answer` tool, offered
- * with the others, answers it and returns the task's result (docs/frameworks.md). With `input: 'interrupt'` a tool
- * running in a LangGraph graph asks with LangGraph's `interrupt()` instead (langgraphInterrupt.ts).
+ * the tool's content (its text, or its structured content as JSON when it has no text) with the whole CallToolResult as
+ * the artifact; a task that failed, was cancelled or expired throws TaskToolError. Input a task asks for goes to the
+ * TaskClient's own `inputHandlers`, else to the `inputHandlers` given here; a request nobody here can answer ends the
+ * call with a ToolMessage stating the question (the pending request in the artifact's `_meta`,
+ * `io.closeout/inputRequired`) and the `closeout_answer` tool, offered with the others, answers it and returns the
+ * task's result (docs/frameworks.md). With `input: 'interrupt'` a tool running in a LangGraph graph asks with
+ * LangGraph's `interrupt()` instead (langgraphInterrupt.ts).
  *
- * `@langchain/core` is an optional peer dependency: only this entry point loads it; `@langchain/langgraph`, another,
- * is loaded only for `input: 'interrupt'`.
+ * `@langchain/core` is an optional peer dependency: only this entry point loads it; `@langchain/langgraph`, another, is
+ * loaded only for `input: 'interrupt'`.
  */
 import { dispatchCustomEvent } from '@langchain/core/callbacks/dispatch';
 /** @ts-ignore `@langchain/core` is an optional peer: a consumer without it typechecks, reading its types as `any` */
@@ -31,7 +32,7 @@ import {
   answerAsTool,
   inputInterrupt,
 } from './taskInput.js';
-import { callAsTool, type CallAsToolOptions, type OnAbort, textOf } from './taskOutcome.js';
+import { callAsTool, type CallAsToolOptions, type OnAbort, textForModel } from './taskOutcome.js';
 
 export type { PendingInput } from './taskInput.js';
 export { type OnAbort, TaskToolError } from './taskOutcome.js';
@@ -81,7 +82,7 @@ export async function langchainTaskTools(
     },
     interrupt,
   });
-  const asMessage = (result: CallToolResult): [string, CallToolResult] => [textOf(result), result];
+  const asMessage = (result: CallToolResult): [string, CallToolResult] => [textForModel(result), result];
   const tools = listed
     .filter((each) => wanted === undefined || wanted.has(each.name))
     .map(

@@ -18,7 +18,7 @@ import { describe, expect, it } from 'vitest';
 import { type AiSdkTaskResult, aiSdkTaskTools, TaskToolError } from '../../src/adapters/aiSdk.js';
 import type { TaskClient } from '../../src/client/index.js';
 import { connectHttpTaskClient } from '../../src/client/index.js';
-import { ADAPTER_TOOL_NAMES, serveForAdapterTests } from '../support/adapterServe.js';
+import { ADAPTER_TOOL_NAMES, serveForAdapterTests, serveOutcomeTools } from '../support/adapterServe.js';
 import { killAgentWithItsTask } from '../support/agentCrash.js';
 import { handlerStarts, runsOf, settled } from '../support/runLog.js';
 import { waitFor } from '../support/waitFor.js';
@@ -27,6 +27,7 @@ const ADAPTER = fileURLToPath(new URL('../../dist/adapters/aiSdk.js', import.met
 const CLIENT = fileURLToPath(new URL('../../dist/client/index.js', import.meta.url));
 
 const serve = serveForAdapterTests('closeout-ai-sdk-');
+const outcomes = serveOutcomeTools('closeout-ai-sdk-outcomes-');
 
 type Step = { calls: Array<{ id: string; name: string; input: object }> } | { text: string };
 
@@ -300,5 +301,16 @@ describe('closeout/ai-sdk under streamText', { timeout: 120_000 }, () => {
     // the replay started no handler: the server ran the tool once, for the first run's task
     expect(handlerStarts(serve.runLog)).toBe(before);
     expect(runsOf(serve.runLog, taskId)).toHaveLength(1);
+  });
+});
+
+describe('closeout/ai-sdk: the ends the demo tools lack', { timeout: 120_000 }, () => {
+  it('gives the model a result with structured content and no text as that content, JSON, in its text', async () => {
+    const steps: Step[] = [{ calls: [{ id: 'call-measure', name: 'measure', input: {} }] }, { text: 'ok' }];
+    const run = await runAgent(steps, {}, undefined, undefined, outcomes.client);
+    expect(outputOf(run.parts, 'call-measure')).toMatchObject({
+      text: '{"widths":[3,4],"unit":"cm"}',
+      structuredContent: { widths: [3, 4], unit: 'cm' },
+    });
   });
 });

@@ -15,7 +15,7 @@ import { describe, expect, it } from 'vitest';
 
 import { langchainTaskTools, TaskToolError } from '../../src/adapters/langchain.js';
 import { connectHttpTaskClient } from '../../src/client/index.js';
-import { ADAPTER_TOOL_NAMES, serveForAdapterTests } from '../support/adapterServe.js';
+import { ADAPTER_TOOL_NAMES, serveForAdapterTests, serveOutcomeTools } from '../support/adapterServe.js';
 import { killAgentWithItsTask } from '../support/agentCrash.js';
 import { handlerStarts, runsOf } from '../support/runLog.js';
 
@@ -23,6 +23,7 @@ const ADAPTER = fileURLToPath(new URL('../../dist/adapters/langchain.js', import
 const CLIENT = fileURLToPath(new URL('../../dist/client/index.js', import.meta.url));
 
 const serve = serveForAdapterTests('closeout-langchain-');
+const outcomes = serveOutcomeTools('closeout-langchain-outcomes-');
 
 async function toolNamed(name: string) {
   const [found] = await langchainTaskTools(serve.client, { tools: [name] });
@@ -152,5 +153,19 @@ describe('closeout/langchain', { timeout: 90_000 }, () => {
     // the replay started no handler: the server ran the tool once, for the first run's task
     expect(handlerStarts(serve.runLog)).toBe(before);
     expect(runsOf(serve.runLog, taskId)).toHaveLength(1);
+  });
+});
+
+describe('closeout/langchain: the ends the demo tools lack', { timeout: 90_000 }, () => {
+  it('gives the model a result with structured content and no text as that content, JSON, in the ToolMessage', async () => {
+    const [measure] = await langchainTaskTools(outcomes.client, { tools: ['measure'] });
+    const message = (await measure!.invoke({
+      name: 'measure',
+      args: {},
+      id: 'lc-measure',
+      type: 'tool_call',
+    })) as ToolMessage;
+    expect(message.content).toBe('{"widths":[3,4],"unit":"cm"}');
+    expect(message.artifact).toMatchObject({ structuredContent: { widths: [3, 4], unit: 'cm' } });
   });
 });

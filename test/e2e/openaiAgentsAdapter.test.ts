@@ -21,7 +21,7 @@ import { describe, expect, it } from 'vitest';
 
 import { answerInterruption, interruptionInput, openAIAgentsTaskTools } from '../../src/adapters/openaiAgents.js';
 import { connectHttpTaskClient, type TaskClient } from '../../src/client/index.js';
-import { ADAPTER_TOOL_NAMES, serveForAdapterTests } from '../support/adapterServe.js';
+import { ADAPTER_TOOL_NAMES, serveForAdapterTests, serveOutcomeTools } from '../support/adapterServe.js';
 import { killAgentWithItsTask } from '../support/agentCrash.js';
 import { handlerStarts, runsOf } from '../support/runLog.js';
 
@@ -30,6 +30,7 @@ const ADAPTER = fileURLToPath(new URL('../../dist/adapters/openaiAgents.js', imp
 const CLIENT = fileURLToPath(new URL('../../dist/client/index.js', import.meta.url));
 
 const serve = serveForAdapterTests('closeout-openai-agents-');
+const outcomes = serveOutcomeTools('closeout-openai-agents-outcomes-');
 const runner = new Runner({ tracingDisabled: true });
 
 /** The final message of a scripted model: the text of every tool output it was given, one per line. */
@@ -247,6 +248,14 @@ describe('closeout/openai-agents', { timeout: 90_000 }, () => {
     } finally {
       await second.close();
     }
+  });
+});
+
+describe('closeout/openai-agents: the ends the demo tools lack', { timeout: 90_000 }, () => {
+  it('gives the model a result with structured content and no text as that content, JSON', async () => {
+    const tools = await openAIAgentsTaskTools(outcomes.client, { tools: ['measure'] });
+    const { agent } = scriptedAgent(tools, 'measure', {}, 'fc-measure');
+    expect((await runner.run(agent, 'Measure')).finalOutput).toBe('{"widths":[3,4],"unit":"cm"}');
   });
 });
 

@@ -1,10 +1,12 @@
 /**
- * The fixture of the framework adapters' e2e tests: a `closeout serve` whose demo tools log their runs
- * (CLOSEOUT_RUN_LOG, read with runLog.ts), and a TaskClient on it, started before the file's tests and stopped after.
+ * The fixtures of the framework adapters' e2e tests: a `closeout serve` whose demo tools log their runs
+ * (CLOSEOUT_RUN_LOG, read with runLog.ts), or a server of the tools the demo lacks (fixtures/outcomeServer.mjs), and a
+ * TaskClient on it, started before the file's tests and stopped after.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 import { afterAll, beforeAll } from 'vitest';
 
@@ -23,6 +25,8 @@ export const ADAPTER_TOOL_NAMES = [
   'render_job',
 ];
 
+const OUTCOME_SERVER = fileURLToPath(new URL('../e2e/fixtures/outcomeServer.mjs', import.meta.url));
+
 export interface AdapterServe {
   /** A temporary folder, removed afterwards: the server's store, the run log and the ledger (`ledger.db`) are in it. */
   dir: string;
@@ -31,15 +35,37 @@ export interface AdapterServe {
   client: TaskClient;
 }
 
-/** Registers beforeAll/afterAll; the fields are set once beforeAll ran. */
+/** `closeout serve` with the demo tools. Registers beforeAll/afterAll; the fields are set once beforeAll ran. */
 export function serveForAdapterTests(prefix: string): AdapterServe {
+  return serveWith(
+    prefix,
+    (store) => ['--store', store],
+    (argv) => argv,
+  );
+}
+
+/** fixtures/outcomeServer.mjs (`measure`: structured content only), as serveForAdapterTests serves the demo tools. */
+export function serveOutcomeTools(prefix: string): AdapterServe {
+  return serveWith(
+    prefix,
+    () => [],
+    (_argv, store) => [process.execPath, OUTCOME_SERVER, store],
+  );
+}
+
+function serveWith(
+  prefix: string,
+  args: (store: string) => string[],
+  launch: (argv: string[], store: string) => string[],
+): AdapterServe {
   const serve = {} as AdapterServe;
   beforeAll(async () => {
     serve.dir = mkdtempSync(join(tmpdir(), prefix));
     serve.runLog = join(serve.dir, 'runs.jsonl');
-    serve.server = await startServe(['--store', join(serve.dir, 'server.db')], 15_000, {
-      CLOSEOUT_RUN_LOG: serve.runLog,
-    });
+    const store = join(serve.dir, 'server.db');
+    serve.server = await startServe(args(store), 15_000, { CLOSEOUT_RUN_LOG: serve.runLog }, (argv) =>
+      launch(argv, store),
+    );
     serve.client = await connectHttpTaskClient(serve.server.url, { ledger: join(serve.dir, 'ledger.db') });
   });
   afterAll(async () => {
