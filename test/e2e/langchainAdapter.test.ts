@@ -136,19 +136,19 @@ describe('closeout/langchain', { timeout: 90_000 }, () => {
       const { langchainTaskTools } = await import(${JSON.stringify(ADAPTER)});
       const client = await connectHttpTaskClient(${JSON.stringify(serve.server.url)}, { ledger: ${JSON.stringify(join(serve.dir, 'ledger.db'))} });
       const [batch] = await langchainTaskTools(client, { tools: ['batch_job'] });
-      await batch.invoke({ name: 'batch_job', args: { items: 10, stepMs: 300 }, id: 'crash-1', type: 'tool_call' });
+      const call = { name: 'batch_job', args: { items: 10, stepMs: 300 }, id: 'crash-1', type: 'tool_call' };
+      await batch.invoke(call, { configurable: { thread_id: 'thread-7' } });
       `,
-      'langchain:crash-1',
+      'langchain:thread-7:crash-1',
     );
     const before = handlerStarts(serve.runLog);
 
     const batch = await toolNamed('batch_job');
-    const message = (await batch.invoke({
-      name: 'batch_job',
-      args: { items: 10, stepMs: 300 },
-      id: 'crash-1',
-      type: 'tool_call',
-    })) as ToolMessage;
+    // the replayed run: the same thread, the same tool call (tool-call ids are kept apart per thread)
+    const message = (await batch.invoke(
+      { name: 'batch_job', args: { items: 10, stepMs: 300 }, id: 'crash-1', type: 'tool_call' },
+      { configurable: { thread_id: 'thread-7' } },
+    )) as ToolMessage;
     expect(message.content).toBe('Processed 10 items');
     // the replay started no handler: the server ran the tool once, for the first run's task
     expect(handlerStarts(serve.runLog)).toBe(before);
