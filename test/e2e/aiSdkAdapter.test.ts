@@ -5,7 +5,10 @@
  * abort detaches (the same tool-call id later gets the same task, run once) or cancels, an input request nobody here
  * answers is stated and answered through `closeout_answer`, and an agent process SIGKILLed while its tool's task runs
  * is replayed by another with the same tool-call id, which gets the task's real result while the server ran it once.
- * `ai` 7 declares Node 22 or later; it loads and runs on this Node (20), where this test runs it.
+ * Against a server of the tools the demo lacks (fixtures/outcomeServer.mjs): a result of structured content only
+ * reaches the model as that content's JSON, and a task cancelled by another client and one the server has forgotten (a
+ * replay past the task's TTL and retention) end as distinct errors, `cancelled` and `expired`. `ai` 7 declares Node 22
+ * or later; it loads and runs on this Node (20), where this test runs it.
  */
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -311,6 +314,41 @@ describe('closeout/ai-sdk: the ends the demo tools lack', { timeout: 120_000 }, 
     expect(outputOf(run.parts, 'call-measure')).toMatchObject({
       text: '{"widths":[3,4],"unit":"cm"}',
       structuredContent: { widths: [3, 4], unit: 'cm' },
+    });
+  });
+
+  it('raises a task cancelled by another client and one that expired as tool errors of distinct kinds', async () => {
+    const errorOf = (parts: Part[], toolCallId: string) =>
+      parts.find((part) => part.type === 'tool-error' && part['toolCallId'] === toolCallId)?.['error'];
+    const waiting = runAgent(
+      [{ calls: [{ id: 'call-wait', name: 'wait', input: {} }] }, { text: 'ok' }],
+      {},
+      undefined,
+      undefined,
+      outcomes.client,
+    );
+    const taskId = await outcomes.cancelFromAnotherClient('ai-sdk:call-wait');
+    const cancelled = errorOf((await waiting).parts, 'call-wait');
+    expect(cancelled).toBeInstanceOf(TaskToolError);
+    expect(cancelled).toMatchObject({ kind: 'cancelled', taskId, message: `task ${taskId} was cancelled` });
+
+    // a replay of a call whose task the server has forgotten since (past its TTL and retention)
+    const ledger = join(outcomes.dir, 'replay-ledger.db');
+    const forgotten = await outcomes.forgottenTask(ledger, 'outlive_ttl', 'ai-sdk:call-ttl');
+    const replaying = await connectHttpTaskClient(outcomes.server.url, { ledger });
+    const replay = await runAgent(
+      [{ calls: [{ id: 'call-ttl', name: 'outlive_ttl', input: {} }] }, { text: 'ok' }],
+      {},
+      undefined,
+      undefined,
+      replaying,
+    ).finally(() => replaying.close());
+    const expired = errorOf(replay.parts, 'call-ttl');
+    expect(expired).toBeInstanceOf(TaskToolError);
+    expect(expired).toMatchObject({
+      kind: 'expired',
+      taskId: forgotten,
+      message: expect.stringMatching(/^task \S+ expired: /),
     });
   });
 });

@@ -1,11 +1,14 @@
 /**
  * closeout/langchain against the real @langchain/core (pinned) and `closeout serve`: tools are invoked as an agent's
  * tool node invokes them, with a tool call (name, args, id). A task's result reaches the ToolMessage (text as content,
- * the CallToolResult as artifact), its status messages arrive as custom events, a failed task is an error the
- * framework raises, an inline tool is a plain tool, the same tool-call id never runs the tool twice, an input request
- * is answered by the adapter's handler or stated and answered through `closeout_answer` (asked once); and an agent
- * process SIGKILLed while its tool's task runs is replayed by another with the same tool-call id, which gets the
- * task's real result while the server ran the tool once.
+ * the CallToolResult as artifact), its status messages arrive as custom events, a failed task is an error the framework
+ * raises, an inline tool is a plain tool, the same tool-call id never runs the tool twice, an input request is answered
+ * by the adapter's handler or stated and answered through `closeout_answer` (asked once); and an agent process
+ * SIGKILLed while its tool's task runs is replayed by another with the same tool-call id, which gets the task's real
+ * result while the server ran the tool once. Against a server of the tools the demo lacks (fixtures/outcomeServer.mjs):
+ * a result of structured content only reaches the model as that content's JSON, and a task cancelled by another client
+ * and one the server has forgotten (a replay past the task's TTL and retention) end as distinct errors, `cancelled` and
+ * `expired`.
  */
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -167,5 +170,27 @@ describe('closeout/langchain: the ends the demo tools lack', { timeout: 90_000 }
     })) as ToolMessage;
     expect(message.content).toBe('{"widths":[3,4],"unit":"cm"}');
     expect(message.artifact).toMatchObject({ structuredContent: { widths: [3, 4], unit: 'cm' } });
+  });
+
+  it('raises a task cancelled by another client and one that expired as TaskToolErrors of distinct kinds', async () => {
+    const [wait] = await langchainTaskTools(outcomes.client, { tools: ['wait'] });
+    const waiting = wait!
+      .invoke({ name: 'wait', args: {}, id: 'lc-wait', type: 'tool_call' })
+      .catch((error: unknown) => error);
+    const taskId = await outcomes.cancelFromAnotherClient('langchain:lc-wait');
+    const cancelled = await waiting;
+    expect(cancelled).toBeInstanceOf(TaskToolError);
+    expect(cancelled).toMatchObject({ kind: 'cancelled', taskId });
+    // a replay of a call whose task the server has forgotten since (past its TTL and retention)
+    const ledger = join(outcomes.dir, 'replay-ledger.db');
+    const forgotten = await outcomes.forgottenTask(ledger, 'outlive_ttl', 'langchain:lc-ttl');
+    const replaying = await connectHttpTaskClient(outcomes.server.url, { ledger });
+    const [replayed] = await langchainTaskTools(replaying, { tools: ['outlive_ttl'] });
+    const expired = await replayed!
+      .invoke({ name: 'outlive_ttl', args: {}, id: 'lc-ttl', type: 'tool_call' })
+      .catch((error: unknown) => error)
+      .finally(() => replaying.close());
+    expect(expired).toBeInstanceOf(TaskToolError);
+    expect(expired).toMatchObject({ kind: 'expired', taskId: forgotten });
   });
 });

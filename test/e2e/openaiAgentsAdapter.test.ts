@@ -1,14 +1,17 @@
 /**
- * closeout/openai-agents against the real @openai/agents-core (pinned) and `closeout serve`: runs of an Agent driven
- * by the Agents SDK's own scripted test model (`ScriptedModel`: a function call, then a final message echoing the
- * tool's output), and tools invoked as the runner invokes a function tool. A task's result is the tool's output,
- * status messages reach `onProgress`, the same call id never runs the tool twice, a failed task becomes the error
- * output the model reads (with its JSON-RPC code), an inline tool is a plain tool, and an input request is answered
- * by the adapter's handler or stated and answered through `closeout_answer`, asked once. With `inputAsApproval` a
- * task's question pauses the run as an approval interruption: its state, serialized and restored in another process,
- * is approved there and the call returns the task's result; an answer is sent once, and the task runs once. An agent
+ * closeout/openai-agents against the real @openai/agents-core (pinned) and `closeout serve`: runs of an Agent driven by
+ * the Agents SDK's own scripted test model (`ScriptedModel`: a function call, then a final message echoing the tool's
+ * output), and tools invoked as the runner invokes a function tool. A task's result is the tool's output, status
+ * messages reach `onProgress`, the same call id never runs the tool twice, a failed task becomes the error output the
+ * model reads (with its JSON-RPC code), an inline tool is a plain tool, and an input request is answered by the
+ * adapter's handler or stated and answered through `closeout_answer`, asked once. With `inputAsApproval` a task's
+ * question pauses the run as an approval interruption: its state, serialized and restored in another process, is
+ * approved there and the call returns the task's result; an answer is sent once, and the task runs once. An agent
  * process SIGKILLed while its tool's task runs is replayed by another with the same function call id, which gets the
- * task's real result while the server ran the tool once.
+ * task's real result while the server ran the tool once. Against a server of the tools the demo lacks
+ * (fixtures/outcomeServer.mjs): a result of structured content only reaches the model as that content's JSON, and a
+ * task cancelled by another client and one the server has forgotten (a replay past the task's TTL and retention) end as
+ * distinct errors, `cancelled` and `expired`.
  */
 import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -256,6 +259,24 @@ describe('closeout/openai-agents: the ends the demo tools lack', { timeout: 90_0
     const tools = await openAIAgentsTaskTools(outcomes.client, { tools: ['measure'] });
     const { agent } = scriptedAgent(tools, 'measure', {}, 'fc-measure');
     expect((await runner.run(agent, 'Measure')).finalOutput).toBe('{"widths":[3,4],"unit":"cm"}');
+  });
+
+  it('gives the model a task cancelled by another client and one that expired as distinct error outputs', async () => {
+    const tools = await openAIAgentsTaskTools(outcomes.client, { tools: ['wait'] });
+    const waiting = runner.run(scriptedAgent(tools, 'wait', {}, 'fc-wait').agent, 'Wait');
+    const taskId = await outcomes.cancelFromAnotherClient('openai-agents:fc-wait');
+    expect((await waiting).finalOutput).toBe(`task ${taskId} was cancelled`);
+    // a replay of a call whose task the server has forgotten since (past its TTL and retention)
+    const ledger = join(outcomes.dir, 'replay-ledger.db');
+    const forgotten = await outcomes.forgottenTask(ledger, 'outlive_ttl', 'openai-agents:fc-ttl');
+    const replaying = await connectHttpTaskClient(outcomes.server.url, { ledger });
+    try {
+      const replayTools = await openAIAgentsTaskTools(replaying, { tools: ['outlive_ttl'] });
+      const replay = await runner.run(scriptedAgent(replayTools, 'outlive_ttl', {}, 'fc-ttl').agent, 'Outlive');
+      expect(replay.finalOutput).toMatch(new RegExp(`^task ${forgotten} expired: `));
+    } finally {
+      await replaying.close();
+    }
   });
 });
 
