@@ -20,6 +20,7 @@ import { jsonSchema, tool } from 'ai';
 import type { TaskClient, TaskInputHandlers } from '../client/index.js';
 import { listAllTools } from '../client/listTools.js';
 import type { JsonObject } from '../protocol/index.js';
+import { type TaskClientConnectOptions, toolsOn } from './taskClientSource.js';
 import {
   ANSWER_TOOL_DESCRIPTION,
   ANSWER_TOOL_NAME,
@@ -31,6 +32,7 @@ import {
 } from './taskInput.js';
 import { callAsTool, type CallAsToolOptions, type OnAbort, textForModel } from './taskOutcome.js';
 
+export { closeTaskTools, type TaskClientConnectOptions } from './taskClientSource.js';
 export type { PendingInput } from './taskInput.js';
 export { type OnAbort, TaskToolError } from './taskOutcome.js';
 
@@ -71,11 +73,19 @@ export type AiSdkTaskToolOutput = AiSdkTaskProgress | AiSdkTaskResult;
 
 /**
  * The server's tools (from `tools/list`: names, titles, descriptions, JSON Schema inputs) as AI SDK tools keyed by
- * name, plus `closeout_answer`.
+ * name, plus `closeout_answer`, called through `client`, or through a TaskClient connected from connect options and
+ * closed by `closeTaskTools(tools)`.
  */
 export async function aiSdkTaskTools(
-  client: TaskClient,
+  client: TaskClient | TaskClientConnectOptions,
   options: AiSdkTaskToolsOptions = {},
+): Promise<Record<string, Tool<JsonObject, AiSdkTaskToolOutput>>> {
+  return toolsOn(client, (connected) => toolsFor(connected, options));
+}
+
+async function toolsFor(
+  client: TaskClient,
+  options: AiSdkTaskToolsOptions,
 ): Promise<Record<string, Tool<JsonObject, AiSdkTaskToolOutput>>> {
   const listed = await listAllTools(client.client);
   const unknown = (options.tools ?? []).filter((name) => !listed.some((each) => each.name === name));

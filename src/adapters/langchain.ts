@@ -25,6 +25,7 @@ import type { TaskClient, TaskInputHandlers } from '../client/index.js';
 import { listAllTools } from '../client/listTools.js';
 import type { JsonObject } from '../protocol/index.js';
 import { graphInterruptInput } from './langgraphInterrupt.js';
+import { type TaskClientConnectOptions, toolsOn } from './taskClientSource.js';
 import {
   ANSWER_TOOL_DESCRIPTION,
   ANSWER_TOOL_NAME,
@@ -34,6 +35,7 @@ import {
 } from './taskInput.js';
 import { callAsTool, type CallAsToolOptions, type OnAbort, textForModel } from './taskOutcome.js';
 
+export { closeTaskTools, type TaskClientConnectOptions } from './taskClientSource.js';
 export type { PendingInput } from './taskInput.js';
 export { type OnAbort, TaskToolError } from './taskOutcome.js';
 
@@ -57,12 +59,17 @@ export interface LangChainTaskToolsOptions {
 
 /**
  * The server's tools (from `tools/list`: names, descriptions, JSON Schema inputs) as LangChain tools, plus
- * `closeout_answer` (not with `input: 'interrupt'`).
+ * `closeout_answer` (not with `input: 'interrupt'`), called through `client`, or through a TaskClient connected from
+ * connect options and closed by `closeTaskTools(tools)`.
  */
 export async function langchainTaskTools(
-  client: TaskClient,
+  client: TaskClient | TaskClientConnectOptions,
   options: LangChainTaskToolsOptions = {},
 ): Promise<DynamicStructuredTool[]> {
+  return toolsOn(client, (connected) => toolsFor(connected, options));
+}
+
+async function toolsFor(client: TaskClient, options: LangChainTaskToolsOptions): Promise<DynamicStructuredTool[]> {
   if (options.input === 'interrupt' && options.inputHandlers !== undefined) {
     throw new TypeError(
       "langchainTaskTools: input 'interrupt' puts every question to the graph; give no inputHandlers",

@@ -27,6 +27,7 @@ import type { TaskClient, TaskHandle, TaskInputHandlers } from '../client/index.
 import { listAllTools } from '../client/listTools.js';
 import type { InputResponse, JsonObject } from '../protocol/index.js';
 import { acceptApproved, answerForApproval, approvalInput, inputForApproval } from './inputApproval.js';
+import { type TaskClientConnectOptions, toolsOn } from './taskClientSource.js';
 import {
   ANSWER_TOOL_DESCRIPTION,
   ANSWER_TOOL_NAME,
@@ -37,6 +38,7 @@ import {
 } from './taskInput.js';
 import { callAsTool, type CallAsToolOptions, type OnAbort, textForModel } from './taskOutcome.js';
 
+export { closeTaskTools, type TaskClientConnectOptions } from './taskClientSource.js';
 export type { PendingInput } from './taskInput.js';
 export { type OnAbort, TaskToolError } from './taskOutcome.js';
 
@@ -71,12 +73,17 @@ function callKey(scope: string | undefined, callId: string): string {
 
 /**
  * The server's tools (from `tools/list`: names, descriptions, JSON Schema inputs) as Agents SDK function tools, plus
- * `closeout_answer`.
+ * `closeout_answer`, called through `client`, or through a TaskClient connected from connect options and closed by
+ * `closeTaskTools(tools)`.
  */
 export async function openAIAgentsTaskTools(
-  client: TaskClient,
+  client: TaskClient | TaskClientConnectOptions,
   options: OpenAIAgentsTaskToolsOptions = {},
 ): Promise<FunctionTool[]> {
+  return toolsOn(client, (connected) => toolsFor(connected, options));
+}
+
+async function toolsFor(client: TaskClient, options: OpenAIAgentsTaskToolsOptions): Promise<FunctionTool[]> {
   const wanted = options.tools === undefined ? undefined : new Set(options.tools);
   const follow = (name: string, signal: AbortSignal | undefined): Omit<CallAsToolOptions, 'callId'> => ({
     signal,

@@ -16,7 +16,7 @@ import { fileURLToPath } from 'node:url';
 import type { ToolMessage } from '@langchain/core/messages';
 import { describe, expect, it } from 'vitest';
 
-import { langchainTaskTools, TaskToolError } from '../../src/adapters/langchain.js';
+import { closeTaskTools, langchainTaskTools, TaskToolError } from '../../src/adapters/langchain.js';
 import { connectHttpTaskClient } from '../../src/client/index.js';
 import { ADAPTER_TOOL_NAMES, serveForAdapterTests, serveOutcomeTools } from '../support/adapterServe.js';
 import { killAgentWithItsTask } from '../support/agentCrash.js';
@@ -41,6 +41,19 @@ describe('closeout/langchain', { timeout: 90_000 }, () => {
     const batch = tools.find((each) => each.name === 'batch_job')!;
     expect(batch.description).toMatch(/batch of items/);
     expect(batch.schema).toMatchObject({ type: 'object', properties: { items: { type: 'integer' } } });
+  });
+
+  it("connects a TaskClient of its own from connect options, closed by closeTaskTools; a caller's client stays open", async () => {
+    const ledger = join(serve.dir, 'langchain-connected-ledger.db');
+    const tools = await langchainTaskTools({ url: serve.server.url, ledger }, { tools: ['echo'] });
+    const call = { name: 'echo', args: { text: 'hi' }, id: 'lc-connected', type: 'tool_call' as const };
+    expect(((await tools[0]!.invoke(call)) as ToolMessage).content).toContain('hi');
+    await closeTaskTools(tools);
+    await expect(tools[0]!.invoke({ ...call, id: 'lc-connected-2' })).rejects.toThrow(/closed/);
+    // tools made from the caller's TaskClient: closeTaskTools leaves it to the caller
+    const own = await langchainTaskTools(serve.client, { tools: ['echo'] });
+    await closeTaskTools(own);
+    expect(((await own[0]!.invoke({ ...call, id: 'lc-own' })) as ToolMessage).content).toContain('hi');
   });
 
   it('runs a task tool: the result is the ToolMessage, progress arrives as custom events, a replay runs nothing', async () => {

@@ -144,7 +144,13 @@ import {
 import * as z from 'zod/v4';
 import { aiSdkTaskTools, type AiSdkTaskResult, type AiSdkTaskToolsOptions, TaskToolError } from 'closeout/ai-sdk';
 import { createConsoleHandler, type ConsoleHandler } from 'closeout/console';
-import { langchainTaskTools, type LangChainTaskToolsOptions, type PendingInput } from 'closeout/langchain';
+import {
+  closeTaskTools,
+  langchainTaskTools,
+  type LangChainTaskToolsOptions,
+  type PendingInput,
+  type TaskClientConnectOptions,
+} from 'closeout/langchain';
 import {
   answerInterruption,
   interruptionInput,
@@ -186,6 +192,8 @@ export async function adapters(client: TaskClient): Promise<string[]> {
   const result: AiSdkTaskResult | undefined = undefined;
   const lcOptions: LangChainTaskToolsOptions = { input: 'answer-tool' };
   const lcTools = await langchainTaskTools(client, lcOptions);
+  const connect: TaskClientConnectOptions = { url: 'http://127.0.0.1:3000/mcp', ledger: './agent-ledger.db' };
+  await closeTaskTools(await aiSdkTaskTools(connect));
   const oaOptions: OpenAIAgentsTaskToolsOptions = { scope: 'c-1', onProgress: (update) => console.log(update.tool) };
   const oaTools = await openAIAgentsTaskTools(client, oaOptions);
   const asked: PendingInput | undefined = await interruptionInput(client, oaTools as never);
