@@ -4,21 +4,23 @@
  * idempotency key, so a run replayed after a crash, or a retried call, gets the same task, and the handle is in the
  * ledger before the tool waits. `execute` is an async generator: the task's start and each status message are
  * preliminary tool results (`{ type: 'progress' }`), the task's result the final one (`{ type: 'result' }`, its text
- * and structured content). The call's abort signal detaches (the task goes on) or, with `onAbort: 'cancel'`,
- * cancels. A task that failed, was cancelled or expired throws TaskToolError, which the AI SDK reports as a tool
- * error (its message carries the JSON-RPC code). Input a task asks for goes to the TaskClient's `inputHandlers`, then
- * to the `inputHandlers` given here; else the result states the question and the `closeout_answer` tool (offered
- * beside the server's tools) answers it.
+ * and structured content, or that content as JSON for the text when it has no text). The call's abort signal detaches
+ * (the task goes on) or, with `onAbort: 'cancel'`, cancels. A task that failed, was cancelled or expired throws
+ * TaskToolError, which the AI SDK reports as a tool error (its message carries the JSON-RPC code). Input a task asks
+ * for goes to the TaskClient's `inputHandlers`, then to the `inputHandlers` given here; else the result states the
+ * question and the `closeout_answer` tool (offered beside the server's tools) answers it.
  *
  * `ai` is an optional peer dependency: only this entry point loads it.
  */
 import type { CallToolResult } from '@modelcontextprotocol/client';
+/** @ts-ignore `ai` is an optional peer: a consumer without it installed typechecks, reading its types as `any` */
 import type { Tool } from 'ai';
 import { jsonSchema, tool } from 'ai';
 
 import type { TaskClient, TaskInputHandlers } from '../client/index.js';
 import { listAllTools } from '../client/transport/listTools.js';
 import type { JsonObject } from '../protocol/index.js';
+import { type TaskClientConnectOptions, toolsOn } from './taskClientSource.js';
 import {
   ANSWER_TOOL_DESCRIPTION,
   ANSWER_TOOL_NAME,
@@ -28,8 +30,9 @@ import {
   type PendingInput,
   pendingInputOf,
 } from './taskInput.js';
-import { callAsTool, type CallAsToolOptions, type OnAbort, textOf } from './taskOutcome.js';
+import { callAsTool, type CallAsToolOptions, type OnAbort, textForModel } from './taskOutcome.js';
 
+export { closeTaskTools, type TaskClientConnectOptions } from './taskClientSource.js';
 export type { PendingInput } from './taskInput.js';
 export { type OnAbort, TaskToolError } from './taskOutcome.js';
 
@@ -57,7 +60,7 @@ export interface AiSdkTaskResult {
   type: 'result';
   /** The task that produced it; undefined when the server answered inline (no task). */
   taskId: string | undefined;
-  /** The text blocks of the result, one per line. */
+  /** The text blocks of the result, one per line; with none, its structured content as JSON. */
   text: string;
   structuredContent: JsonObject | undefined;
   /** The tool reported an error in its result (`isError: true`): a result for the model, not a failure. */
@@ -70,11 +73,19 @@ export type AiSdkTaskToolOutput = AiSdkTaskProgress | AiSdkTaskResult;
 
 /**
  * The server's tools (from `tools/list`: names, titles, descriptions, JSON Schema inputs) as AI SDK tools keyed by
- * name, plus `closeout_answer`.
+ * name, plus `closeout_answer`, called through `client`, or through a TaskClient connected from connect options and
+ * closed by `closeTaskTools(tools)`.
  */
 export async function aiSdkTaskTools(
-  client: TaskClient,
+  client: TaskClient | TaskClientConnectOptions,
   options: AiSdkTaskToolsOptions = {},
+): Promise<Record<string, Tool<JsonObject, AiSdkTaskToolOutput>>> {
+  return toolsOn(client, (connected) => toolsFor(connected, options));
+}
+
+async function toolsFor(
+  client: TaskClient,
+  options: AiSdkTaskToolsOptions,
 ): Promise<Record<string, Tool<JsonObject, AiSdkTaskToolOutput>>> {
   const listed = await listAllTools(client.client);
   const unknown = (options.tools ?? []).filter((name) => !listed.some((each) => each.name === name));
@@ -149,7 +160,7 @@ async function* streamed(run: (watch: Watch) => Promise<CallToolResult>): AsyncG
   yield {
     type: 'result',
     taskId,
-    text: textOf(result),
+    text: textForModel(result),
     structuredContent: result.structuredContent as JsonObject | undefined,
     isError: result.isError === true,
     ...(inputRequired && { inputRequired }),

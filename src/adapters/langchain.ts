@@ -1,20 +1,22 @@
 /**
- * `closeout/langchain`: a server's tools as LangChain.js tools that run as durable tasks through a TaskClient. The
- * tool call's id (scoped by the run's `thread_id` when it has one) is the idempotency key, so a graph replayed after a
+ * `closeout/langchain`: a server's tools as LangChain.js tools that run as durable tasks through a TaskClient. The tool
+ * call's id (scoped by the run's `thread_id` when it has one) is the idempotency key, so a graph replayed after a
  * crash, or a retried call, gets the same task; each status message is dispatched as a custom event
  * (`closeout_progress`, seen by `streamEvents` and callbacks) and written to LangGraph's stream writer when there is
  * one; the run's abort signal detaches (the task goes on) or, with `onAbort: 'cancel'`, cancels. A completed task is
- * the tool's content (its text) with the whole CallToolResult as the artifact; a task that failed, was cancelled or
- * expired throws TaskToolError. Input a task asks for goes to the TaskClient's own `inputHandlers`, else to the
- * `inputHandlers` given here; a request nobody here can answer ends the call with a ToolMessage stating the question
- * (the pending request in the artifact's `_meta`, `io.closeout/inputRequired`) and the `closeout_answer` tool, offered
- * with the others, answers it and returns the task's result (docs/frameworks.md). With `input: 'interrupt'` a tool
- * running in a LangGraph graph asks with LangGraph's `interrupt()` instead (langgraphInterrupt.ts).
+ * the tool's content (its text, or its structured content as JSON when it has no text) with the whole CallToolResult as
+ * the artifact; a task that failed, was cancelled or expired throws TaskToolError. Input a task asks for goes to the
+ * TaskClient's own `inputHandlers`, else to the `inputHandlers` given here; a request nobody here can answer ends the
+ * call with a ToolMessage stating the question (the pending request in the artifact's `_meta`,
+ * `io.closeout/inputRequired`) and the `closeout_answer` tool, offered with the others, answers it and returns the
+ * task's result (docs/frameworks.md). With `input: 'interrupt'` a tool running in a LangGraph graph asks with
+ * LangGraph's `interrupt()` instead (langgraphInterrupt.ts).
  *
- * `@langchain/core` is an optional peer dependency: only this entry point loads it; `@langchain/langgraph`, another,
- * is loaded only for `input: 'interrupt'`.
+ * `@langchain/core` is an optional peer dependency: only this entry point loads it; `@langchain/langgraph`, another, is
+ * loaded only for `input: 'interrupt'`.
  */
 import { dispatchCustomEvent } from '@langchain/core/callbacks/dispatch';
+/** @ts-ignore `@langchain/core` is an optional peer: a consumer without it typechecks, reading its types as `any` */
 import type { DynamicStructuredTool, ToolRunnableConfig } from '@langchain/core/tools';
 import { tool } from '@langchain/core/tools';
 import type { CallToolResult } from '@modelcontextprotocol/client';
@@ -23,6 +25,7 @@ import type { TaskClient, TaskInputHandlers } from '../client/index.js';
 import { listAllTools } from '../client/transport/listTools.js';
 import type { JsonObject } from '../protocol/index.js';
 import { graphInterruptInput } from './langgraphInterrupt.js';
+import { type TaskClientConnectOptions, toolsOn } from './taskClientSource.js';
 import {
   ANSWER_TOOL_DESCRIPTION,
   ANSWER_TOOL_NAME,
@@ -30,8 +33,9 @@ import {
   answerAsTool,
   inputInterrupt,
 } from './taskInput.js';
-import { callAsTool, type CallAsToolOptions, type OnAbort, textOf } from './taskOutcome.js';
+import { callAsTool, type CallAsToolOptions, type OnAbort, textForModel } from './taskOutcome.js';
 
+export { closeTaskTools, type TaskClientConnectOptions } from './taskClientSource.js';
 export type { PendingInput } from './taskInput.js';
 export { type OnAbort, TaskToolError } from './taskOutcome.js';
 
@@ -55,12 +59,17 @@ export interface LangChainTaskToolsOptions {
 
 /**
  * The server's tools (from `tools/list`: names, descriptions, JSON Schema inputs) as LangChain tools, plus
- * `closeout_answer` (not with `input: 'interrupt'`).
+ * `closeout_answer` (not with `input: 'interrupt'`), called through `client`, or through a TaskClient connected from
+ * connect options and closed by `closeTaskTools(tools)`.
  */
 export async function langchainTaskTools(
-  client: TaskClient,
+  client: TaskClient | TaskClientConnectOptions,
   options: LangChainTaskToolsOptions = {},
 ): Promise<DynamicStructuredTool[]> {
+  return toolsOn(client, (connected) => toolsFor(connected, options));
+}
+
+async function toolsFor(client: TaskClient, options: LangChainTaskToolsOptions): Promise<DynamicStructuredTool[]> {
   if (options.input === 'interrupt' && options.inputHandlers !== undefined) {
     throw new TypeError(
       "langchainTaskTools: input 'interrupt' puts every question to the graph; give no inputHandlers",
@@ -80,7 +89,7 @@ export async function langchainTaskTools(
     },
     interrupt,
   });
-  const asMessage = (result: CallToolResult): [string, CallToolResult] => [textOf(result), result];
+  const asMessage = (result: CallToolResult): [string, CallToolResult] => [textForModel(result), result];
   const tools = listed
     .filter((each) => wanted === undefined || wanted.has(each.name))
     .map(

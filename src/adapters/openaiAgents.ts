@@ -2,22 +2,24 @@
  * `closeout/openai-agents`: a server's tools as OpenAI Agents SDK function tools that run as durable tasks through a
  * TaskClient (a task-required tool is refused by the Agents SDK's own MCP client; here every tool may be a task). The
  * function call's `callId` (scoped by `scope` when given, e.g. a conversation id) is the idempotency key, so a run
- * replayed after a crash, or a retried call, gets the same task, and the handle is in the ledger before the tool
- * waits. The call's abort signal detaches (the task goes on) or, with `onAbort: 'cancel'`, cancels. A completed
- * task is the tool's output (its text); a task that failed, was cancelled or expired throws TaskToolError, which the
- * Agents SDK turns into the tool's error output for the model (its message carries the JSON-RPC code). Input a task
- * asks for goes to the TaskClient's own `inputHandlers`, else to the `inputHandlers` given here; a request nobody here
- * can answer ends the call with an output stating the question, and the `closeout_answer` tool, offered with the
- * others, answers it and returns the task's result (docs/frameworks.md). Status messages go to `onProgress`.
+ * replayed after a crash, or a retried call, gets the same task, and the handle is in the ledger before the tool waits.
+ * The call's abort signal detaches (the task goes on) or, with `onAbort: 'cancel'`, cancels. A completed task is the
+ * tool's output (its text, or its structured content as JSON when it has no text); a task that failed, was cancelled or
+ * expired throws TaskToolError, which the Agents SDK turns into the tool's error output for the model (its message
+ * carries the JSON-RPC code). Input a task asks for goes to the TaskClient's own `inputHandlers`, else to the
+ * `inputHandlers` given here; a request nobody here can answer ends the call with an output stating the question, and
+ * the `closeout_answer` tool, offered with the others, answers it and returns the task's result (docs/frameworks.md).
+ * Status messages go to `onProgress`.
  *
  * With `inputAsApproval`, an elicitation nobody here answers is instead the Agents SDK's own human-in-the-loop: the
  * tool call becomes an approval interruption (`result.interruptions`) that survives `RunState.toString()` and a
  * restart; `interruptionInput` reads its question from the ledger, `state.approve(item)` accepts with the form's
  * defaults, and `answerInterruption` gives any other answer (inputApproval.ts says how).
  *
- * `@openai/agents-core` (which `@openai/agents` re-exports) is an optional peer dependency: only this entry point
- * loads it.
+ * `@openai/agents-core` (which `@openai/agents` re-exports) is an optional peer dependency: only this entry point loads
+ * it.
  */
+/** @ts-ignore `@openai/agents-core` is an optional peer: a consumer without it typechecks, reading its types as `any` */
 import type { FunctionTool, RunToolApprovalItem } from '@openai/agents-core';
 import { tool } from '@openai/agents-core';
 
@@ -25,6 +27,7 @@ import type { TaskClient, TaskHandle, TaskInputHandlers } from '../client/index.
 import { listAllTools } from '../client/transport/listTools.js';
 import type { InputResponse, JsonObject } from '../protocol/index.js';
 import { acceptApproved, answerForApproval, approvalInput, inputForApproval } from './inputApproval.js';
+import { type TaskClientConnectOptions, toolsOn } from './taskClientSource.js';
 import {
   ANSWER_TOOL_DESCRIPTION,
   ANSWER_TOOL_NAME,
@@ -33,8 +36,9 @@ import {
   inputInterrupt,
   type PendingInput,
 } from './taskInput.js';
-import { callAsTool, type CallAsToolOptions, type OnAbort, textOf } from './taskOutcome.js';
+import { callAsTool, type CallAsToolOptions, type OnAbort, textForModel } from './taskOutcome.js';
 
+export { closeTaskTools, type TaskClientConnectOptions } from './taskClientSource.js';
 export type { PendingInput } from './taskInput.js';
 export { type OnAbort, TaskToolError } from './taskOutcome.js';
 
@@ -69,12 +73,17 @@ function callKey(scope: string | undefined, callId: string): string {
 
 /**
  * The server's tools (from `tools/list`: names, descriptions, JSON Schema inputs) as Agents SDK function tools, plus
- * `closeout_answer`.
+ * `closeout_answer`, called through `client`, or through a TaskClient connected from connect options and closed by
+ * `closeTaskTools(tools)`.
  */
 export async function openAIAgentsTaskTools(
-  client: TaskClient,
+  client: TaskClient | TaskClientConnectOptions,
   options: OpenAIAgentsTaskToolsOptions = {},
 ): Promise<FunctionTool[]> {
+  return toolsOn(client, (connected) => toolsFor(connected, options));
+}
+
+async function toolsFor(client: TaskClient, options: OpenAIAgentsTaskToolsOptions): Promise<FunctionTool[]> {
   const wanted = options.tools === undefined ? undefined : new Set(options.tools);
   const follow = (name: string, signal: AbortSignal | undefined): Omit<CallAsToolOptions, 'callId'> => ({
     signal,
@@ -121,7 +130,7 @@ export async function openAIAgentsTaskTools(
               ...following,
               ...(approved && { interrupt: afterApproval(client, following.interrupt!) }),
             });
-            return textOf(result);
+            return textForModel(result);
           },
           errorFunction: (_context, error) => (error instanceof Error ? error.message : String(error)),
         }) as unknown as FunctionTool,
@@ -132,7 +141,7 @@ export async function openAIAgentsTaskTools(
     parameters: { ...ANSWER_TOOL_SCHEMA, additionalProperties: true } as never,
     strict: false,
     execute: async (input, _context, details) =>
-      textOf(await answerAsTool(client, (input ?? {}) as JsonObject, follow(ANSWER_TOOL_NAME, details?.signal))),
+      textForModel(await answerAsTool(client, (input ?? {}) as JsonObject, follow(ANSWER_TOOL_NAME, details?.signal))),
     errorFunction: (_context, error) => (error instanceof Error ? error.message : String(error)),
   }) as unknown as FunctionTool;
   return [...tools, answer];

@@ -111,10 +111,15 @@ function resultOf(outcome: TaskOutcome, taskId: string): CallToolResult {
   }
 }
 
-/** The text of a CallToolResult's text blocks, one per line. */
-export function textOf(result: CallToolResult): string {
-  return result.content
+/**
+ * What the model reads of a CallToolResult: its text blocks, one per line; with none, its structured content as JSON
+ * (spec: a tool returning structured content SHOULD also return it serialized as JSON in a text block, which the
+ * adapter does here for one that did not), so that a result of structured content only does not reach the model as "".
+ */
+export function textForModel(result: CallToolResult): string {
+  const text = result.content
     .map((block) => (block.type === 'text' ? block.text : ''))
-    .filter((text) => text !== '')
+    .filter((each) => each !== '')
     .join('\n');
+  return text === '' && result.structuredContent !== undefined ? JSON.stringify(result.structuredContent) : text;
 }

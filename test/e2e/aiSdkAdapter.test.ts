@@ -5,9 +5,11 @@
  * abort detaches (the same tool-call id later gets the same task, run once) or cancels, an input request nobody here
  * answers is stated and answered through `closeout_answer`, and an agent process SIGKILLed while its tool's task runs
  * is replayed by another with the same tool-call id, which gets the task's real result while the server ran it once.
- * `ai` 7 declares Node 22 or later; it loads and runs on this Node (20), where this test runs it.
+ * Against a server of the tools the demo lacks (fixtures/outcomeServer.mjs): a result of structured content only
+ * reaches the model as that content's JSON, and a task cancelled by another client and one the server has forgotten (a
+ * replay past the task's TTL and retention) end as distinct errors, `cancelled` and `expired`. `ai` 7 declares Node 22
+ * or later; it loads and runs on this Node (20), where this test runs it.
  */
-import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -19,14 +21,16 @@ import { describe, expect, it } from 'vitest';
 import { type AiSdkTaskResult, aiSdkTaskTools, TaskToolError } from '../../src/adapters/aiSdk.js';
 import type { TaskClient } from '../../src/client/index.js';
 import { connectHttpTaskClient } from '../../src/client/index.js';
-import { ADAPTER_TOOL_NAMES, serveForAdapterTests } from '../support/adapterServe.js';
-import { runsOf, settled } from '../support/runLog.js';
+import { ADAPTER_TOOL_NAMES, serveForAdapterTests, serveOutcomeTools } from '../support/adapterServe.js';
+import { killAgentWithItsTask } from '../support/agentCrash.js';
+import { handlerStarts, runsOf, settled } from '../support/runLog.js';
 import { waitFor } from '../support/waitFor.js';
 
 const ADAPTER = fileURLToPath(new URL('../../dist/adapters/aiSdk.js', import.meta.url));
 const CLIENT = fileURLToPath(new URL('../../dist/client/index.js', import.meta.url));
 
 const serve = serveForAdapterTests('closeout-ai-sdk-');
+const outcomes = serveOutcomeTools('closeout-ai-sdk-outcomes-');
 
 type Step = { calls: Array<{ id: string; name: string; input: object }> } | { text: string };
 
@@ -289,26 +293,62 @@ describe('closeout/ai-sdk under streamText', { timeout: 120_000 }, () => {
       const tools = await aiSdkTaskTools(client, { tools: ['batch_job'], scope: 'run-7' });
       for await (const _ of tools.batch_job.execute({ items: 10, stepMs: 300 }, { toolCallId: 'crash-1', messages: [], context: {} })) {}
     `;
-    const agent = spawn(process.execPath, ['--input-type=module', '-e', agentScript], {
-      stdio: ['ignore', 'ignore', 'pipe'],
-    });
-    let stderr = '';
-    agent.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
-    const taskId = await waitFor(
-      'the agent to have its task in the ledger',
-      async () => (await serve.client.get('ai-sdk:run-7:crash-1'))?.taskId,
-      30_000,
-      50,
-    );
-    agent.kill('SIGKILL');
-    await new Promise((resolve) => agent.once('exit', resolve));
-    expect(stderr).toBe('');
+    const taskId = await killAgentWithItsTask(serve, agentScript, 'ai-sdk:run-7:crash-1');
+    const before = handlerStarts(serve.runLog);
 
     const replay = await runAgent(
       [{ calls: [{ id: 'crash-1', name: 'batch_job', input: { items: 10, stepMs: 300 } }] }, { text: 'done' }],
       { tools: ['batch_job'], scope: 'run-7' },
     );
     expect(outputOf(replay.parts, 'crash-1')).toMatchObject({ taskId, text: 'Processed 10 items' });
+    // the replay started no handler: the server ran the tool once, for the first run's task
+    expect(handlerStarts(serve.runLog)).toBe(before);
     expect(runsOf(serve.runLog, taskId)).toHaveLength(1);
+  });
+});
+
+describe('closeout/ai-sdk: the ends the demo tools lack', { timeout: 120_000 }, () => {
+  it('gives the model a result with structured content and no text as that content, JSON, in its text', async () => {
+    const steps: Step[] = [{ calls: [{ id: 'call-measure', name: 'measure', input: {} }] }, { text: 'ok' }];
+    const run = await runAgent(steps, {}, undefined, undefined, outcomes.client);
+    expect(outputOf(run.parts, 'call-measure')).toMatchObject({
+      text: '{"widths":[3,4],"unit":"cm"}',
+      structuredContent: { widths: [3, 4], unit: 'cm' },
+    });
+  });
+
+  it('raises a task cancelled by another client and one that expired as tool errors of distinct kinds', async () => {
+    const errorOf = (parts: Part[], toolCallId: string) =>
+      parts.find((part) => part.type === 'tool-error' && part['toolCallId'] === toolCallId)?.['error'];
+    const waiting = runAgent(
+      [{ calls: [{ id: 'call-wait', name: 'wait', input: {} }] }, { text: 'ok' }],
+      {},
+      undefined,
+      undefined,
+      outcomes.client,
+    );
+    const taskId = await outcomes.cancelFromAnotherClient('ai-sdk:call-wait');
+    const cancelled = errorOf((await waiting).parts, 'call-wait');
+    expect(cancelled).toBeInstanceOf(TaskToolError);
+    expect(cancelled).toMatchObject({ kind: 'cancelled', taskId, message: `task ${taskId} was cancelled` });
+
+    // a replay of a call whose task the server has forgotten since (past its TTL and retention)
+    const ledger = join(outcomes.dir, 'replay-ledger.db');
+    const forgotten = await outcomes.forgottenTask(ledger, 'outlive_ttl', 'ai-sdk:call-ttl');
+    const replaying = await connectHttpTaskClient(outcomes.server.url, { ledger });
+    const replay = await runAgent(
+      [{ calls: [{ id: 'call-ttl', name: 'outlive_ttl', input: {} }] }, { text: 'ok' }],
+      {},
+      undefined,
+      undefined,
+      replaying,
+    ).finally(() => replaying.close());
+    const expired = errorOf(replay.parts, 'call-ttl');
+    expect(expired).toBeInstanceOf(TaskToolError);
+    expect(expired).toMatchObject({
+      kind: 'expired',
+      taskId: forgotten,
+      message: expect.stringMatching(/^task \S+ expired: /),
+    });
   });
 });

@@ -1,17 +1,19 @@
 /**
  * closeout/langchain's tools in a real @langchain/langgraph StateGraph (ToolNode, MemorySaver checkpointer) driven by
  * LangChain's fake tool-calling chat model, against `closeout serve`. A task's result reaches the model's next step as
- * the ToolMessage; with `input: 'interrupt'` a task's input request stops the run with LangGraph's `interrupt()`
- * (the question as its value), the run resumed with `Command({ resume })` answers the same task (the same tool-call id)
- * and returns its result, the server running the tool once and asking once; a key answered elsewhere before the graph
- * came to it is never put to the graph, and one answered elsewhere after the graph asked keeps that first answer. A
- * task asking two questions stops the run twice, once per question, each resume replaying the earlier answers in order.
+ * the ToolMessage, its status messages reach the run's custom stream (LangGraph's stream writer), and a failed task is
+ * the tool's error, which the ToolNode hands the model with the JSON-RPC code; with `input: 'interrupt'` a task's input
+ * request stops the run with LangGraph's `interrupt()` (the question as its value), the run resumed with
+ * `Command({ resume })` answers the same task (the same tool-call id) and returns its result, the server running the
+ * tool once and asking once; a key answered elsewhere before the graph came to it is never put to the graph, and one
+ * answered elsewhere after the graph asked keeps that first answer. A task asking two questions stops the run twice,
+ * once per question, each resume replaying the earlier answers in order.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import type { BaseMessage } from '@langchain/core/messages';
+import type { BaseMessage, ToolMessage } from '@langchain/core/messages';
 import { AIMessage, AIMessageChunk, HumanMessage } from '@langchain/core/messages';
 import type { DynamicStructuredTool } from '@langchain/core/tools';
 import { FakeStreamingChatModel } from '@langchain/core/utils/testing';
@@ -91,6 +93,42 @@ describe('closeout/langchain in a LangGraph graph', { timeout: 90_000 }, () => {
     expect(toolMessages(nextSteps[0]!)).toEqual(['Processed 2 items']);
     const taskId = (await serve.client.get('langchain:lg-thread-batch:lg-batch'))?.taskId;
     expect(runsOf(serve.runLog, taskId!)).toHaveLength(1);
+  });
+
+  it("writes each status message to LangGraph's stream writer: the run's custom stream mode carries them", async () => {
+    const tools = await langchainTaskTools(serve.client, { tools: ['batch_job'] });
+    const { graph, nextSteps } = agentGraph(tools, {
+      name: 'batch_job',
+      args: { items: 3, stepMs: 200 },
+      id: 'lg-progress',
+    });
+    const chunks: unknown[] = [];
+    const stream = await graph.stream(
+      { messages: [new HumanMessage('Process 3 items')] },
+      { configurable: { thread_id: 'lg-thread-progress' }, streamMode: 'custom' },
+    );
+    for await (const chunk of stream) chunks.push(chunk);
+    const taskId = (await serve.client.get('langchain:lg-thread-progress:lg-progress'))?.taskId;
+    expect(chunks).toContainEqual({
+      closeout: { taskId, status: 'working', statusMessage: expect.stringMatching(/Processed \d of 3 items/) },
+    });
+    expect(toolMessages(nextSteps[0]!)).toEqual(['Processed 3 items']);
+  });
+
+  it("reports a failed task as the tool's error, which the ToolNode hands the model's next step with its code", async () => {
+    const tools = await langchainTaskTools(serve.client, { tools: ['flaky_upstream'] });
+    const { graph, nextSteps } = agentGraph(tools, { name: 'flaky_upstream', args: {}, id: 'lg-flaky' });
+    const end = await graph.invoke(
+      { messages: [new HumanMessage('Call upstream')] },
+      { configurable: { thread_id: 'lg-thread-flaky' } },
+    );
+    expect(end.messages.at(-1)?.content).toBe('All done.');
+    const reported = nextSteps[0]!.filter((message) => message.type === 'tool') as ToolMessage[];
+    expect(reported).toHaveLength(1);
+    expect(reported[0]!.status).toBe('error');
+    expect(String(reported[0]!.content)).toMatch(
+      /task \S+ failed: Upstream API rate limit exceeded \(JSON-RPC -32603\)/,
+    );
   });
 
   it('stops the run with interrupt() carrying the question, and the resumed run answers the task and gets its result', async () => {

@@ -1,12 +1,17 @@
 /**
- * closeout/openai-agents against the real @openai/agents-core (pinned) and `closeout serve`: runs of an Agent driven
- * by the Agents SDK's own scripted test model (`ScriptedModel`: a function call, then a final message echoing the
- * tool's output), and tools invoked as the runner invokes a function tool. A task's result is the tool's output,
- * status messages reach `onProgress`, the same call id never runs the tool twice, a failed task becomes the error
- * output the model reads (with its JSON-RPC code), an inline tool is a plain tool, and an input request is answered
- * by the adapter's handler or stated and answered through `closeout_answer`, asked once. With `inputAsApproval` a
- * task's question pauses the run as an approval interruption: its state, serialized and restored in another process,
- * is approved there and the call returns the task's result; an answer is sent once, and the task runs once.
+ * closeout/openai-agents against the real @openai/agents-core (pinned) and `closeout serve`: runs of an Agent driven by
+ * the Agents SDK's own scripted test model (`ScriptedModel`: a function call, then a final message echoing the tool's
+ * output), and tools invoked as the runner invokes a function tool. A task's result is the tool's output, status
+ * messages reach `onProgress`, the same call id never runs the tool twice, a failed task becomes the error output the
+ * model reads (with its JSON-RPC code), an inline tool is a plain tool, and an input request is answered by the
+ * adapter's handler or stated and answered through `closeout_answer`, asked once. With `inputAsApproval` a task's
+ * question pauses the run as an approval interruption: its state, serialized and restored in another process, is
+ * approved there and the call returns the task's result; an answer is sent once, and the task runs once. An agent
+ * process SIGKILLed while its tool's task runs is replayed by another with the same function call id, which gets the
+ * task's real result while the server ran the tool once. Against a server of the tools the demo lacks
+ * (fixtures/outcomeServer.mjs): a result of structured content only reaches the model as that content's JSON, and a
+ * task cancelled by another client and one the server has forgotten (a replay past the task's TTL and retention) end as
+ * distinct errors, `cancelled` and `expired`.
  */
 import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -19,14 +24,16 @@ import { describe, expect, it } from 'vitest';
 
 import { answerInterruption, interruptionInput, openAIAgentsTaskTools } from '../../src/adapters/openaiAgents.js';
 import { connectHttpTaskClient, type TaskClient } from '../../src/client/index.js';
-import { ADAPTER_TOOL_NAMES, serveForAdapterTests } from '../support/adapterServe.js';
-import { runsOf } from '../support/runLog.js';
+import { ADAPTER_TOOL_NAMES, serveForAdapterTests, serveOutcomeTools } from '../support/adapterServe.js';
+import { killAgentWithItsTask } from '../support/agentCrash.js';
+import { handlerStarts, runsOf } from '../support/runLog.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const ADAPTER = fileURLToPath(new URL('../../dist/adapters/openaiAgents.js', import.meta.url));
 const CLIENT = fileURLToPath(new URL('../../dist/client/index.js', import.meta.url));
 
 const serve = serveForAdapterTests('closeout-openai-agents-');
+const outcomes = serveOutcomeTools('closeout-openai-agents-outcomes-');
 const runner = new Runner({ tracingDisabled: true });
 
 /** The final message of a scripted model: the text of every tool output it was given, one per line. */
@@ -131,6 +138,33 @@ describe('closeout/openai-agents', { timeout: 90_000 }, () => {
     }
   });
 
+  it('gives an agent replayed after a SIGKILL the real result of the task its first run started, run once', async () => {
+    const args = { items: 10, stepMs: 300 };
+    // the agent's own run, in a process of its own: the scripted model calls batch_job, the runner runs the tool
+    const taskId = await killAgentWithItsTask(
+      serve,
+      `
+      import { Agent, Runner } from '@openai/agents-core';
+      import { functionCall, ScriptedModel } from '@openai/agents-core/testing';
+      const { connectHttpTaskClient } = await import(${JSON.stringify(CLIENT)});
+      const { openAIAgentsTaskTools } = await import(${JSON.stringify(ADAPTER)});
+      const client = await connectHttpTaskClient(${JSON.stringify(serve.server.url)}, { ledger: ${JSON.stringify(join(serve.dir, 'ledger.db'))} });
+      const tools = await openAIAgentsTaskTools(client, { tools: ['batch_job'], scope: 'run-7' });
+      const model = new ScriptedModel([[functionCall('batch_job', ${JSON.stringify(args)}, { callId: 'crash-1' })]]);
+      await new Runner({ tracingDisabled: true }).run(new Agent({ name: 'ops', tools, model }), 'Process 10 items');
+      `,
+      'openai-agents:run-7:crash-1',
+      ROOT,
+    );
+    const before = handlerStarts(serve.runLog);
+    const tools = await openAIAgentsTaskTools(serve.client, { tools: ['batch_job'], scope: 'run-7' });
+    const replay = scriptedAgent(tools, 'batch_job', args, 'crash-1');
+    expect((await runner.run(replay.agent, 'Process 10 items')).finalOutput).toBe('Processed 10 items');
+    // the replay started no handler: the server ran the tool once, for the first run's task
+    expect(handlerStarts(serve.runLog)).toBe(before);
+    expect(runsOf(serve.runLog, taskId)).toHaveLength(1);
+  });
+
   it("pauses on a task's question as an approval interruption, approved in a run restored by another process", async () => {
     const ledger = join(serve.dir, 'openai-approval-ledger.db');
     const options = { tools: ['approve_deploy'], scope: 'conversation-7', inputAsApproval: ['approve_deploy'] };
@@ -216,6 +250,32 @@ describe('closeout/openai-agents', { timeout: 90_000 }, () => {
       }
     } finally {
       await second.close();
+    }
+  });
+});
+
+describe('closeout/openai-agents: the ends the demo tools lack', { timeout: 90_000 }, () => {
+  it('gives the model a result with structured content and no text as that content, JSON', async () => {
+    const tools = await openAIAgentsTaskTools(outcomes.client, { tools: ['measure'] });
+    const { agent } = scriptedAgent(tools, 'measure', {}, 'fc-measure');
+    expect((await runner.run(agent, 'Measure')).finalOutput).toBe('{"widths":[3,4],"unit":"cm"}');
+  });
+
+  it('gives the model a task cancelled by another client and one that expired as distinct error outputs', async () => {
+    const tools = await openAIAgentsTaskTools(outcomes.client, { tools: ['wait'] });
+    const waiting = runner.run(scriptedAgent(tools, 'wait', {}, 'fc-wait').agent, 'Wait');
+    const taskId = await outcomes.cancelFromAnotherClient('openai-agents:fc-wait');
+    expect((await waiting).finalOutput).toBe(`task ${taskId} was cancelled`);
+    // a replay of a call whose task the server has forgotten since (past its TTL and retention)
+    const ledger = join(outcomes.dir, 'replay-ledger.db');
+    const forgotten = await outcomes.forgottenTask(ledger, 'outlive_ttl', 'openai-agents:fc-ttl');
+    const replaying = await connectHttpTaskClient(outcomes.server.url, { ledger });
+    try {
+      const replayTools = await openAIAgentsTaskTools(replaying, { tools: ['outlive_ttl'] });
+      const replay = await runner.run(scriptedAgent(replayTools, 'outlive_ttl', {}, 'fc-ttl').agent, 'Outlive');
+      expect(replay.finalOutput).toMatch(new RegExp(`^task ${forgotten} expired: `));
+    } finally {
+      await replaying.close();
     }
   });
 });

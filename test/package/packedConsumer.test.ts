@@ -2,8 +2,10 @@
  * The package as a user gets it (docs/operations.md, "Install"): `npm pack` ships a LICENSE, the contract suites
  * (dist/testing), no benchmark build, no source map that points at a source left out, and a manifest without
  * development scripts; the tarball unpacked into a fresh TypeScript project, with the dependencies it declares beside
- * it, typechecks a consumer of the core entry points and of closeout/testing with strict settings and without
- * `skipLibCheck`, with no `@types/pg` and no vitest installed.
+ * it, typechecks a consumer of every entry point (client, server, protocol, console, testing and the three
+ * agent-framework adapters) with strict settings and without `skipLibCheck`, with no `@types/pg`, no vitest and no
+ * agent framework installed: the adapters' declarations import their framework's types under a `@ts-ignore`, so a
+ * consumer without the framework reads them as `any` rather than failing.
  */
 import { execFile } from 'node:child_process';
 import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
@@ -100,7 +102,7 @@ describe('the packed tarball', () => {
     expect(development.scripts['prepare']).toBe('npm run build');
   });
 
-  it('unpacked into a fresh TypeScript project, typechecks a consumer of the entry points strictly', async () => {
+  it('unpacked into a fresh TypeScript project, typechecks a consumer of every entry point strictly', async () => {
     const project = join(dir, 'consumer');
     await mkdir(project);
     await writeFile(join(project, 'package.json'), JSON.stringify({ name: 'consumer', private: true, type: 'module' }));
@@ -142,10 +144,9 @@ describe('the packed tarball', () => {
       await mkdir(join(modules, name, '..'), { recursive: true });
       await symlink(join(ROOT, 'node_modules', name), join(modules, name), 'dir');
     }
-    // no agent framework beside it: the adapters' declarations name their framework's types and are read only by a
-    // consumer that imports closeout/ai-sdk, closeout/langchain or closeout/openai-agents (optional peers, as the
-    // manifest says), so a consumer of the three entry points above needs none of them; nor vitest, which
-    // closeout/testing loads when a test file runs its suites, while its declarations name no vitest type
+    // no agent framework beside it (optional peers, as the manifest says): the consumer imports closeout/ai-sdk,
+    // closeout/langchain and closeout/openai-agents all the same, and their declarations must not break it; nor
+    // vitest, which closeout/testing loads when a test file runs its suites, while its declarations name no vitest type
     for (const peer of ['ai', '@langchain/core', '@langchain/langgraph', '@openai/agents-core', 'vitest']) {
       expect(beside, `${peer} is an optional peer, not a dependency`).not.toContain(peer);
     }
@@ -156,7 +157,7 @@ describe('the packed tarball', () => {
   }, 600_000);
 });
 
-/** Uses each entry point the way the README does, types included, and closeout/testing as docs/server.md does. */
+/** Uses each entry point the way the README and docs/frameworks.md do, types included, and closeout/testing as docs/server.md does. */
 const CONSUMER = `
 import {
   connectHttpTaskClient,
@@ -182,6 +183,21 @@ import {
   type TaskStoreFixture,
 } from 'closeout/testing';
 import * as z from 'zod/v4';
+import { aiSdkTaskTools, type AiSdkTaskResult, type AiSdkTaskToolsOptions, TaskToolError } from 'closeout/ai-sdk';
+import { createConsoleHandler, type ConsoleHandler } from 'closeout/console';
+import {
+  closeTaskTools,
+  langchainTaskTools,
+  type LangChainTaskToolsOptions,
+  type PendingInput,
+  type TaskClientConnectOptions,
+} from 'closeout/langchain';
+import {
+  answerInterruption,
+  interruptionInput,
+  openAIAgentsTaskTools,
+  type OpenAIAgentsTaskToolsOptions,
+} from 'closeout/openai-agents';
 
 export async function server(): Promise<void> {
   const tasks = new TaskServer({ store: new SqliteTaskStore('./tasks.db') });
@@ -225,5 +241,24 @@ export function contracts(): void {
       cleanup: () => ledger.dispose(),
     };
   });
+}
+
+// the adapters' entry points, typechecked with none of their frameworks installed
+export async function adapters(client: TaskClient): Promise<string[]> {
+  const aiOptions: AiSdkTaskToolsOptions = { scope: 'chat-1', onAbort: 'cancel', tools: ['echo_later'] };
+  const aiTools = await aiSdkTaskTools(client, aiOptions);
+  const result: AiSdkTaskResult | undefined = undefined;
+  const lcOptions: LangChainTaskToolsOptions = { input: 'answer-tool' };
+  const lcTools = await langchainTaskTools(client, lcOptions);
+  const connect: TaskClientConnectOptions = { url: 'http://127.0.0.1:3000/mcp', ledger: './agent-ledger.db' };
+  await closeTaskTools(await aiSdkTaskTools(connect));
+  const oaOptions: OpenAIAgentsTaskToolsOptions = { scope: 'c-1', onProgress: (update) => console.log(update.tool) };
+  const oaTools = await openAIAgentsTaskTools(client, oaOptions);
+  const asked: PendingInput | undefined = await interruptionInput(client, oaTools as never);
+  await answerInterruption(client, { approve: () => undefined }, undefined as never, { action: 'decline' });
+  const failure = new TaskToolError('failed', 't-1', 'failed', -32603);
+  const consoleHandler: ConsoleHandler = createConsoleHandler({ ledger: new SqliteLedger('./ledger.db') });
+  await consoleHandler.close();
+  return [...Object.keys(aiTools), String(lcTools.length), String(asked?.key), failure.kind, String(result)];
 }
 `;

@@ -17,6 +17,11 @@ export function runsOf(runLog: string, taskId: string): Array<{ attempt: number;
     .filter((run) => run.taskId === taskId);
 }
 
+/** How many handler starts, of any task, the run log at `runLog` holds. */
+export function handlerStarts(runLog: string): number {
+  return existsSync(runLog) ? readFileSync(runLog, 'utf8').trim().split('\n').filter(Boolean).length : 0;
+}
+
 /** The task once `tasks/get` at `url` says it ended (completed, failed or cancelled). */
 export async function settled(url: string, taskId: string, timeoutMs: number): Promise<Record<string, unknown>> {
   return waitFor(
