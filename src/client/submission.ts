@@ -12,6 +12,7 @@ import { ProtocolError } from '@modelcontextprotocol/client';
 import type { JsonObject, JsonRpcError } from '../protocol/index.js';
 import { IDEMPOTENCY_KEY_META_KEY, isTerminalStatus } from '../protocol/index.js';
 import { storableText, unstorableField } from '../protocol/storableText.js';
+import { failingOnOversize } from './answerCap.js';
 import { argumentsDigest } from './argumentsDigest.js';
 import type { ClientCore } from './clientCore.js';
 import { describe } from './clientCore.js';
@@ -279,11 +280,15 @@ export class Submission {
             { 'gen_ai.tool.name': record.toolName },
             meta,
             () =>
-              core.client.callTool(params as CallToolRequest['params'], {
-                timeout: core.requestTimeoutMs,
-                allowInputRequired: true,
-                ...(signal ? { signal } : {}),
-              }),
+              failingOnOversize(
+                (sent) =>
+                  core.client.callTool(params as CallToolRequest['params'], {
+                    timeout: core.requestTimeoutMs,
+                    allowInputRequired: true,
+                    signal: sent,
+                  }),
+                signal,
+              ),
             // a CreateTaskResult arrives as the carrier error: an answer, and the task joins the call's trace
             (error) => {
               const taskId = carrier.extract(error)?.['taskId'];

@@ -13,6 +13,7 @@ import {
   TASK_METHODS,
   TASKS_EXTENSION_ID,
 } from '../protocol/index.js';
+import { failingOnOversize } from './answerCap.js';
 import type { ClientCore } from './clientCore.js';
 import { describe } from './clientCore.js';
 import { TaskClientError } from './errors.js';
@@ -71,9 +72,12 @@ export class TaskRequests {
       const timeout = this.core.requestTimeoutMs;
       raw = await this.core.telemetry.request(TASK_METHODS.get, { 'closeout.task.id': taskId }, meta, async () => {
         const sdk = (timeoutMs: number) => () =>
-          this.core.client.request({ method: TASK_METHODS.get, params: { taskId, _meta: meta } }, JsonObjectSchema, {
-            timeout: timeoutMs,
-          });
+          failingOnOversize((signal) =>
+            this.core.client.request({ method: TASK_METHODS.get, params: { taskId, _meta: meta } }, JsonObjectSchema, {
+              timeout: timeoutMs,
+              signal,
+            }),
+          );
         if (!fastPath) return sdk(timeout)();
         // an ordinary answer is decided on the fast path; anything else is asked again through the SDK (a pure read),
         // within what is left of the one timeout
@@ -98,9 +102,12 @@ export class TaskRequests {
       typeof taskId === 'string' ? { 'closeout.task.id': taskId } : {},
       meta,
       () =>
-        this.core.client.request({ method, params: { ...params, _meta: meta } }, EmptyResultSchema, {
-          timeout: this.core.requestTimeoutMs,
-        }),
+        failingOnOversize((signal) =>
+          this.core.client.request({ method, params: { ...params, _meta: meta } }, EmptyResultSchema, {
+            timeout: this.core.requestTimeoutMs,
+            signal,
+          }),
+        ),
     );
   }
 
