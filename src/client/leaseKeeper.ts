@@ -108,7 +108,7 @@ export class LeaseKeeper {
    * The time before which a lapsed lease may be taken: now once the gate is open, else 1, which no lease of a live
    * holder ends before (a free lease, or one its holder handed back or was proven dead and freed, is still taken).
    */
-  private lapsedBefore(now: number): number {
+  lapsedBefore(now: number): number {
     return this.gate.isOpen() ? now : 1;
   }
 

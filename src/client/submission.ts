@@ -533,7 +533,13 @@ export class Submission {
             { record },
           );
         }
-        const settled = await core.ledger.settleAbandonedSubmissions(core.endpoint, core.clock.now(), 'found on call');
+        // a lapsed lease says its holder is gone only through the takeover gate, as on every path that takes a record
+        // over (leaseKeeper.ts): a ledger that stalled lets every live holder's lease lapse, and this settles them all
+        const settled = await core.ledger.settleAbandonedSubmissions(
+          core.endpoint,
+          this.following.leases.lapsedBefore(core.clock.now()),
+          'found on call',
+        );
         const now = settled.find((item) => item.recordId === record.recordId) ?? (await core.reload(record.recordId));
         if (now.localState === 'unknown-outcome') return this.recoverUnknown(now);
         if (now.localState === 'submitting') {
