@@ -117,6 +117,17 @@ export class TaskClient {
     return this.operation(this.following.attachRecord(ref));
   }
 
+  /**
+   * Ms until this client may take a record over from a holder whose lease ran out but whom the kernel does not prove
+   * dead (the takeover gate, docs/DESIGN.md rule 11), if the ledger keeps answering promptly; 0 when it may now. A
+   * client just made waits a lease and a third of one (its first renewal goes out a third of a lease in), and a
+   * ledger stall starts the wait again. Until then `resumeAll`, `attach` and `callTool` leave such records as
+   * `leasedElsewhere` / `leased-elsewhere`.
+   */
+  takeoverOpensInMs(): number {
+    return this.following.leases.takeoverOpensInMs();
+  }
+
   /** How this client follows its open tasks now: by push (with safety polls), or by polling and why. */
   pushState(): PushState {
     return this.following.push.state();

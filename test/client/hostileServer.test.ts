@@ -112,15 +112,42 @@ describe('TaskClient against a hostile server', () => {
     expect(record?.lastError).toMatchObject({ kind: 'transport', message: expect.stringMatching(/1048576 bytes/) });
   });
 
-  it('stops reading a tasks/get answer whose SSE event never ends at maxAnswerBytes, and closes the task out', async () => {
-    // the SDK's transport takes a broken answer stream for a dropped connection and waits for the request's timeout:
-    // what the cap bounds is what the client reads meanwhile
-    const client = await harness.connect({ maxAnswerBytes: 1024 * 1024, requestTimeoutMs: 2_000 });
+  it('drops a tasks/get answer whose SSE event never ends at maxAnswerBytes, records the size, and closes the task out', async () => {
+    // the SDK's transport takes a broken answer stream for a dropped connection and would wait for the request's
+    // timeout: the request is ended at the cap instead, and what is recorded names it
+    const client = await harness.connect({ maxAnswerBytes: 1024 * 1024, requestTimeoutMs: 60_000 });
     const handle = await task(client, 'slow');
     harness.fixture.faults.push({ method: 'tasks/get', flood: 'event' });
+    const started = Date.now();
     expect(textOf(await handle.result())).toMatch(/slow done/);
     expect(harness.fixture.floodBytes()).toBeLessThan(32 * 1024 * 1024);
-    expect((await client.get(handle.taskId))?.lastError).toMatchObject({ kind: 'transport' });
+    expect(Date.now() - started).toBeLessThan(30_000);
+    expect((await client.get(handle.taskId))?.lastError).toMatchObject({
+      kind: 'transport',
+      message: expect.stringMatching(
+        /^tasks\/get: an event of the server's stream passed 1048576 bytes, the client's maxAnswerBytes/,
+      ),
+    });
+  });
+
+  it('records a tools/call whose SSE answer never ends as unknown-outcome for its size, not its timeout', async () => {
+    const client = await harness.connect({ maxAnswerBytes: 1024 * 1024, requestTimeoutMs: 60_000 });
+    harness.fixture.faults.push({ method: 'tools/call', flood: 'event' });
+    const started = Date.now();
+    await expect(client.callTool('slow')).rejects.toMatchObject({
+      code: 'unknown-outcome',
+      message: expect.stringMatching(/1048576 bytes, the client's maxAnswerBytes/),
+    });
+    expect(Date.now() - started).toBeLessThan(30_000);
+    const [record] = await client.list({ toolName: 'slow' });
+    expect(record).toMatchObject({
+      localState: 'unknown-outcome',
+      lastError: {
+        kind: 'transport',
+        message: expect.stringMatching(/^tools\/call: an event of the server's stream passed 1048576 bytes/),
+      },
+    });
+    expect(harness.fixture.count('tools/call')).toBe(1);
   });
 
   it('drops a push stream whose event never ends at maxAnswerBytes, and follows its tasks by polling', async () => {

@@ -2,7 +2,9 @@
 // 1; issue 13.13): `resume` (all, or one TASK_ID), `answer`, `call --idempotency-key` and `attach()` take a record held
 // by a proven-dead holder at once (SIGKILLed, or a zombie nobody reaped), and respect a live holder, also one of the
 // same host name in another PID namespace sharing the ledger file. The holders' leases last five minutes: a takeover
-// within seconds comes only from the proof. Real processes: a built client worker, the built CLI, `closeout serve`.
+// within seconds comes only from the proof. A holder the kernel cannot prove dead (another PID namespace) whose lease
+// ran out is waited for until the command's takeover gate opens (rule 11), then taken over unless it renewed.
+// Real processes: a built client worker, the built CLI, `closeout serve`.
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -12,7 +14,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 
 import { connectHttpTaskClient, SqliteLedger, type TaskRecord } from '../../src/client/index.js';
-import { type CliOptions, jsonDocument, jsonLines, runCli } from '../support/cli.js';
+import { type CliOptions, jsonDocument, jsonLines, runCli, startCli } from '../support/cli.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
 import { inNewPidNamespace, requirePidNamespaces, underNonReapingParent } from '../support/processWrappers.js';
 import { waitFor } from '../support/waitFor.js';
@@ -118,6 +120,25 @@ async function deadHolder(
   expect(record).toMatchObject({ localState: 'tracking' });
   expect(record.leaseExpiresAt! - Date.now()).toBeGreaterThan(LEASE_MS / 2);
   return { ledger, record };
+}
+
+/** A live holder renewing a 2 s lease on a task that outlasts the test (400 × 250 ms), and its record with the task. */
+async function renewingHolder(ledger: string): Promise<{ holder: Holder; record: TaskRecord }> {
+  const holder = startHolder(ledger, {
+    mode: 'call',
+    tool: 'batch_job',
+    args: { items: 400, stepMs: 250 },
+    leaseMs: 2_000,
+  });
+  return { holder, record: await recordOf(ledger, (r) => r.taskId !== undefined) };
+}
+
+/** The holder still holds the record's lease, and its task runs on. */
+async function stillHeldBy(ledger: string, holder: Holder, owner: string): Promise<void> {
+  const record = await recordOf(ledger, () => true);
+  expect(record).toMatchObject({ localState: 'tracking', leaseHolder: owner });
+  expect(holder.child.exitCode).toBeNull();
+  expect(holder.events().find((e) => e['event'] === 'error')).toBeUndefined();
 }
 
 const cli = (args: string[], options: CliOptions) => runCli(args, { timeoutMs: PATIENCE_MS, ...options });
@@ -243,14 +264,6 @@ describe('taking a record over from a dead holder, at once, on every path', { ti
 describe('a live holder keeps its records', { timeout: 4 * PATIENCE_MS }, () => {
   // tasks long enough to outlast the commands on a loaded machine; the holders are killed after the test
 
-  /** The holder still holds the record's lease, and its task runs on. */
-  async function stillHeldBy(ledger: string, holder: Holder, owner: string): Promise<void> {
-    const record = await recordOf(ledger, () => true);
-    expect(record).toMatchObject({ localState: 'tracking', leaseHolder: owner });
-    expect(holder.child.exitCode).toBeNull();
-    expect(holder.events().find((e) => e['event'] === 'error')).toBeUndefined();
-  }
-
   it('resume TASK_ID and call --idempotency-key leave a live holder’s task to it', async () => {
     const ledger = join(dir, `ledger-${++ledgers}.db`);
     const args = { items: 400, stepMs: 250 };
@@ -270,18 +283,70 @@ describe('a live holder keeps its records', { timeout: 4 * PATIENCE_MS }, () => 
 
   it('resume in another PID namespace on the same ledger leaves a live holder of the same host name alone', async () => {
     const ledger = join(dir, `ledger-${++ledgers}.db`);
-    const holder = startHolder(ledger, {
-      mode: 'call',
-      tool: 'batch_job',
-      args: { items: 400, stepMs: 250 },
-      leaseMs: 2_000,
-    });
-    const record = await recordOf(ledger, (r) => r.taskId !== undefined);
+    const { holder, record } = await renewingHolder(ledger);
     // over there the holder's pid does not exist: only the proof keeps it from being taken for dead
     const run = await cli(['resume', '--json'], { ledger, launch: inNewPidNamespace });
     const events = jsonLines(run.stdout);
     expect(events.find((e) => e['event'] === 'resumed')).toBeUndefined();
     expect(events.find((e) => e['event'] === 'elsewhere')).toMatchObject({ taskId: record.taskId });
     await stillHeldBy(ledger, holder, record.leaseHolder!);
+  });
+});
+
+describe('a holder the kernel cannot prove dead, once this process may tell', { timeout: 4 * PATIENCE_MS }, () => {
+  // every CLI run is a process just started, whose takeover gate opens a client lease (30 s) and a third after its
+  // start: a lapsed lease is waited for that long, and taken then only if its holder did not renew meanwhile
+  const CLI_LEASE_MS = 30_000;
+  const WAITING = /is held by .*, whose lease ran out .* ago; waiting up to .* for it to renew before taking it over/;
+
+  it('resume takes over the task of a holder SIGKILLed in another PID namespace after the gate, and closes it out', async () => {
+    const ledger = join(dir, `ledger-${++ledgers}.db`);
+    const holder = startHolder(
+      ledger,
+      { mode: 'call', tool: 'batch_job', args: { items: 20, stepMs: 250 }, leaseMs: 2_000 },
+      inNewPidNamespace,
+    );
+    const record = await recordOf(ledger, (r) => r.taskId !== undefined);
+    // unshare dies, and its child with it: a holder this PID namespace cannot prove dead
+    holder.child.kill('SIGKILL');
+    await recordOf(ledger, (r) => r.leaseExpiresAt! < Date.now() - 1_000);
+    const started = Date.now();
+    const run = await cli(['resume', '--json'], { ledger, timeoutMs: 3 * PATIENCE_MS });
+    const elapsed = Date.now() - started;
+    expect(run.stderr).toMatch(WAITING);
+    expect(run.code).toBe(0);
+    const events = jsonLines(run.stdout);
+    expect(events.find((e) => e['event'] === 'elsewhere')).toBeUndefined();
+    expect(events.find((e) => e['event'] === 'waiting')).toMatchObject({
+      taskId: record.taskId,
+      leaseHolder: record.leaseHolder,
+    });
+    expect(events.find((e) => e['event'] === 'resumed')).toMatchObject({ taskId: record.taskId });
+    expect(events.at(-1)).toMatchObject({ event: 'closeout', taskId: record.taskId, outcome: 'completed' });
+    // taken through the gate, not at once: no proof of death made it sooner
+    expect(elapsed).toBeGreaterThanOrEqual(CLI_LEASE_MS);
+  });
+
+  it('resume waits for a holder whose lease ran out while it was stopped, and leaves it the task when it renews', async () => {
+    const ledger = join(dir, `ledger-${++ledgers}.db`);
+    const { holder, record } = await renewingHolder(ledger);
+    holder.child.kill('SIGSTOP');
+    try {
+      await recordOf(ledger, (r) => r.leaseExpiresAt! < Date.now() - 1_000);
+      const resume = startCli(['resume', '--json'], { ledger, timeoutMs: 3 * PATIENCE_MS });
+      await waitFor('resume to wait', () => (WAITING.test(resume.stderr()) ? true : undefined), PATIENCE_MS);
+      // the holder was alive all along (a paused container, a debugger): it renews as soon as it runs again
+      holder.child.kill('SIGCONT');
+      const run = await resume.done;
+      const events = jsonLines(run.stdout);
+      expect(events.find((e) => e['event'] === 'resumed')).toBeUndefined();
+      expect(events.find((e) => e['event'] === 'elsewhere')).toMatchObject({
+        taskId: record.taskId,
+        leaseHolder: record.leaseHolder,
+      });
+      await stillHeldBy(ledger, holder, record.leaseHolder!);
+    } finally {
+      holder.child.kill('SIGCONT');
+    }
   });
 });

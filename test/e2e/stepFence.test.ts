@@ -1,9 +1,9 @@
 // A side effect is fenced before it starts, not only when it commits (docs/DESIGN.md, "Rules learned in the field",
-// 12), with real processes on one PostgreSQL database:
+// 12), with real processes on one store:
 // - an attempt stopped (SIGSTOP) past its lease, whose task another instance took over and carried through a step,
-//   does not run that step's function again when it is continued: it learns it lost the lease first;
+//   does not run that step's function again when it is continued: it learns it lost the lease first (PostgreSQL);
 // - a step whose function finishes inside a graceful shutdown's grace, its lease still held, is committed: the next
-//   instance goes on from it and never runs the function again.
+//   instance goes on from it and never runs the function again (PostgreSQL and SQLite).
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -131,26 +131,35 @@ describe('durable steps fenced before they run', { timeout: 120_000 }, () => {
     expect(startsOf(stepLog, taskId, 's2')).toEqual([expect.objectContaining({ pid: b.child.pid, attempt: 2 })]);
   });
 
-  it('a step that finished inside a graceful shutdown is committed and not run again', async () => {
-    const { connectionString } = await postgres.createDatabase();
-    const stepLog = join(dir, `steps-${++logs}.jsonl`);
-    const a = await instance(connectionString, stepLog, 2000);
-    const taskId = await create(a.url, { pauseMs: 0, stepMs: 1500 });
-    await waitFor('A to start s1', () => (startsOf(stepLog, taskId, 's1').length > 0 ? true : undefined));
-    const exited = once(a.child, 'exit');
-    a.child.kill('SIGTERM');
-    await exited;
-    // the function ended during the shutdown's grace (5 s)
-    expect(
-      entries(stepLog, taskId)
-        .filter((e) => e.step === 's1')
-        .map((e) => e.phase),
-    ).toEqual(['start', 'end']);
+  // the field saw the finished step dropped on both stores: one database each
+  const stores: Array<[string, () => Promise<string>]> = [
+    ['PostgreSQL', async () => (await postgres.createDatabase()).connectionString],
+    ['SQLite', async () => join(dir, `store-${++logs}.db`)],
+  ];
 
-    const b = await instance(connectionString, stepLog, 2000);
-    const task = await completed(b.url, taskId);
-    expect(task).toMatchObject({ status: 'completed', result: { structuredContent: { attempt: 2 } } });
-    expect(startsOf(stepLog, taskId, 's1')).toHaveLength(1);
-    expect(startsOf(stepLog, taskId, 's2')).toEqual([expect.objectContaining({ pid: b.child.pid, attempt: 2 })]);
-  });
+  it.each(stores)(
+    'a step that finished inside a graceful shutdown is committed and not run again (%s)',
+    async (_, store) => {
+      const location = await store();
+      const stepLog = join(dir, `steps-${++logs}.jsonl`);
+      const a = await instance(location, stepLog, 2000);
+      const taskId = await create(a.url, { pauseMs: 0, stepMs: 1500 });
+      await waitFor('A to start s1', () => (startsOf(stepLog, taskId, 's1').length > 0 ? true : undefined));
+      const exited = once(a.child, 'exit');
+      a.child.kill('SIGTERM');
+      await exited;
+      // the function ended during the shutdown's grace (5 s)
+      expect(
+        entries(stepLog, taskId)
+          .filter((e) => e.step === 's1')
+          .map((e) => e.phase),
+      ).toEqual(['start', 'end']);
+
+      const b = await instance(location, stepLog, 2000);
+      const task = await completed(b.url, taskId);
+      expect(task).toMatchObject({ status: 'completed', result: { structuredContent: { attempt: 2 } } });
+      expect(startsOf(stepLog, taskId, 's1')).toHaveLength(1);
+      expect(startsOf(stepLog, taskId, 's2')).toEqual([expect.objectContaining({ pid: b.child.pid, attempt: 2 })]);
+    },
+  );
 });

@@ -7,13 +7,21 @@ import { existsSync, readFileSync } from 'node:fs';
 import { rpc } from './rpc.js';
 import { waitFor } from './waitFor.js';
 
+/** One handler start: its attempt, process, instance (CLOSEOUT_RUN_INSTANCE, else the pid) and time (ms). */
+export interface RunEntry {
+  attempt: number;
+  pid: number;
+  instance: string;
+  at: number;
+}
+
 /** Every handler start of `taskId` in the run log at `runLog`. */
-export function runsOf(runLog: string, taskId: string): Array<{ attempt: number; pid: number }> {
+export function runsOf(runLog: string, taskId: string): RunEntry[] {
   if (!existsSync(runLog)) return [];
   return readFileSync(runLog, 'utf8')
     .trim()
     .split('\n')
-    .map((line) => JSON.parse(line) as { taskId: string; attempt: number; pid: number })
+    .map((line) => JSON.parse(line) as RunEntry & { taskId: string })
     .filter((run) => run.taskId === taskId);
 }
 

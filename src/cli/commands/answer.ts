@@ -13,6 +13,7 @@ import { addAnswerOptions, addJsonOption, addLedgerOption, addTaskIdArgument } f
 import { commandContext } from '../context.js';
 import { EXIT } from '../exitCodes.js';
 import { ClientSession, unknownTask } from '../session.js';
+import { takingOver } from '../takeOver.js';
 import type { AnswerFlags, InputHost } from '../terminal/elicitationPrompt.js';
 import { canPrompt, elicitationHandler, presetFrom, promptQueue, showAnswered } from '../terminal/elicitationPrompt.js';
 import { explain } from '../terminal/explain.js';
@@ -89,7 +90,8 @@ async function runAnswer(ref: string, flags: AnswerCommandFlags): Promise<void> 
     }
     const client = await session.client(record.endpoint);
     const started = Date.now();
-    handle = await client.attach(record.recordId);
+    // a holder on a lapsed lease is waited for (its events would break the one JSON document: on stderr only)
+    handle = await takingOver(flags.json ? quiet : out, session.ledger, client, () => client.attach(record.recordId));
     // one tasks/get now: its inputRequests go to the handler, which asks (or takes the flags)
     const observed = await client.refresh(record.recordId);
     await settle();

@@ -19,6 +19,7 @@ import { addAnswerOptions, addJsonOption, addLedgerOption, addTokenOption } from
 import { commandContext } from '../context.js';
 import { EXIT } from '../exitCodes.js';
 import { ClientSession } from '../session.js';
+import { takingOver } from '../takeOver.js';
 import type { AnswerFlags } from '../terminal/elicitationPrompt.js';
 import { canPrompt, elicitationHandler, presetFrom } from '../terminal/elicitationPrompt.js';
 import { explain } from '../terminal/explain.js';
@@ -83,10 +84,10 @@ async function runCall(url: string, tool: string | undefined, flags: CallFlags):
     following.arm();
     let answer: CallToolResult | Awaited<ReturnType<TaskClient['callTool']>>;
     try {
-      answer = await client.callTool(tool, args, {
-        correlationId: flags.correlationId,
-        idempotencyKey: flags.idempotencyKey,
-      });
+      // a known key whose record another process holds on a lapsed lease is waited for, then taken over
+      answer = await takingOver(out, session.ledger, client, () =>
+        client.callTool(tool, args, { correlationId: flags.correlationId, idempotencyKey: flags.idempotencyKey }),
+      );
     } catch (error) {
       if (error instanceof ProtocolError) return refused(out, url, tool, error);
       throw explain(error, { ledgerPath, endpoint: url });

@@ -6,7 +6,8 @@
  */
 import type { Command } from 'commander';
 
-import type { TaskRecord } from '../../client/ledger/index.js';
+import type { TaskClient } from '../../client/index.js';
+import type { Ledger, TaskRecord } from '../../client/ledger/index.js';
 import { isFollowable } from '../../client/ledger/index.js';
 import { outcomeOf } from '../../client/taskHandle.js';
 import type { JsonFlags, LedgerFlags } from '../commonOptions.js';
@@ -14,11 +15,13 @@ import { addAnswerOptions, addJsonOption, addLedgerOption, addTaskIdArgument } f
 import { commandContext, openFollowingSession } from '../context.js';
 import { EXIT, exitCodeOf, worstExitCode } from '../exitCodes.js';
 import { unknownTask } from '../session.js';
+import { onLapsedLease, takingOver, waitToTakeOver } from '../takeOver.js';
 import type { AnswerFlags } from '../terminal/elicitationPrompt.js';
 import { presetFrom } from '../terminal/elicitationPrompt.js';
 import { explain } from '../terminal/explain.js';
+import type { Follower } from '../terminal/follow.js';
 import type { Output } from '../terminal/output.js';
-import { resultLines, stateWord } from '../terminal/recordView.js';
+import { recordRef, resultLines, stateWord } from '../terminal/recordView.js';
 import { serverLine } from '../terminal/serverText.js';
 import { OPEN_STATES } from './ls.js';
 
@@ -64,7 +67,8 @@ async function runResume(ref: string | undefined, flags: ResumeFlags): Promise<v
         codes.push(reportClosed(out, record));
       } else {
         const client = await session.client(record.endpoint);
-        following.follow(await client.attach(record.recordId), record.endpoint, 'resumed');
+        const handle = await takingOver(out, session.ledger, client, () => client.attach(record.recordId));
+        following.follow(handle, record.endpoint, 'resumed');
       }
     } else {
       const open = (await session.ledger.list()).filter((r) => OPEN_STATES.includes(r.localState));
@@ -84,7 +88,13 @@ async function runResume(ref: string | undefined, flags: ResumeFlags): Promise<v
         const report = await client.resumeAll();
         for (const handle of report.resumed) following.follow(handle, server, 'resumed');
         for (const record of report.unknownOutcome) codes.push(reportClosed(out, record));
-        for (const record of report.leasedElsewhere) reportElsewhere(out, record);
+        // records whose holder's lease ran out wait for this process to tell a dead holder from a stalled ledger
+        const submissions = open.filter((r) => r.endpoint === server && r.localState === 'submitting');
+        const lapsed = await onLapsedLeases(session.ledger, client, [...report.leasedElsewhere, ...submissions]);
+        for (const record of report.leasedElsewhere) {
+          if (!lapsed.some((r) => r.recordId === record.recordId)) reportElsewhere(out, record);
+        }
+        if (lapsed.length > 0) codes.push(...(await resumeLapsed(out, session.ledger, client, following, lapsed)));
       }
     }
     const closeOuts = await following.done();
@@ -95,6 +105,57 @@ async function runResume(ref: string | undefined, flags: ResumeFlags): Promise<v
     following.stop();
     await session.close();
   }
+}
+
+/** Of `records`, those (as the ledger has them now) held by another process on a lease that ran out. */
+async function onLapsedLeases(
+  ledger: Ledger,
+  client: TaskClient,
+  records: readonly TaskRecord[],
+): Promise<TaskRecord[]> {
+  const now = ledger.now();
+  const lapsed: TaskRecord[] = [];
+  for (const { recordId } of records) {
+    const record = await ledger.get(recordId);
+    if (record && record.localState !== 'terminal' && onLapsedLease(record, client, now)) lapsed.push(record);
+  }
+  return lapsed;
+}
+
+/**
+ * Records on lapsed leases of another holder: waited for until this process may take them over, then resumed again;
+ * what is left is another process's (its holder renewed), and a submission settled meanwhile is reported closed.
+ */
+async function resumeLapsed(
+  out: Output,
+  ledger: Ledger,
+  client: TaskClient,
+  following: Follower,
+  lapsed: readonly TaskRecord[],
+): Promise<number[]> {
+  const codes: number[] = [];
+  const endpoint = client.endpoint;
+  const waited = await waitToTakeOver(out, client, lapsed, ledger.now());
+  if (waited === 'interrupted') codes.push(EXIT.interrupted);
+  const report = waited === 'open' ? await client.resumeAll() : undefined;
+  const reported = new Set<string>();
+  for (const handle of report?.resumed ?? []) {
+    following.follow(handle, endpoint, 'resumed');
+    reported.add(handle.recordId);
+  }
+  for (const record of report?.unknownOutcome ?? []) {
+    codes.push(reportClosed(out, record));
+    reported.add(record.recordId);
+  }
+  for (const { recordId } of lapsed) {
+    if (reported.has(recordId)) continue;
+    const record = await ledger.get(recordId);
+    if (!record) continue;
+    // the take-over this client arms for when its gate opens may have settled a submission first
+    if (record.localState === 'submitting' || isFollowable(record.localState)) reportElsewhere(out, record);
+    else codes.push(reportClosed(out, record));
+  }
+  return codes;
 }
 
 /** A record that closed out before: its close-out again, from the ledger alone. */
@@ -140,14 +201,7 @@ function reportClosed(out: Output, record: TaskRecord): number {
 }
 
 function reportElsewhere(out: Output, record: TaskRecord): void {
-  out.event({
-    event: 'elsewhere',
-    taskId: record.taskId ?? null,
-    recordId: record.recordId,
-    tool: record.toolName,
-    endpoint: record.endpoint,
-    leaseHolder: record.leaseHolder ?? null,
-  });
+  out.event({ event: 'elsewhere', ...recordRef(record), leaseHolder: record.leaseHolder ?? null });
   out.line(
     `${out.c.yellow('↷ followed elsewhere')}  ${record.toolName} ${out.c.bold(record.taskId ?? record.recordId)}: by ${record.leaseHolder ?? 'another process'} (its lease ends if that process is gone)`,
   );

@@ -52,6 +52,11 @@ export function refOf(record: TaskRecord): string {
   return record.taskId ?? record.recordId;
 }
 
+/** Which record a `--json` event is about: its taskId (null for a call that never became a task), record, tool, server. */
+export function recordRef(record: TaskRecord) {
+  return { taskId: record.taskId ?? null, recordId: record.recordId, tool: record.toolName, endpoint: record.endpoint };
+}
+
 /** The facts `ls --json` gives per record. */
 export function recordSummary(record: TaskRecord, now: number) {
   return {

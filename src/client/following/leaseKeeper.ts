@@ -26,6 +26,8 @@ export class LeaseKeeper {
   private readonly gate: TakeoverGate;
   /** A take-over armed for when the gate opens, for records `resumeAll` found on lapsed leases before it was open. */
   private deferredTakeOver: unknown;
+  /** When (steady clock) the first renewal goes out: the gate learns nothing of the ledger before it answers. */
+  private firstRenewalAt = 0;
 
   constructor(
     private readonly core: ClientCore,
@@ -38,6 +40,16 @@ export class LeaseKeeper {
   start(): void {
     this.armRenewal();
     this.armTakeOver();
+  }
+
+  /**
+   * Ms until this process may take a lapsed lease from a holder not proven dead (0 when it may now), if the ledger
+   * stays healthy: a lease after the first renewal's answer for a process just started, a lease after a stall.
+   */
+  takeoverOpensInMs(): number {
+    if (this.gate.isOpen()) return 0;
+    const firstAnswerBy = this.firstRenewalAt + this.core.leaseMs - this.core.steady.now();
+    return Math.max(this.gate.opensInMs(), firstAnswerBy);
   }
 
   /** No more renewals or take-overs; a take-over tick under way finishes first (its records are then handed back). */
@@ -108,7 +120,7 @@ export class LeaseKeeper {
    * The time before which a lapsed lease may be taken: now once the gate is open, else 1, which no lease of a live
    * holder ends before (a free lease, or one its holder handed back or was proven dead and freed, is still taken).
    */
-  private lapsedBefore(now: number): number {
+  lapsedBefore(now: number): number {
     return this.gate.isOpen() ? now : 1;
   }
 
@@ -233,6 +245,7 @@ export class LeaseKeeper {
   private armRenewal(): void {
     const { core } = this;
     const every = Math.max(1, Math.floor(core.leaseMs / 3));
+    this.firstRenewalAt = core.steady.now() + every;
     const tick = () => {
       if (core.closed) return;
       const at = core.clock.now();

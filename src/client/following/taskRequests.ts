@@ -23,6 +23,7 @@ import { attachTaskResultCarrier } from '../transport/sdkGlue.js';
 import type { KnownTaskState } from '../transport/serverOutput.js';
 import { parseGetTaskResult, progressionViolation, ServerOutputError } from '../transport/serverOutput.js';
 import { classifyTransportError } from '../transport/transportFailure.js';
+import { failingOnOversize } from '../transport/answerCap.js';
 
 /**
  * A task state as the server sent it (a tasks/get answer, or the params of a `notifications/tasks`, which carry the
@@ -71,9 +72,12 @@ export class TaskRequests {
       const timeout = this.core.requestTimeoutMs;
       raw = await this.core.telemetry.request(TASK_METHODS.get, { 'closeout.task.id': taskId }, meta, async () => {
         const sdk = (timeoutMs: number) => () =>
-          this.core.client.request({ method: TASK_METHODS.get, params: { taskId, _meta: meta } }, JsonObjectSchema, {
-            timeout: timeoutMs,
-          });
+          failingOnOversize((signal) =>
+            this.core.client.request({ method: TASK_METHODS.get, params: { taskId, _meta: meta } }, JsonObjectSchema, {
+              timeout: timeoutMs,
+              signal,
+            }),
+          );
         if (!fastPath) return sdk(timeout)();
         // an ordinary answer is decided on the fast path; anything else is asked again through the SDK (a pure read),
         // within what is left of the one timeout
@@ -98,9 +102,12 @@ export class TaskRequests {
       typeof taskId === 'string' ? { 'closeout.task.id': taskId } : {},
       meta,
       () =>
-        this.core.client.request({ method, params: { ...params, _meta: meta } }, EmptyResultSchema, {
-          timeout: this.core.requestTimeoutMs,
-        }),
+        failingOnOversize((signal) =>
+          this.core.client.request({ method, params: { ...params, _meta: meta } }, EmptyResultSchema, {
+            timeout: this.core.requestTimeoutMs,
+            signal,
+          }),
+        ),
     );
   }
 

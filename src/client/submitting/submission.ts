@@ -27,6 +27,7 @@ import { isFollowable, isTransientStorageError } from '../ledger/ledger.js';
 import { wireIdempotencyKey } from '../ledger/ledgerKeys.js';
 import type { TaskHandle } from '../taskHandle.js';
 import { parseCreateTaskResult, sdkServerOutputMessage, ServerOutputError } from '../transport/serverOutput.js';
+import { failingOnOversize } from '../transport/answerCap.js';
 import { argumentsDigest } from './argumentsDigest.js';
 
 export class Submission {
@@ -293,11 +294,15 @@ export class Submission {
             { 'gen_ai.tool.name': record.toolName },
             meta,
             () =>
-              core.client.callTool(params as CallToolRequest['params'], {
-                timeout: core.requestTimeoutMs,
-                allowInputRequired: true,
-                ...(signal ? { signal } : {}),
-              }),
+              failingOnOversize(
+                (sent) =>
+                  core.client.callTool(params as CallToolRequest['params'], {
+                    timeout: core.requestTimeoutMs,
+                    allowInputRequired: true,
+                    signal: sent,
+                  }),
+                signal,
+              ),
             // a CreateTaskResult arrives as the carrier error: an answer, and the task joins the call's trace
             (error) => {
               const taskId = carrier.extract(error)?.['taskId'];
@@ -542,7 +547,13 @@ export class Submission {
             { record },
           );
         }
-        const settled = await core.ledger.settleAbandonedSubmissions(core.endpoint, core.clock.now(), 'found on call');
+        // a lapsed lease says its holder is gone only through the takeover gate, as on every path that takes a record
+        // over (leaseKeeper.ts): a ledger that stalled lets every live holder's lease lapse, and this settles them all
+        const settled = await core.ledger.settleAbandonedSubmissions(
+          core.endpoint,
+          this.following.leases.lapsedBefore(core.clock.now()),
+          'found on call',
+        );
         const now = settled.find((item) => item.recordId === record.recordId) ?? (await core.reload(record.recordId));
         if (now.localState === 'unknown-outcome') return this.recoverUnknown(now);
         if (now.localState === 'submitting') {

@@ -14,6 +14,8 @@ import { Readable, Transform } from 'node:stream';
 import type { Dispatcher } from 'undici';
 import { Agent } from 'undici';
 
+import { AnswerTooLargeError, oversizeListener } from './answerCap.js';
+
 /** A `fetch` on its own connection pool, and the way to close that pool. */
 export interface HttpFetch {
   readonly fetch: typeof fetch;
@@ -65,21 +67,6 @@ export class RequestSignal extends EventEmitter {
  * never ends) costs the client this much, not all its memory (docs/operations.md, "Limits").
  */
 export const DEFAULT_MAX_ANSWER_BYTES = 32 * 1024 * 1024;
-
-/** An answer, or one event of an SSE stream, that passed the client's `maxAnswerBytes`: the rest is not read. */
-export class AnswerTooLargeError extends Error {
-  constructor(
-    readonly limit: number,
-    what: 'answer' | 'event',
-  ) {
-    super(
-      what === 'answer'
-        ? `the server's answer passed ${limit} bytes, the client's maxAnswerBytes: the rest was not read`
-        : `an event of the server's stream passed ${limit} bytes, the client's maxAnswerBytes: the stream was dropped`,
-    );
-    this.name = 'AnswerTooLargeError';
-  }
-}
 
 const REDIRECT_STATUSES = new Set([301, 302, 303, 307, 308]);
 // `new Response` refuses a body with these (Fetch standard, "null body status"; 101 and 103 never reach a Response)
@@ -136,7 +123,8 @@ export function createHttpFetch(
 
     const responseInit = { status: statusCode, statusText, headers: headerPairs(headers) };
     if (isEventStream(headers['content-type'])) {
-      const events = answer.body.pipe(eventSizeLimit(maxAnswerBytes));
+      // the request this stream answers is told when an event passes the cap (answerCap.ts)
+      const events = answer.body.pipe(eventSizeLimit(maxAnswerBytes, oversizeListener()));
       answer.body.once('error', (error) => events.destroy(error));
       return new Response(Readable.toWeb(events) as ReadableStream<Uint8Array>, responseInit);
     }
@@ -289,9 +277,9 @@ async function readCapped(body: Dispatcher.ResponseData['body'], max: number): P
 /**
  * Passes an SSE body through, failing once one event (the bytes since the last blank line, which ends an event in
  * every line-ending the SSE format allows) passes `max` bytes: a stream may run for hours, an event may not grow
- * without end.
+ * without end. `onOversize` is told first.
  */
-function eventSizeLimit(max: number): Transform {
+function eventSizeLimit(max: number, onOversize?: (error: AnswerTooLargeError) => void): Transform {
   let sinceBoundary = 0;
   let tail = '';
   return new Transform({
@@ -301,8 +289,11 @@ function eventSizeLimit(max: number): Transform {
       const end = lastEventEnd(text);
       sinceBoundary = end < 0 ? sinceBoundary + chunk.byteLength : text.length - end;
       tail = text.slice(-3);
-      if (sinceBoundary > max) callback(new AnswerTooLargeError(max, 'event'));
-      else callback(null, chunk);
+      if (sinceBoundary > max) {
+        const error = new AnswerTooLargeError(max, 'event');
+        onOversize?.(error);
+        callback(error);
+      } else callback(null, chunk);
     },
   });
 }
