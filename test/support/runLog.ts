@@ -7,13 +7,13 @@ import { existsSync, readFileSync } from 'node:fs';
 import { rpc } from './rpc.js';
 import { waitFor } from './waitFor.js';
 
-/** Every handler start of `taskId` in the run log at `runLog`. */
-export function runsOf(runLog: string, taskId: string): Array<{ attempt: number; pid: number }> {
+/** Every handler start of `taskId` in the run log at `runLog`, with its time (Date.now of the process that ran it). */
+export function runsOf(runLog: string, taskId: string): Array<{ attempt: number; pid: number; at: number }> {
   if (!existsSync(runLog)) return [];
   return readFileSync(runLog, 'utf8')
     .trim()
     .split('\n')
-    .map((line) => JSON.parse(line) as { taskId: string; attempt: number; pid: number })
+    .map((line) => JSON.parse(line) as { taskId: string; attempt: number; pid: number; at: number })
     .filter((run) => run.taskId === taskId);
 }
 
