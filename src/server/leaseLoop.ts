@@ -94,8 +94,10 @@ export class LeaseLoop {
    * One tick of the lease loop. Every lease this instance holds is renewed in one statement, whatever their number
    * (docs/DESIGN.md, "Rules learned in the field", 8); a run whose lease was not renewed lost it (the fence moved, or
    * the task ended elsewhere) and is aborted at once (rule 9). A renewal that failed because the store could not be
-   * reached says nothing about the leases: the handlers keep running and the next tick renews them (rule 3).
-   * Orphans are claimed only right after a renewal, so this instance never mistakes its own leases for orphans.
+   * reached says nothing about the leases: the handlers keep running and the next tick renews them (rule 3), until
+   * their leases could be taken (then TaskRuns stops them, and this hands their leases back once the store answers:
+   * rule 13). Orphans are claimed only right after a renewal, so this instance never mistakes its own leases for
+   * orphans.
    */
   private async sweep(deadHolders: string[]): Promise<void> {
     const { runs } = this.host;
@@ -107,6 +109,7 @@ export class LeaseLoop {
       const renewed = new Set(renewing);
       const joined = runs.all().filter((r) => !renewed.has(r));
       if (joined.length > 0 && !(await this.renew(joined))) return;
+      if (!(await this.handBackUnrenewed())) return;
       // fallback for a missed input signal: one read for every awaited key
       await runs.deliverAnswersTo(runs.all().filter((r) => r.waiters.size > 0));
       await this.takeOverOrphans(deadHolders);
@@ -130,16 +133,7 @@ export class LeaseLoop {
       // no lease, no statement: only a renewal that went out says the store answers
       if (renewing.length > 0) this.gate.answered(sentAt);
     } catch (error) {
-      this.gate.failed();
-      if (!this.storeUnreachable) {
-        this.host.report(
-          new Error(
-            `Task store unreachable, keeping ${runs.size} running tasks and renewing their leases once it is back: ${errorMessage(error)}`,
-            { cause: error },
-          ),
-        );
-      }
-      this.storeUnreachable = true;
+      this.unreachable(error);
       return false;
     }
     if (this.storeUnreachable) this.host.report(new Error('Task store reachable again, leases renewed'));
@@ -158,6 +152,41 @@ export class LeaseLoop {
       else runs.begin(run);
     }
     return true;
+  }
+
+  /**
+   * Hands back (expiry 0) the leases of runs stopped because they could not be renewed in time, once the store answers:
+   * their tasks are taken over at once, here or by another instance, as a new attempt, instead of a lease later. The
+   * store leaves alone a lease another instance took meanwhile (its fence moved).
+   */
+  private async handBackUnrenewed(): Promise<boolean> {
+    const { runs, store } = this.host;
+    const leases = runs.takeUnrenewed();
+    if (leases.length === 0) return true;
+    const sentAt = this.gate.clock();
+    try {
+      await store.renewLeases(this.host.instanceId, leases, 0);
+    } catch (error) {
+      runs.keepUnrenewed(leases);
+      this.unreachable(error);
+      return false;
+    }
+    this.gate.answered(sentAt);
+    return true;
+  }
+
+  /** A lease call failed: the store may be unreachable (reported once per outage), and the gate closes. */
+  private unreachable(error: unknown): void {
+    this.gate.failed();
+    if (!this.storeUnreachable) {
+      this.host.report(
+        new Error(
+          `Task store unreachable, keeping ${this.host.runs.size} running tasks while their leases last (until a fifth of a lease before another instance could take them) and renewing them once it is back: ${errorMessage(error)}`,
+          { cause: error },
+        ),
+      );
+    }
+    this.storeUnreachable = true;
   }
 
   /**

@@ -1,8 +1,9 @@
 /**
  * The handlers running in one TaskServer instance (docs/DESIGN.md, "The task's life on the server"): each run holds
  * its task's lease, starts only on a lease proven its own, asks for input through the store, writes its terminal
- * outcome (retried while the store is unreachable), and is aborted at once when it loses its lease, is cancelled,
- * expires or the server shuts down. The lease loop (leaseLoop.ts) renews what this holds and hands it what it claims.
+ * outcome (retried while the store is unreachable), and is aborted at once when it loses its lease, cannot renew it in
+ * time, is cancelled, expires or the server shuts down. The lease loop (leaseLoop.ts) renews what this holds and hands
+ * it what it claims.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 
@@ -38,7 +39,8 @@ export interface RunningTask {
   ending: boolean;
   /**
    * Until when (performance.now) the lease is surely this run's: the time the last write that proved it (create,
-   * claim, renewal) was sent, plus a lease. A step's function starts only well before then (whileHeld).
+   * claim, renewal) was sent, plus a lease. A step's function starts only well before then (whileHeld), and the run
+   * is stopped a fifth of a lease before then (watchLeases).
    */
   heldUntil: number;
   /** Since when (performance.now) the run was aborted: a finished step may still commit for a grace (commitStep). */
@@ -73,6 +75,22 @@ export interface TaskRunsHost {
 const RETRY_MIN_MS = 100;
 const RETRY_MAX_MS = 2000;
 
+/**
+ * A started run is stopped this share of a lease before its lease could at the earliest be taken (heldUntil), and
+ * renewals are asked for from RENEW_SHARE before it on: docs/DESIGN.md, "Rules learned in the field", 13, says why a
+ * fifth is enough.
+ */
+const STOP_SHARE = 1 / 5;
+const RENEW_SHARE = 1 / 3;
+
+/** The longest delay setTimeout keeps (a longer one fires at once). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** How often a renewal is asked for again while a lease is short (a twentieth of a lease, within 10 to 100 ms). */
+function renewalRetryMs(leaseMs: number): number {
+  return Math.max(10, Math.min(100, leaseMs / 20));
+}
+
 export class TaskRuns {
   /** One live run per task in this instance. */
   private readonly running = new Map<string, RunningTask>();
@@ -81,6 +99,11 @@ export class TaskRuns {
    * their first lease ran out meanwhile.
    */
   private readonly creating = new Map<string, Pick<StoredTask, 'fence' | 'leaseExpiresAt'> | undefined>();
+  /** The one timer that watches the runs' leases (watchLeases), and when it fires. */
+  private leaseTimer: NodeJS.Timeout | undefined;
+  private leaseTimerAt = Infinity;
+  /** Leases of runs stopped because they could not be renewed in time, for the lease loop to hand back. */
+  private unrenewed: LeaseRef[] = [];
 
   constructor(private readonly host: TaskRunsHost) {}
 
@@ -219,6 +242,9 @@ export class TaskRuns {
         } catch (error) {
           outcome = this.withinResultLimit(tool.name, outcomeOfThrow(tool.name, controller.signal, error));
         }
+        // a run that lost its lease, or could not renew it in time, writes no outcome, whatever its handler returned
+        // after its signal: the task is its next holder's
+        if (leaseGone(controller.signal)) outcome = undefined;
         // the cancel grace ran out and wrote `cancelled` already
         if (run.ending) return traced.ended({ status: 'cancelled' }, now());
         await this.end(run, outcome);
@@ -230,6 +256,7 @@ export class TaskRuns {
 
   /** A write sent at `sentAt` (performance.now) found the run's lease still its own. */
   proven(run: RunningTask, sentAt: number): void {
+    // the leases' timer is left as it is: a later heldUntil only makes it fire early, and it sets itself again
     run.heldUntil = Math.max(run.heldUntil, sentAt + this.host.leaseMs);
   }
 
@@ -246,7 +273,7 @@ export class TaskRuns {
       run.controller.signal.throwIfAborted();
       if (run.heldUntil - performance.now() >= leaseMs / 3) return;
       this.host.requestRenewal();
-      await sleep(Math.max(10, Math.min(100, leaseMs / 20)));
+      await sleep(renewalRetryMs(leaseMs));
     }
   }
 
@@ -254,7 +281,73 @@ export class TaskRuns {
   begin(run: RunningTask): void {
     const start = run.start;
     run.start = undefined;
-    if (start && !run.controller.signal.aborted && !this.host.isClosed()) start();
+    if (!start || run.controller.signal.aborted || this.host.isClosed()) return;
+    start();
+    this.watchLeasesAt(run.heldUntil - this.host.leaseMs * RENEW_SHARE);
+  }
+
+  // ---- the self-fence (docs/DESIGN.md, "Rules learned in the field", 13) -------------------------------------------
+
+  /** Sets the leases' one timer for `at` (performance.now), unless it is set for earlier. */
+  private watchLeasesAt(at: number): void {
+    if (at >= this.leaseTimerAt) return;
+    clearTimeout(this.leaseTimer);
+    this.leaseTimerAt = at;
+    this.leaseTimer = setTimeout(() => this.watchLeases(), Math.min(Math.max(0, at - performance.now()), MAX_TIMER_MS));
+    this.leaseTimer.unref();
+  }
+
+  /**
+   * A holder cut off from the store alone stops its runs before anyone else may start them: a started run whose lease
+   * was last proven by a write sent four fifths of a lease ago or more is stopped (its signal aborted with
+   * 'lease-unrenewed', its steps refused, no outcome written) and its lease handed back once the store answers; from
+   * a third of a lease before its end on, renewals are asked for, so one goes out as soon as the store may answer. A
+   * renewal that lands in time changes nothing. Runs are proven together by each renewal, so this fires about once a
+   * renewal, and stops nothing while renewals land.
+   */
+  private watchLeases(): void {
+    this.leaseTimer = undefined;
+    this.leaseTimerAt = Infinity;
+    const { leaseMs } = this.host;
+    const now = performance.now();
+    let renew = false;
+    let next = Infinity;
+    for (const run of this.running.values()) {
+      // not started (its start waits for a renewal), done (only its terminal write is left) or stopped already
+      if (run.start !== undefined || run.ending || run.controller.signal.aborted) continue;
+      const stopAt = run.heldUntil - leaseMs * STOP_SHARE;
+      const renewAt = run.heldUntil - leaseMs * RENEW_SHARE;
+      if (now >= stopAt) {
+        this.stopUnrenewed(run);
+        continue;
+      }
+      if (now >= renewAt) renew = true;
+      next = Math.min(next, now >= renewAt ? Math.min(stopAt, now + renewalRetryMs(leaseMs)) : renewAt);
+    }
+    if (renew) this.host.requestRenewal();
+    if (next < Infinity) this.watchLeasesAt(next);
+  }
+
+  private stopUnrenewed(run: RunningTask): void {
+    this.loseLease(run, 'lease-unrenewed');
+    this.unrenewed.push({ ...run.lease });
+    this.host.activity({ type: 'lease-unrenewed', taskId: run.lease.taskId, tool: run.toolName, attempt: run.attempt });
+  }
+
+  /**
+   * The leases of runs stopped because they could not be renewed in time, for the lease loop to hand back (expiry 0)
+   * once the store answers: so the task is taken over at once, here or by another instance, as a new attempt. A lease
+   * another instance took meanwhile is not this one's to hand back, and the store leaves it alone.
+   */
+  takeUnrenewed(): LeaseRef[] {
+    const leases = this.unrenewed;
+    this.unrenewed = [];
+    return leases;
+  }
+
+  /** Leases `takeUnrenewed` gave that the store did not take back (it could not be reached): handed back later. */
+  keepUnrenewed(leases: LeaseRef[]): void {
+    this.unrenewed.push(...leases);
   }
 
   /**
@@ -381,10 +474,11 @@ export class TaskRuns {
   }
 
   /**
-   * A step whose function finished is committed even when the run was stopped meanwhile for a shutdown or a cancel,
-   * within the grace `close()` gives handlers: the lease is still held (close hands it back only after the grace), and
-   * a side effect that happened must not run again in the next attempt (docs/DESIGN.md, "Rules learned in the field",
-   * 12). The store's fence still refuses the write once another instance holds the task.
+   * A step whose function finished is committed even when the run was stopped meanwhile for a shutdown, a cancel or a
+   * lease it could not renew in time, within the grace `close()` gives handlers: the lease is still held (close hands
+   * it back only after the grace), or may be, and a side effect that happened must not run again in the next attempt
+   * (docs/DESIGN.md, "Rules learned in the field", 12). The store's fence refuses the write once another instance
+   * holds the task.
    */
   private mayStillCommit(run: RunningTask): boolean {
     const reason = run.controller.signal.reason as TaskAbortedError | undefined;
@@ -434,17 +528,21 @@ export class TaskRuns {
     }
   }
 
-  /** The run no longer holds its task (the fence moved, or the task ended elsewhere): stop it at once. */
-  loseLease(run: RunningTask): void {
+  /**
+   * The run no longer holds its task (the fence moved, or the task ended elsewhere), or may not for much longer (its
+   * lease could not be renewed in time): stop it at once.
+   */
+  loseLease(run: RunningTask, cause: 'lease-lost' | 'lease-unrenewed' = 'lease-lost'): void {
     if (this.running.get(run.lease.taskId) === run) this.running.delete(run.lease.taskId);
-    this.abort(run, 'lease-lost');
+    this.abort(run, cause);
   }
 
   /**
-   * Aborts every run for a shutdown and waits for their handlers, at most `cancelGraceMs`; the leases they held, for
-   * the caller to hand back.
+   * Aborts every run for a shutdown and waits for their handlers, at most `cancelGraceMs`; the leases they held, and
+   * those of runs stopped before because they could not be renewed in time, for the caller to hand back.
    */
   async stopAll(): Promise<LeaseRef[]> {
+    clearTimeout(this.leaseTimer);
     const runs = this.all();
     for (const run of runs) this.abort(run, 'shutdown');
     let graceTimer: NodeJS.Timeout | undefined;
@@ -453,8 +551,14 @@ export class TaskRuns {
       new Promise((resolve) => (graceTimer = setTimeout(resolve, this.host.cancelGraceMs))),
     ]);
     clearTimeout(graceTimer);
-    return runs.map((r) => r.lease);
+    return [...runs.map((r) => r.lease), ...this.takeUnrenewed()];
   }
+}
+
+/** Whether the run's lease is, or may be, another instance's: its signal was aborted for it. */
+function leaseGone(signal: AbortSignal): boolean {
+  const cause = signal.aborted ? (signal.reason as TaskAbortedError).cause : undefined;
+  return cause === 'lease-lost' || cause === 'lease-unrenewed';
 }
 
 function outcomeOfThrow(toolName: string, signal: AbortSignal, error: unknown): TerminalOutcome | undefined {

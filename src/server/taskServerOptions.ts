@@ -75,6 +75,16 @@ export type TaskActivity =
       /** `rerun`: a resumable task runs again here; `interrupted`: failed as interrupted; `continued`: this instance's own. */
       outcome: 'rerun' | 'interrupted' | 'cancelled' | 'continued';
     }
+  | {
+      /**
+       * This instance stopped its run: the lease could not be renewed in time (the store did not answer it), so another
+       * instance may take the task (docs/DESIGN.md, "Rules learned in the field", 13).
+       */
+      type: 'lease-unrenewed';
+      taskId: string;
+      tool: string;
+      attempt: number;
+    }
   | { type: 'expired'; count: number }
   | { type: 'purged'; count: number };
 

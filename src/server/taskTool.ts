@@ -52,7 +52,10 @@ export type ToolArgs<Schema> = Schema extends z.ZodType<infer T> ? T : JsonObjec
 export interface TaskContext {
   /** The task's id; undefined when the tool runs inline (no task was created). */
   taskId: string | undefined;
-  /** Aborted when the task is cancelled, expires, or its lease is lost. `signal.reason` says which. */
+  /**
+   * Aborted when the task is cancelled, expires, its lease is lost or could not be renewed in time, or the server shuts
+   * down. `signal.reason` is a TaskAbortedError whose `cause` says which.
+   */
   signal: AbortSignal;
   /** 1 on the first run, 2 and more when a resumable task is re-run after a restart. */
   attempt: number;
@@ -101,8 +104,12 @@ export interface TaskCheckpoint {
 
 export type TaskHandler<Args> = (args: Args, ctx: TaskContext) => CallToolResult | Promise<CallToolResult>;
 
-/** Why a handler's signal was aborted. */
-export type AbortCause = 'cancelled' | 'expired' | 'lease-lost' | 'shutdown';
+/**
+ * Why a handler's signal was aborted: `cancelled` (the client asked), `expired` (past its TTL), `lease-lost` (another
+ * instance holds the task now), `lease-unrenewed` (this instance could not renew the lease in time, so another may take
+ * the task: docs/DESIGN.md, "Rules learned in the field", 13), `shutdown` (the server is closing).
+ */
+export type AbortCause = 'cancelled' | 'expired' | 'lease-lost' | 'lease-unrenewed' | 'shutdown';
 
 export class TaskAbortedError extends Error {
   override readonly cause: AbortCause;

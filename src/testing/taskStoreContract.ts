@@ -872,6 +872,19 @@ export function describeTaskStoreContract(name: string, makeStore: () => Promise
         expect(await store.claimOrphans('instance-d', T0 + MINUTE + 1, T0 + 3 * MINUTE, 10)).toEqual([]);
       });
 
+      it('counts a new attempt for a holder claiming its own task only when it handed the lease back', async () => {
+        // invariant: a holder's claim of its own lapsed lease continues its run (same attempt); a lease it handed back
+        // (expiry 0, its run stopped) is run again, a new attempt even when the holder itself claims it
+        const continued = await created({ leaseHolder: 'instance-a', leaseExpiresAt: T0 + SECOND });
+        const handedBack = await created({ leaseHolder: 'instance-a', leaseExpiresAt: T0 + SECOND, createdAt: T0 + 1 });
+        expect(await store.renewLeases('instance-a', [leaseOf(handedBack)], 0)).toHaveLength(1);
+        const claimed = await store.claimOrphans('instance-a', T0 + MINUTE, T0 + 2 * MINUTE, 10);
+        expect(claimed.map((task) => [task.taskId, task.fence, task.attempt])).toEqual([
+          [continued.taskId, 2, 1],
+          [handedBack.taskId, 2, 2],
+        ]);
+      });
+
       it('claims the live leases of dead owners', async () => {
         // invariant: a lease owner known to be dead loses its leases without waiting for them to expire
         const deadOnes = await created({ leaseHolder: 'instance-dead', leaseExpiresAt: T0 + 5 * MINUTE });

@@ -441,7 +441,7 @@ export function formatReport(report: SoakReport): string[] {
       `connections dropped before the server ${faults.droppedBefore}, answers dropped after it ${faults.droppedAfter}, ` +
       `answers delayed ${faults.delayed}, answers stalled past the client's timeout ${faults.stalled})`,
     `recovered: ${recovered.total} (resubmitted after a lost answer ${recovered.resubmitted}, resumed by a restarted client ` +
-      `${recovered.resumedByAnotherClient}, re-run or failed as interrupted after a server kill ${recovered.takenOverAfterServerKill}, ` +
+      `${recovered.resumedByAnotherClient}, re-run or failed as interrupted after a server kill or a stall ${recovered.takenOverAfterServerKill}, ` +
       `closed out by another worker of a fleet ${recovered.takenOverByAnotherWorker}; records a killed fleet worker ` +
       `followed ${recovered.fleetOrphans}, taken up by the others ${recovered.fleetTakenUp})`,
     `lost: ${report.lost.length}`,
@@ -1065,6 +1065,10 @@ class BackendRun {
     const byKey = new Map(rows.map((row) => [`${row.owner}\0${row.idempotencyKey}`, row]));
     const runs = readJsonLines<{ tool: string; taskId: string | null; attempt: number; instance: string }>(this.runLog);
     const runsByTask = groupBy(runs, (run) => String(run.taskId));
+    // runs an instance stopped itself, their leases not renewed in time through a stall (docs/DESIGN.md rule 13)
+    const stoppedRuns = new Set(
+      this.started.flatMap((server) => stoppedRunsOf(this.instanceOf.get(server)!, server.stderr())),
+    );
     const readUrls = this.servers.flatMap((server) => (server ? [server.url] : []));
     const jobIds = new Set<string>();
     const takenOverByAnotherWorker = new Set<string>();
@@ -1120,7 +1124,7 @@ class BackendRun {
         outcomes[task.status] = (outcomes[task.status] ?? 0) + 1;
         const wrong = unexpectedOutcome(job, task, askersOf(task.taskId));
         if (wrong) violations.push(`${job.jobId} (${job.kind}, task ${task.taskId}): ${wrong}`);
-        violations.push(...this.checkRuns(job, task, runsByTask.get(task.taskId) ?? []));
+        violations.push(...this.checkRuns(job, task, runsByTask.get(task.taskId) ?? [], stoppedRuns));
 
         // two reads, on two instances, agree with each other and with the store
         const reads = await Promise.all(
@@ -1230,7 +1234,13 @@ class BackendRun {
    * Runs a handler may have: a non-resumable tool once; a resumable one once per attempt, the store's attempt the
    * last, and every earlier attempt in a server process that was SIGKILLed (never two live instances at once).
    */
-  private checkRuns(job: Job, task: StoreRow, runs: Array<{ attempt: number; instance: string }>): string[] {
+  /** `stoppedRuns`: `instance taskId attempt` of every run its instance stopped because its lease was not renewed. */
+  private checkRuns(
+    job: Job,
+    task: StoreRow,
+    runs: Array<{ attempt: number; instance: string }>,
+    stoppedRuns: Set<string>,
+  ): string[] {
     const problems: string[] = [];
     const where = `${job.jobId} (${task.toolName}, task ${task.taskId})`;
     if (runs.length === 0 && task.status === 'completed') problems.push(`${where} completed without a handler run`);
@@ -1243,7 +1253,8 @@ class BackendRun {
       if (i > 0 && sorted[i - 1]!.attempt === run.attempt) problems.push(`${where} ran attempt ${run.attempt} twice`);
       if (run.attempt > task.attempt)
         problems.push(`${where} ran attempt ${run.attempt}, the store says ${task.attempt}`);
-      if (i < sorted.length - 1 && !this.killedServerInstances.has(run.instance)) {
+      const stopped = stoppedRuns.has(`${run.instance} ${task.taskId} ${run.attempt}`);
+      if (i < sorted.length - 1 && !this.killedServerInstances.has(run.instance) && !stopped) {
         problems.push(`${where} re-ran after attempt ${run.attempt}, while its instance ${run.instance} was alive`);
       }
     }
@@ -1312,6 +1323,12 @@ function agreement(job: Job, record: TaskRecord | undefined, row: StoreRow | und
 }
 
 /** What each kind of job must end as. */
+/** `instance taskId attempt` of each run a `closeout serve`'s activity log says it stopped for an unrenewed lease. */
+function stoppedRunsOf(instance: string, stderr: string): string[] {
+  const stopped = /^closeout serve: task (\S+) stopped here \([^,]*, attempt (\d+)\)/gm;
+  return [...stderr.matchAll(stopped)].map(([, taskId, attempt]) => `${instance} ${taskId} ${attempt}`);
+}
+
 function unexpectedOutcome(job: Job, row: StoreRow, askers: Set<number>): string | undefined {
   const text = ((row.result?.['content'] as Array<{ text?: string }> | undefined)?.[0]?.text ?? '') as string;
   const errorMessage = String(row.error?.['message'] ?? '');

@@ -2,12 +2,14 @@
 // own lease ran out unrenewed (a renewal or a create slower than the lease) must not take its own task over as an
 // orphan: the old lease loop claimed it again, started a second handler beside the first (or failed a non-resumable
 // task as "interrupted" while it ran), and the first run's end then deleted the second run's entry. A run whose task
-// another instance took (the fence moved) is aborted at the next renewal.
+// another instance took (the fence moved) is aborted at the next renewal. A run whose lease could not be renewed in
+// time is stopped before the lease could be taken (rule 13), and run again as a new attempt once the store answers.
 import { afterEach, describe, expect, it } from 'vitest';
 
 import { SqliteTaskStore } from '../../src/server/store/sqliteTaskStore.js';
-import type { TaskStore } from '../../src/server/store/taskStore.js';
+import type { StoredTask, TaskStore } from '../../src/server/store/taskStore.js';
 import { TaskServer } from '../../src/server/taskServer.js';
+import type { TaskActivity } from '../../src/server/taskServerOptions.js';
 import type { AbortCause } from '../../src/server/taskTool.js';
 import type { TaskAbortedError } from '../../src/server/taskTool.js';
 import { newTask } from '../support/newTask.js';
@@ -55,7 +57,13 @@ function slowAfter(
 }
 
 /** An instance whose lease loop ticks every 30 ms of real time, on the test's clock. */
-function instance(name: string, store: TaskStore, runs: Run[], resumable: boolean): TaskServer {
+function instance(
+  name: string,
+  store: TaskStore,
+  runs: Run[],
+  resumable: boolean,
+  activities: TaskActivity[] = [],
+): TaskServer {
   const tasks = new TaskServer({
     store,
     leaseMs: LEASE_MS,
@@ -63,6 +71,7 @@ function instance(name: string, store: TaskStore, runs: Run[], resumable: boolea
     instanceId: name,
     now: () => clock,
     onError: () => {},
+    onActivity: (activity) => activities.push(activity),
   });
   tasks.registerTool('job', { task: { support: 'optional', resumable } }, async (_args, ctx) => {
     const run: Run = { instance: name, attempt: ctx.attempt, aborted: undefined, finish: () => {} };
@@ -88,6 +97,14 @@ function sqlite(): SqliteTaskStore {
 
 const ticks = (n: number) => new Promise((resolve) => setTimeout(resolve, n * 30 + 50));
 
+/** The task once it is no longer working (completed, failed, cancelled). */
+function ended(store: TaskStore, taskId: string): Promise<StoredTask> {
+  return waitFor(`task ${taskId} to end`, async () => {
+    const task = await store.get(taskId);
+    return task && task.status !== 'working' ? task : undefined;
+  });
+}
+
 /** The real SQLite store, whose next claim with leases to take is made as if `lateMs` later (a late or stale clock). */
 function lateClaim(store: TaskStore, lateMs: number): TaskStore {
   let armed = true;
@@ -105,6 +122,32 @@ function lateClaim(store: TaskStore, lateMs: number): TaskStore {
       return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
     },
   });
+}
+
+/** The real SQLite store, whose lease renewals wait (sent, not yet run) while `held` is set: a store cut off. */
+function renewalsHeld(store: TaskStore): { store: TaskStore; hold: () => void; release: () => void } {
+  let held: Promise<void> | undefined;
+  let release = () => {};
+  const proxy = new Proxy(store, {
+    get(target, property, receiver) {
+      if (property === 'renewLeases') {
+        return async (...args: Parameters<TaskStore['renewLeases']>) => {
+          await held;
+          return target.renewLeases(...args);
+        };
+      }
+      const value: unknown = Reflect.get(target, property, receiver);
+      return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value;
+    },
+  });
+  return {
+    store: proxy,
+    hold: () => (held = new Promise((resolve) => (release = resolve))),
+    release: () => {
+      held = undefined;
+      release();
+    },
+  };
 }
 
 describe('the lease loop from the start', () => {
@@ -167,10 +210,8 @@ describe('the lease loop keeps one live run per task', () => {
       ((await store.get(taskId))?.fence ?? 0) > 1 ? true : undefined,
     );
     runs[0]!.finish();
-    const done = await waitFor('the task to complete', async () => {
-      const task = await store.get(taskId);
-      return task?.status === 'completed' ? task : undefined;
-    });
+    const done = await ended(store, taskId);
+    expect(done.status).toBe('completed');
     expect(runs.map((r) => ({ attempt: r.attempt, aborted: r.aborted }))).toEqual([{ attempt: 1, aborted: undefined }]);
     expect(done.attempt).toBe(1);
   });
@@ -192,10 +233,8 @@ describe('the lease loop keeps one live run per task', () => {
     await ticks(10);
     expect(runs.map((r) => ({ attempt: r.attempt, aborted: r.aborted }))).toEqual([{ attempt: 1, aborted: undefined }]);
     runs[0]!.finish();
-    const done = await waitFor('the task to complete', async () => {
-      const task = await store.get(taskId);
-      return task?.status === 'completed' ? task : undefined;
-    });
+    const done = await ended(store, taskId);
+    expect(done.status).toBe('completed');
     expect(done.result).toMatchObject({ content: [{ text: 'done by instance-a' }] });
     expect(done.attempt).toBe(1);
   });
@@ -222,10 +261,7 @@ describe('the lease loop keeps one live run per task', () => {
     expect((await store.get(taskId))?.error).toBeUndefined();
     expect(runs.map((r) => r.aborted)).toEqual([undefined]);
     runs[0]!.finish();
-    const done = await waitFor('the task to finish', async () => {
-      const task = await store.get(taskId);
-      return task && task.status !== 'working' ? task : undefined;
-    });
+    const done = await ended(store, taskId);
     expect(done.status).toBe('completed');
   });
 
@@ -280,5 +316,93 @@ describe('the lease loop keeps one live run per task', () => {
     const [claimed] = await store.claimOrphans('instance-b', clock, clock + LEASE_MS, 10);
     expect(claimed?.taskId).toBe(taskId);
     release!();
+  });
+});
+
+/** Instance a, on a store whose renewals the test holds, running one task of `job`. */
+async function runningBehindCut(resumable: boolean) {
+  clock = Date.now();
+  const store = sqlite();
+  const cut = renewalsHeld(store);
+  const runs: Run[] = [];
+  const activities: TaskActivity[] = [];
+  const a = instance('instance-a', cut.store, runs, resumable, activities);
+  await a.start();
+  const { taskId } = await a.createTask(a.tool('job')!, {}, 'alice', undefined);
+  await waitFor('the handler to start', () => (runs.length > 0 ? true : undefined));
+  return { store, cut, runs, activities, a, taskId };
+}
+
+describe('a run whose lease cannot be renewed in time', () => {
+  it('is stopped before its lease could be taken, and run again as a new attempt once the store answers', async () => {
+    const { store, cut, runs, activities, a, taskId } = await runningBehindCut(true);
+    const cutAt = performance.now();
+    cut.hold();
+    await waitFor('the run to stop', () => runs[0]!.aborted, 5_000);
+    const stoppedAfter = performance.now() - cutAt;
+    expect(runs[0]!.aborted).toBe('lease-unrenewed');
+    // four fifths of a lease after the last renewal that landed (sent at most one tick before the cut)
+    expect(stoppedAfter).toBeGreaterThan(LEASE_MS * 0.8 - 60);
+    expect(stoppedAfter).toBeLessThan(LEASE_MS);
+    expect(activities).toContainEqual({ type: 'lease-unrenewed', taskId, tool: 'job', attempt: 1 });
+    expect(a.runningCount()).toBe(0);
+
+    // the store answers again: the stopped run's lease is handed back and taken at once, here, as attempt 2
+    cut.release();
+    await waitFor('the task to run again', () => (runs.length > 1 ? true : undefined), 5_000);
+    expect(runs.map((r) => ({ instance: r.instance, attempt: r.attempt }))).toEqual([
+      { instance: 'instance-a', attempt: 1 },
+      { instance: 'instance-a', attempt: 2 },
+    ]);
+    runs[1]!.finish();
+    const done = await ended(store, taskId);
+    expect(done.status).toBe('completed');
+    expect(done.attempt).toBe(2);
+  });
+
+  it('goes on untouched when a renewal lands before that moment', async () => {
+    const { store, cut, runs, activities, taskId } = await runningBehindCut(false);
+    // held for half a lease: the renewal in flight lands late, but long before the run would be stopped
+    cut.hold();
+    await new Promise((resolve) => setTimeout(resolve, LEASE_MS / 2));
+    cut.release();
+    await new Promise((resolve) => setTimeout(resolve, LEASE_MS));
+    expect(runs.map((r) => ({ attempt: r.attempt, aborted: r.aborted }))).toEqual([{ attempt: 1, aborted: undefined }]);
+    expect(activities.filter((activity) => activity.type === 'lease-unrenewed')).toEqual([]);
+    runs[0]!.finish();
+    const done = await ended(store, taskId);
+    expect(done.status).toBe('completed');
+    expect(done.attempt).toBe(1);
+  });
+
+  it('writes no outcome when its handler returns after it was stopped', async () => {
+    clock = Date.now();
+    const store = sqlite();
+    const cut = renewalsHeld(store);
+    const a = new TaskServer({
+      store: cut.store,
+      leaseMs: LEASE_MS,
+      sweepIntervalMs: 30,
+      instanceId: 'instance-a',
+      now: () => clock,
+      onError: () => {},
+    });
+    let returned = false;
+    // a handler that hears its signal and returns a result anyway, as if it had finished
+    a.registerTool('job', { task: { support: 'optional', resumable: false } }, async (_args, ctx) => {
+      await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve, { once: true }));
+      returned = true;
+      return { content: [{ type: 'text', text: 'stopped early' }] };
+    });
+    open.push(a);
+    await a.start();
+    const { taskId } = await a.createTask(a.tool('job')!, {}, 'alice', undefined);
+    cut.hold();
+    await waitFor('the handler to return', () => (returned ? true : undefined), 5_000);
+    cut.release();
+    // handed back and failed as interrupted (not resumable): never completed with what the stopped run returned
+    const done = await ended(store, taskId);
+    expect(done).toMatchObject({ status: 'failed', attempt: 2 });
+    expect(done.error?.message).toMatch(/interrupted/);
   });
 });

@@ -40,7 +40,25 @@ export async function startListening(
   env: Record<string, string> = {},
   launch: (argv: string[]) => string[] = (argv) => argv,
 ): Promise<ServeProcess> {
-  const [command, ...rest] = launch([process.execPath, CLI, name, '--port', '0', ...args]);
+  return startPrinting(
+    `closeout ${name}`,
+    launch([process.execPath, CLI, name, '--port', '0', ...args]),
+    timeoutMs,
+    env,
+  );
+}
+
+/**
+ * Starts `argv` (with `env` added to this process's environment), a process that prints its URL (or another first
+ * line: a test fixture's port) on stdout first, and resolves with that line as `url`.
+ */
+export async function startPrinting(
+  what: string,
+  argv: string[],
+  timeoutMs: number,
+  env: Record<string, string> = {},
+): Promise<ServeProcess> {
+  const [command, ...rest] = argv;
   const child = spawn(command!, rest, {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, ...env },
@@ -51,7 +69,7 @@ export async function startListening(
     let out = '';
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
-      reject(new Error(`closeout ${name} printed no URL in ${timeoutMs} ms: ${err}`));
+      reject(new Error(`${what} printed nothing in ${timeoutMs} ms: ${err}`));
     }, timeoutMs);
     child.stdout!.on('data', (chunk: Buffer) => {
       out += chunk.toString();
@@ -63,7 +81,7 @@ export async function startListening(
     });
     child.once('exit', (code) => {
       clearTimeout(timer);
-      reject(new Error(`closeout ${name} exited with ${code}: ${err}`));
+      reject(new Error(`${what} exited with ${code}: ${err}`));
     });
   });
   const ended = async (signal: NodeJS.Signals) => {

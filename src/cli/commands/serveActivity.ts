@@ -17,6 +17,8 @@ export function activityLine(activity: TaskActivity, format: LogFormat, at: Date
       return `closeout serve: task ${activity.taskId} ${activity.status} (${activity.tool}, attempt ${activity.attempt}, ${seconds(activity.durationMs)} after creation)`;
     case 'taken-over':
       return `closeout serve: task ${activity.taskId} taken over (${activity.tool}): ${TAKEOVER[activity.outcome]}`;
+    case 'lease-unrenewed':
+      return `closeout serve: task ${activity.taskId} stopped here (${activity.tool}, attempt ${activity.attempt}): its lease could not be renewed in time, so another instance may take it over`;
     case 'expired':
       return `closeout serve: ${activity.count} task${activity.count === 1 ? '' : 's'} expired (past their TTL)`;
     case 'purged':

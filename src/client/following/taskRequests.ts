@@ -18,12 +18,12 @@ import { describe } from '../core/clientCore.js';
 import { TaskClientError } from '../errors.js';
 import { capabilitiesForHandlers } from '../input/inputRouter.js';
 import type { ObservedTask, RecordedError } from '../ledger/ledger.js';
+import { failingOnOversize } from '../transport/answerCap.js';
 import type { TaskResultCarrier } from '../transport/sdkGlue.js';
 import { attachTaskResultCarrier } from '../transport/sdkGlue.js';
 import type { KnownTaskState } from '../transport/serverOutput.js';
 import { parseGetTaskResult, progressionViolation, ServerOutputError } from '../transport/serverOutput.js';
 import { classifyTransportError } from '../transport/transportFailure.js';
-import { failingOnOversize } from '../transport/answerCap.js';
 
 /**
  * A task state as the server sent it (a tasks/get answer, or the params of a `notifications/tasks`, which carry the

@@ -26,8 +26,8 @@ import type { Closing, ObservedTask, RecordedError, TaskRecord } from '../ledger
 import { isFollowable, isTransientStorageError } from '../ledger/ledger.js';
 import { wireIdempotencyKey } from '../ledger/ledgerKeys.js';
 import type { TaskHandle } from '../taskHandle.js';
-import { parseCreateTaskResult, sdkServerOutputMessage, ServerOutputError } from '../transport/serverOutput.js';
 import { failingOnOversize } from '../transport/answerCap.js';
+import { parseCreateTaskResult, sdkServerOutputMessage, ServerOutputError } from '../transport/serverOutput.js';
 import { argumentsDigest } from './argumentsDigest.js';
 
 export class Submission {

@@ -277,9 +277,10 @@ export class SqliteTaskStore implements TaskStore {
          ORDER BY created_at LIMIT ?`,
       ),
       claim: db.prepare(
-        // a claim by the holder itself starts no new attempt: its run goes on under the new fence
+        // a claim by the holder itself starts no new attempt (its run goes on under the new fence), unless it handed
+        // the lease back (expiry 0: its run was stopped)
         `UPDATE tasks SET lease_owner = ?, lease_expires_at = ?, fence = fence + 1,
-           attempt = CASE WHEN lease_owner = ? THEN attempt ELSE attempt + 1 END
+           attempt = CASE WHEN lease_owner = ? AND lease_expires_at <> 0 THEN attempt ELSE attempt + 1 END
          WHERE task_id = ? AND ${OPEN}`,
       ),
       leaseHolders: db.prepare(`SELECT DISTINCT lease_owner FROM tasks WHERE ${OPEN} AND lease_owner IS NOT NULL`),

@@ -304,7 +304,8 @@ export interface TaskStore {
   /**
    * Takes over non-terminal tasks whose lease expired before `now`, or whose lease holder is in `deadHolders`: the
    * lease moves to the instance `holder` until `until`, the fence goes up by one, and the attempt too unless `holder`
-   * held the lease already (its own run goes on). Returns the claimed tasks.
+   * held the lease already (its own run goes on) and did not hand it back (an expiry of 0: its run was stopped).
+   * Returns the claimed tasks.
    */
   claimOrphans(
     holder: string,

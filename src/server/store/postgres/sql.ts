@@ -246,9 +246,10 @@ export const SQL = {
             FOR UPDATE SKIP LOCKED
           ), claimed AS (
             UPDATE closeout_tasks t
-            -- a claim by the holder itself starts no new attempt: its run goes on under the new fence
+            -- a claim by the holder itself starts no new attempt (its run goes on under the new fence), unless it
+            -- handed the lease back (expiry 0: its run was stopped)
             SET lease_owner = $4, lease_expires_at = $5, fence = t.fence + 1,
-              attempt = CASE WHEN t.lease_owner = $4 THEN t.attempt ELSE t.attempt + 1 END
+              attempt = CASE WHEN t.lease_owner = $4 AND t.lease_expires_at <> 0 THEN t.attempt ELSE t.attempt + 1 END
             FROM orphans o
             WHERE t.task_id = o.task_id
             RETURNING t.*
