@@ -22,6 +22,7 @@ import type { ServerContext } from '@modelcontextprotocol/server';
 import { McpServer } from '@modelcontextprotocol/server';
 import { serveStdio } from '@modelcontextprotocol/server/stdio';
 
+import { openLedgerLocation } from '../client/connect.js';
 import type {
   ConnectTaskClientOptions,
   TaskClient,
@@ -30,6 +31,7 @@ import type {
   TaskRecord,
 } from '../client/index.js';
 import { connectHttpTaskClient, connectStdioTaskClient, isTaskHandle, TaskClientError } from '../client/index.js';
+import { displayLedgerLocation } from '../client/ledger/ledgerLocation.js';
 import { listAllTools } from '../client/listTools.js';
 import { canonicalJson } from '../protocol/canonicalJson.js';
 import type { JsonObject } from '../protocol/index.js';
@@ -128,8 +130,15 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
   /** Input keys put to a host's elicitation now (task id and key): the call waits for the host's answer. */
   const forwarded = new Set<string>();
 
+  // opened before the upstream is reached, so that a ledger that cannot be used is not reported as the upstream's fault
+  const ledger = await openLedgerLocation(options.ledger).catch((error: unknown) => {
+    const reason = error instanceof Error ? error.message : String(error);
+    throw new Error(`the bridge's ledger ${displayLedgerLocation(options.ledger)} cannot be opened: ${reason}`, {
+      cause: error,
+    });
+  });
   const connectOptions: ConnectTaskClientOptions = {
-    ledger: options.ledger,
+    ledger,
     inputHandlers: {
       elicitation: (request, context) => askHost(request.params as ElicitParams, context, waiting, forwarded),
     },
@@ -138,13 +147,13 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
     },
   };
   const upstream = options.upstream;
-  const client =
+  const connecting =
     typeof upstream === 'string'
-      ? await connectHttpTaskClient(upstream, {
+      ? connectHttpTaskClient(upstream, {
           ...connectOptions,
           ...(options.token ? { requestInit: { headers: { authorization: `Bearer ${options.token}` } } } : {}),
         })
-      : await connectStdioTaskClient(
+      : connectStdioTaskClient(
           // the upstream's stderr is the bridge's (the host's log); its stdout is the bridge's to read
           { ...upstream, env: upstream.env ?? stringEnvironment(), stderr: 'inherit' },
           connectOptions,
@@ -153,6 +162,11 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
           const reason = error instanceof Error ? error.message : String(error);
           throw new Error(`the upstream server \`${command}\` could not be started: ${reason}`, { cause: error });
         });
+  // the client is handed the ledger, not its location: the bridge disposes of it
+  const client = await connecting.catch(async (error: unknown) => {
+    await ledger.dispose();
+    throw error;
+  });
   // the tasks an earlier bridge process left open are followed again (the upstream may still be down: they are
   // followed once it answers)
   void client
@@ -302,6 +316,7 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
     close: async () => {
       await handle.close();
       await client.close();
+      await ledger.dispose();
     },
   };
 }

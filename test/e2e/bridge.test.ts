@@ -5,7 +5,7 @@
  * result; input is answered once through the host's elicitation and once through `closeout_answer`; an upstream that
  * is down is a clear tool error.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -196,10 +196,50 @@ describe('closeout bridge over a stdio upstream', { timeout: 120_000 }, () => {
     expect((result as CallToolResult).structuredContent).toMatchObject({ processed: 12, attempt: 2 });
   });
 
-  it('says clearly when the upstream command cannot be started', async () => {
+  it('on a fresh machine keeps its default ledger in a new owner-only ~/.closeout', async () => {
+    // a home with no ~/.closeout yet, and no --ledger: the bridge makes the folder as `closeout serve --stdio` does
+    const home = join(dir, 'fresh-home');
+    mkdirSync(home);
+    const upstreamCommand = [process.execPath, CLI, 'serve', '--stdio', '--store', join(dir, 'fresh-server.db')];
     const transport = new StdioClientTransport({
       command: process.execPath,
-      args: [CLI, 'bridge', '--ledger', join(dir, 'stdio-missing.db'), '--', join(dir, 'no-such-server')],
+      args: [CLI, 'bridge', '--', ...upstreamCommand],
+      env: { ...stringEnvironment(), HOME: home },
+      stderr: 'pipe',
+    });
+    let stderr = '';
+    transport.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    const client = new Client({ name: 'test-host', version: '1.0.0' });
+    await client.connect(transport).catch((error: unknown) => {
+      throw new Error(`the bridge did not start: ${String(error)}\n${stderr}`);
+    });
+    hosts.push({ client, transport });
+    await expectShortTaskInline(client);
+    expect(statSync(join(home, '.closeout')).mode & 0o777).toBe(0o700);
+    expect(existsSync(join(home, '.closeout', 'bridge.db'))).toBe(true);
+  });
+
+  it('blames the ledger, not the upstream, when its ledger cannot be opened', async () => {
+    const stderr = await failedStart([
+      '--ledger',
+      join(dir, 'no-such-folder', 'bridge.db'),
+      '--',
+      ...[process.execPath, CLI, 'serve', '--stdio', '--store', join(dir, 'stdio-server.db')],
+    ]);
+    expect(stderr).toMatch(/the bridge's ledger \S*no-such-folder\/bridge\.db cannot be opened/);
+    expect(stderr).not.toMatch(/upstream server .* could not be started/);
+  });
+
+  it('says clearly when the upstream command cannot be started', async () => {
+    const stderr = await failedStart(['--ledger', join(dir, 'stdio-missing.db'), '--', join(dir, 'no-such-server')]);
+    expect(stderr).toMatch(/the upstream server `\S*no-such-server` could not be started: .*ENOENT/);
+  });
+
+  /** Starts `closeout bridge ARGS`, which must fail to start, and returns what it said on stderr. */
+  async function failedStart(args: string[]): Promise<string> {
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [CLI, 'bridge', ...args],
       stderr: 'pipe',
     });
     let stderr = '';
@@ -207,6 +247,13 @@ describe('closeout bridge over a stdio upstream', { timeout: 120_000 }, () => {
     const client = new Client({ name: 'test-host', version: '1.0.0' });
     await expect(client.connect(transport)).rejects.toThrow();
     await new Promise((resolve) => setTimeout(resolve, 500));
-    expect(stderr).toMatch(/the upstream server `\S*no-such-server` could not be started: .*ENOENT/);
-  });
+    return stderr;
+  }
 });
+
+/** This process's environment without unset entries, for a child given an environment of its own. */
+function stringEnvironment(): Record<string, string> {
+  return Object.fromEntries(
+    Object.entries(process.env).filter((entry): entry is [string, string] => entry[1] !== undefined),
+  );
+}

@@ -3,9 +3,6 @@
  * without the Tasks extension, calling the upstream's tools through a durable ledger (src/bridge/bridge.ts). stdout
  * carries JSON-RPC only; the bridge and a stdio upstream report on stderr.
  */
-import { homedir } from 'node:os';
-import { join } from 'node:path';
-
 import type { Command } from 'commander';
 import { InvalidArgumentError } from 'commander';
 
@@ -14,6 +11,7 @@ import { parseUrl } from '../arguments.js';
 import { CliError } from '../cliError.js';
 import type { TokenFlags } from '../commonOptions.js';
 import { addTokenOption } from '../commonOptions.js';
+import { dataFilePath, makeDataDirectory } from '../dataDirectory.js';
 
 interface BridgeFlags extends TokenFlags {
   ledger?: string;
@@ -32,20 +30,18 @@ export function registerBridge(program: Command): void {
       '<upstream...>',
       'the upstream server: its MCP endpoint (https://tools.example.com/mcp), or after -- the command that starts it over stdio',
     )
-    .option(
-      '--ledger <path>',
-      'the bridge’s ledger (SQLite file or postgres:// URL)',
-      join(homedir(), '.closeout', 'bridge.db'),
-    )
+    .option('--ledger <path>', 'the bridge’s ledger (SQLite file or postgres:// URL)', dataFilePath('bridge.db'))
     .option('--wait <seconds>', 'how long a call waits for its task before answering with its id', parseSeconds, 55)
     .option('--no-dedupe', 'a host retrying a call (same tool and arguments, within 10 minutes) gets a new task');
   addTokenOption(command);
-  command.action(async (words: string[], flags: BridgeFlags) => {
+  command.action(async (words: string[], flags: BridgeFlags, self: Command) => {
     const upstream = parseUpstream(words);
     if (typeof upstream !== 'string' && flags.token !== undefined) {
       throw new CliError('--token is for an upstream URL; a stdio upstream gets its secrets from its own environment');
     }
     const shown = typeof upstream === 'string' ? upstream : [upstream.command, ...(upstream.args ?? [])].join(' ');
+    // the default ledger's folder may not exist yet on a fresh machine
+    if (self.getOptionValueSource('ledger') === 'default') makeDataDirectory(flags.ledger!);
     const { startBridge } = await import('../../bridge/bridge.js');
     const bridge = await startBridge({
       upstream,
