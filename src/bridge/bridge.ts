@@ -174,6 +174,8 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
     .then(({ resumed }) => resumed.length > 0 && log(`resumed ${resumed.length} open task(s)`))
     .catch((error: unknown) => log(`resume failed: ${error instanceof Error ? error.message : String(error)}`));
 
+  /** The output schemas of the upstream's tools as last listed: a host's revision may shape results by them. */
+  const outputSchemas = new Map<string, Record<string, unknown>>();
   const { transport, closed } = stdioServerTransport(options.stdin, options.stdout);
   const handle = serveStdio(
     () => {
@@ -183,34 +185,50 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
       mcp.server.setRequestHandler('tools/call', async (request, ctx) => {
         const { name, arguments: args = {} } = request.params;
         const hostElicits = mcp.server.getClientCapabilities()?.elicitation !== undefined;
-        try {
-          switch (name) {
-            case 'closeout_tasks':
-              return await listTasks();
-            case 'closeout_wait':
-              return await waitFor(String(args['taskId'] ?? ''), Number(args['seconds'] ?? 30), ctx, hostElicits);
-            case 'closeout_answer':
-              return await answer(String(args['taskId'] ?? ''), String(args['key'] ?? ''), args['response']);
-            case 'closeout_cancel':
-              await client.cancel(String(args['taskId'] ?? ''));
-              return text(
-                `cancel requested for task ${String(args['taskId'])}: the server acknowledged it (it may still complete)`,
-              );
-            default:
-              return await call(name, args as JsonObject, ctx, hostElicits);
-          }
-        } catch (error) {
-          return toolError(error);
-        }
+        const result = await dispatch(name, args, ctx, hostElicits);
+        // through the codec of the host's revision, as the SDK's own tools/call handler does (for a 2025 host,
+        // structured content that is no object, or of a non-object schema, is wrapped)
+        return mcp.server.projectCallToolResult(result, outputSchemas.get(name));
       });
       return mcp;
     },
     { transport, onerror: (error) => log(error.message) },
   );
 
+  /** A host's `tools/call`: one of the bridge's own tools, or an upstream tool; a failure is a tool error. */
+  async function dispatch(
+    name: string,
+    args: Record<string, unknown>,
+    ctx: ServerContext,
+    hostElicits: boolean,
+  ): Promise<CallToolResult> {
+    try {
+      switch (name) {
+        case 'closeout_tasks':
+          return await listTasks();
+        case 'closeout_wait':
+          return await waitFor(String(args['taskId'] ?? ''), Number(args['seconds'] ?? 30), ctx, hostElicits);
+        case 'closeout_answer':
+          return await answer(String(args['taskId'] ?? ''), String(args['key'] ?? ''), args['response']);
+        case 'closeout_cancel':
+          await client.cancel(String(args['taskId'] ?? ''));
+          return text(
+            `cancel requested for task ${String(args['taskId'])}: the server acknowledged it (it may still complete)`,
+          );
+        default:
+          return await call(name, args as JsonObject, ctx, hostElicits);
+      }
+    } catch (error) {
+      return toolError(error);
+    }
+  }
+
   async function upstreamTools(): Promise<Tool[]> {
     try {
-      return await listAllTools(client.client);
+      const tools = await listAllTools(client.client);
+      outputSchemas.clear();
+      for (const tool of tools) if (tool.outputSchema) outputSchemas.set(tool.name, tool.outputSchema);
+      return tools;
     } catch (error) {
       log(`the upstream server's tools could not be listed: ${error instanceof Error ? error.message : String(error)}`);
       return [];
@@ -223,7 +241,7 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
     const answer = await client.callTool(name, args, {
       ...(idempotencyKey && { idempotencyKey, correlationId: callIdentity(name, args) }),
     });
-    if (!isTaskHandle(answer)) return answer;
+    if (!isTaskHandle(answer)) return withoutResultType(answer);
     return follow(answer, ctx, hostElicits, waitMs);
   }
 
@@ -413,7 +431,7 @@ function stillRunning(record: TaskRecord, why: 'running' | 'input'): CallToolRes
 /** What the host gets for a closed task: its result, or an error result saying how it ended. */
 function outcomeResult(record: TaskRecord): CallToolResult {
   const id = record.taskId ?? record.recordId;
-  if (record.result) return record.result as CallToolResult;
+  if (record.result) return withoutResultType(record.result as CallToolResult);
   if (record.error) {
     return errorText(`Task ${id} (${record.toolName}) failed: ${record.error.message} (JSON-RPC ${record.error.code})`);
   }
@@ -421,6 +439,15 @@ function outcomeResult(record: TaskRecord): CallToolResult {
   return errorText(
     `Task ${id} (${record.toolName}) ended without a result: ${record.terminalReason ?? record.localState}`,
   );
+}
+
+/**
+ * The upstream's result without 2026-07-28's `resultType` (a task's stored result carries it): a 2025 host must not
+ * see it, and the SDK stamps it again for a 2026-07-28 host.
+ */
+function withoutResultType(result: CallToolResult): CallToolResult {
+  const { resultType: _resultType, ...rest } = result as CallToolResult & { resultType?: unknown };
+  return rest;
 }
 
 function toolError(error: unknown): CallToolResult {

@@ -9,7 +9,7 @@ import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
-import type { CallToolResult } from '@modelcontextprotocol/client';
+import type { CallToolResult, JSONRPCMessage } from '@modelcontextprotocol/client';
 import { Client } from '@modelcontextprotocol/client';
 import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -31,16 +31,32 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-/** A 2025-11-25 host that starts the bridge over stdio (with elicitation declared or not). */
-async function host(options: { ledger: string; url?: string; elicitation?: boolean; wait?: number }) {
+/**
+ * A host that starts the bridge over stdio (with elicitation declared or not), speaking 2025-11-25 unless `revision`
+ * says otherwise (2025-06-18 with `initialize`, or 2026-07-28). `replies` holds every message the bridge sent it, as
+ * it came over the pipe.
+ */
+async function host(options: {
+  ledger: string;
+  url?: string;
+  elicitation?: boolean;
+  wait?: number;
+  revision?: '2025-06-18' | '2025-11-25' | '2026-07-28';
+}) {
   const transport = new StdioClientTransport({
     command: process.execPath,
     args: [CLI, 'bridge', options.url ?? upstream.url, '--ledger', options.ledger, '--wait', String(options.wait ?? 3)],
     stderr: 'pipe',
   });
+  const revision = options.revision ?? '2025-11-25';
   const client = new Client(
     { name: 'test-host', version: '1.0.0' },
-    options.elicitation ? { capabilities: { elicitation: {} } } : {},
+    {
+      ...(options.elicitation ? { capabilities: { elicitation: {} } } : {}),
+      ...(revision === '2026-07-28'
+        ? { versionNegotiation: { mode: { pin: revision } } }
+        : { supportedProtocolVersions: [revision] }),
+    },
   );
   const asked: string[] = [];
   if (options.elicitation) {
@@ -50,8 +66,14 @@ async function host(options: { ledger: string; url?: string; elicitation?: boole
     });
   }
   await client.connect(transport);
+  const replies: JSONRPCMessage[] = [];
+  const deliver = transport.onmessage;
+  transport.onmessage = (...args: Parameters<NonNullable<typeof deliver>>) => {
+    replies.push(args[0]);
+    deliver?.(...args);
+  };
   hosts.push({ client, transport });
-  return { client, transport, asked };
+  return { client, transport, asked, replies };
 }
 
 function textOf(result: unknown): string {
@@ -104,6 +126,21 @@ describe('closeout bridge', { timeout: 120_000 }, () => {
     const listed = await second.client.callTool({ name: 'closeout_tasks', arguments: {} });
     expect(textOf(listed)).toContain(taskId);
   });
+
+  it.each(['2025-06-18', '2026-07-28'] as const)(
+    'gives a %s host results shaped for its revision',
+    async (revision) => {
+      const { client, replies } = await host({ ledger: join(dir, `revision-${revision}.db`), revision });
+      expect(client.getNegotiatedProtocolVersion()).toBe(revision);
+      await expectShortTaskInline(client);
+      const reply = replies.find((message) => JSON.stringify(message).includes('Processed 3 items'));
+      const result = (reply as { result?: Record<string, unknown> } | undefined)?.result;
+      expect(result?.['structuredContent']).toMatchObject({ processed: 3 });
+      // `resultType` is 2026-07-28's: a 2025 host never sees it, a 2026-07-28 host always does
+      if (revision === '2026-07-28') expect(result?.['resultType']).toBe('complete');
+      else expect(result).not.toHaveProperty('resultType');
+    },
+  );
 
   it('gives a host that retries a call the same task, and a new one with --no-dedupe', async () => {
     const { client } = await host({ ledger: join(dir, 'dedupe.db'), wait: 1 });
