@@ -33,6 +33,7 @@ import type {
 import { connectHttpTaskClient, connectStdioTaskClient, isTaskHandle, TaskClientError } from '../client/index.js';
 import { displayLedgerLocation } from '../client/ledger/ledgerLocation.js';
 import { listAllTools } from '../client/listTools.js';
+import { classifyTransportError } from '../client/transportFailure.js';
 import { canonicalJson } from '../protocol/canonicalJson.js';
 import type { JsonObject } from '../protocol/index.js';
 import { stdioServerTransport } from '../server/stdio.js';
@@ -453,6 +454,11 @@ function withoutResultType(result: CallToolResult): CallToolResult {
 function toolError(error: unknown): CallToolResult {
   if (error instanceof TaskClientError && error.code === 'unreachable') {
     return errorText(`The upstream server cannot be reached: ${error.message}`);
+  }
+  // a refused connection sent nothing, though the client half counts a call that failed so among unknown outcomes
+  const failure = error instanceof TaskClientError ? classifyTransportError(error.cause) : undefined;
+  if (failure?.kind === 'refused') {
+    return errorText(`The upstream server cannot be reached (${failure.message}): nothing was sent; call again later`);
   }
   return errorText(error instanceof Error ? error.message : String(error));
 }

@@ -185,6 +185,40 @@ describe('closeout bridge', { timeout: 120_000 }, () => {
     expect(textOf(result)).toContain('Deployed to staging');
   });
 
+  it('while the upstream is down: a clear tool error for a call, and its task followed to the result once it is back', async () => {
+    const store = join(dir, 'outage-server.db');
+    let server = await startServe(['--store', store]);
+    try {
+      const { client } = await host({ ledger: join(dir, 'outage.db'), url: server.url, wait: 1 });
+      const started = textOf(await client.callTool({ name: 'batch_job', arguments: { items: 8, stepMs: 500 } }));
+      const taskId = taskIdIn(started);
+      // the upstream dies under its running task
+      await server.kill();
+      const refused = (await client.callTool({ name: 'batch_job', arguments: { items: 2 } })) as CallToolResult;
+      expect(refused.isError).toBe(true);
+      expect(textOf(refused)).toMatch(/upstream server cannot be reached .*nothing was sent/);
+      const meanwhile = (await client.callTool({
+        name: 'closeout_wait',
+        arguments: { taskId, seconds: 1 },
+      })) as CallToolResult;
+      expect(meanwhile.isError, textOf(meanwhile)).not.toBe(true);
+      expect(textOf(meanwhile)).toMatch(/still/);
+      // back on the same address and store: the new upstream takes the task up, the bridge follows it there
+      server = await startServe(['--port', new URL(server.url).port, '--store', store]);
+      let result = await client.callTool({ name: 'closeout_wait', arguments: { taskId, seconds: 40 } });
+      if (/still/.test(textOf(result))) {
+        result = await client.callTool({ name: 'closeout_wait', arguments: { taskId, seconds: 40 } });
+      }
+      expect(textOf(result)).toContain('Processed 8 items');
+      expect((result as CallToolResult).structuredContent).toMatchObject({ processed: 8, attempt: 2 });
+      // and the call refused during the outage goes through now
+      const retried = await client.callTool({ name: 'batch_job', arguments: { items: 2, stepMs: 100 } });
+      expect(textOf(retried)).toContain('Processed 2 items');
+    } finally {
+      await server.stop();
+    }
+  });
+
   it('gives a clear tool error when the upstream server is down', async () => {
     const { client } = await host({ ledger: join(dir, 'down.db'), url: 'http://127.0.0.1:9/mcp' });
     const result = (await client.callTool({ name: 'batch_job', arguments: { items: 1 } })) as CallToolResult;
