@@ -15,6 +15,7 @@ import { StdioClientTransport } from '@modelcontextprotocol/client/stdio';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { CLI, type ServeProcess, startServe } from '../support/processes.js';
+import { waitFor } from '../support/waitFor.js';
 
 let dir: string;
 let upstream: ServeProcess;
@@ -39,7 +40,8 @@ afterAll(async () => {
 async function host(options: {
   ledger: string;
   url?: string;
-  elicitation?: boolean;
+  /** Declare elicitation and answer it (true), or declare it and never answer (`silent`). */
+  elicitation?: boolean | 'silent';
   wait?: number;
   revision?: '2025-06-18' | '2025-11-25' | '2026-07-28';
 }) {
@@ -62,6 +64,7 @@ async function host(options: {
   if (options.elicitation) {
     client.setRequestHandler('elicitation/create', (request) => {
       asked.push(request.params.message);
+      if (options.elicitation === 'silent') return new Promise<never>(() => undefined);
       return { action: 'accept', content: { approve: true, note: 'from the host' } };
     });
   }
@@ -74,6 +77,16 @@ async function host(options: {
   };
   hosts.push({ client, transport });
   return { client, transport, asked, replies };
+}
+
+/** The host kills its bridge (SIGKILL: no cleanup) and starts another on the same ledger, declaring elicitation. */
+async function restart(previous: { transport: StdioClientTransport }, ledger: string) {
+  process.kill(previous.transport.pid!, 'SIGKILL');
+  return host({ ledger, elicitation: true });
+}
+
+async function waitText(client: Client, taskId: string, seconds = 30): Promise<string> {
+  return textOf(await client.callTool({ name: 'closeout_wait', arguments: { taskId, seconds } }));
 }
 
 function textOf(result: unknown): string {
@@ -164,6 +177,64 @@ describe('closeout bridge', { timeout: 120_000 }, () => {
     const result = await client.callTool({ name: 'approve_deploy', arguments: { env: 'prod' } });
     expect(textOf(result)).toContain('Deployed to prod');
     expect(asked).toHaveLength(1);
+  });
+
+  it('puts a question that came after the call answered to an eliciting host at its next closeout_wait, once', async () => {
+    // --wait 0: the call answers with the task id before the task asks anything
+    const { client, asked } = await host({ ledger: join(dir, 'late-question.db'), elicitation: true, wait: 0 });
+    const taskId = taskIdIn(textOf(await client.callTool({ name: 'approve_deploy', arguments: { env: 'qa' } })));
+    // the question reaches the bridge while no call of the host waits on the task
+    await waitFor('the task to ask', async () => {
+      const listed = textOf(await client.callTool({ name: 'closeout_tasks', arguments: {} }));
+      return listed.includes(`${taskId}  approve_deploy  input_required`) ? true : undefined;
+    });
+    const result = await client.callTool({ name: 'closeout_wait', arguments: { taskId, seconds: 30 } });
+    expect(textOf(result)).toContain('Deployed to qa');
+    expect(asked).toHaveLength(1);
+  });
+
+  it('asks a 2026-07-28 host that declared elicitation with an input_required result, once', async () => {
+    const { client, asked, replies } = await host({
+      ledger: join(dir, 'mrtr.db'),
+      elicitation: true,
+      revision: '2026-07-28',
+      wait: 20,
+    });
+    const result = await client.callTool({ name: 'approve_deploy', arguments: { env: 'edge' } });
+    expect(textOf(result)).toContain('Deployed to edge');
+    expect(asked).toHaveLength(1);
+    const resultTypes = replies.map((message) => (message as { result?: { resultType?: string } }).result?.resultType);
+    expect(resultTypes).toContain('input_required');
+  });
+
+  it('never asks again a question answered before the bridge was SIGKILLed', async () => {
+    const ledger = join(dir, 'answered-restart.db');
+    const first = await host({ ledger, elicitation: true, wait: 1 });
+    const started = await first.client.callTool({ name: 'approve_deploy', arguments: { env: 'prod', deployMs: 4000 } });
+    const taskId = taskIdIn(textOf(started));
+    expect(first.asked).toHaveLength(1);
+    const second = await restart(first, ledger);
+    expect(await waitText(second.client, taskId)).toContain('Deployed to prod');
+    expect(second.asked).toHaveLength(0);
+  });
+
+  it('asks once more a question the host was asked but never answered before the bridge was SIGKILLed', async () => {
+    const ledger = join(dir, 'unanswered-restart.db');
+    // the host shows the question and nobody answers it; the call answers with the task id at --wait
+    const first = await host({ ledger, elicitation: 'silent', wait: 2 });
+    const taskId = taskIdIn(textOf(await first.client.callTool({ name: 'approve_deploy', arguments: { env: 'dr' } })));
+    expect(first.asked).toHaveLength(1);
+    // never answered, so the next bridge puts it to the host again, within its closeout_wait; the wait lets the new
+    // bridge's resume reach the question first (its first poll answers well within it), so no call waits on the task
+    // when it does
+    const second = await restart(first, ledger);
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    expect(await waitText(second.client, taskId)).toContain('Deployed to dr');
+    expect(second.asked).toHaveLength(1);
+    // answered now: a third bridge on the ledger asks nobody
+    const third = await restart(second, ledger);
+    expect(await waitText(third.client, taskId, 5)).toContain('Deployed to dr');
+    expect(third.asked).toHaveLength(0);
   });
 
   it('tells a host without elicitation the question at once, and closeout_answer answers it', async () => {
