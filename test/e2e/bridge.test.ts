@@ -120,11 +120,19 @@ describe('closeout bridge', { timeout: 120_000 }, () => {
   });
 
   it('answers a long task with its id; after a SIGKILL a new bridge returns its real result', async () => {
+    // the case is a 20 s task with --wait 3; an 8 s one keeps its order of events (the call answers at --wait,
+    // the task runs on for seconds past the bridge's death) in under half the time, on a CI machine the whole suite
+    // shares
     const ledger = join(dir, 'long.db');
-    const first = await host({ ledger });
+    const first = await host({ ledger, wait: 3 });
+    const calledAt = Date.now();
     const answer = await first.client.callTool({ name: 'batch_job', arguments: { items: 16, stepMs: 500 } });
+    const answeredAfterMs = Date.now() - calledAt;
     const text = textOf(answer);
-    expect(text).toMatch(/closeout_wait/);
+    expect(text).toMatch(/still working.*closeout_wait/);
+    // at --wait: not before, and well before the task's end
+    expect(answeredAfterMs).toBeGreaterThanOrEqual(3_000);
+    expect(answeredAfterMs).toBeLessThan(6_500);
     const taskId = taskIdIn(text);
     // the host (say) restarts it: the process dies with no chance to clean up
     process.kill(first.transport.pid!, 'SIGKILL');
