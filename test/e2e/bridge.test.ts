@@ -346,6 +346,25 @@ describe('closeout bridge over a stdio upstream', { timeout: 120_000 }, () => {
     expect((result as CallToolResult).structuredContent).toMatchObject({ processed: 12, attempt: 2 });
   });
 
+  it('takes its upstream as one --stdio-command line, split into words as a shell would', async () => {
+    // a host config gives one string; the store's folder has a space, quoted as a shell would need it
+    const folder = join(dir, 'a folder');
+    mkdirSync(folder);
+    const line = `${process.execPath} ${CLI} serve --stdio --store '${join(folder, 'server.db')}'`;
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      args: [CLI, 'bridge', '--ledger', join(dir, 'stdio-command.db'), '--stdio-command', line],
+      stderr: 'pipe',
+    });
+    const client = new Client({ name: 'test-host', version: '1.0.0' });
+    await client.connect(transport);
+    hosts.push({ client, transport });
+    await expectShortTaskInline(client);
+    expect(existsSync(join(folder, 'server.db'))).toBe(true);
+    // a line no shell could split is refused with its reason
+    expect(await failedStart(['--stdio-command', "node 'serve.js"])).toMatch(/--stdio-command: .*quoted/);
+  });
+
   it('on a fresh machine keeps its default ledger in a new owner-only ~/.closeout', async () => {
     // a home with no ~/.closeout yet, and no --ledger: the bridge makes the folder as `closeout serve --stdio` does
     const home = join(dir, 'fresh-home');
