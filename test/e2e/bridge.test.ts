@@ -5,7 +5,7 @@
  * result; input is answered once through the host's elicitation and once through `closeout_answer`; an upstream that
  * is down is a clear tool error.
  */
-import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -117,6 +117,23 @@ describe('closeout bridge', { timeout: 120_000 }, () => {
     const names = tools.map((tool) => tool.name);
     expect(names).toEqual(expect.arrayContaining(['batch_job', 'approve_deploy', 'closeout_wait', 'closeout_tasks']));
     await expectShortTaskInline(client);
+  });
+
+  it("names each of its own tools in the README's table with every argument of its schema", async () => {
+    const { client } = await host({ ledger: join(dir, 'readme.db') });
+    const own = (await client.listTools()).tools.filter((tool) => tool.name.startsWith('closeout_'));
+    expect(own.map((tool) => tool.name).sort()).toEqual([
+      'closeout_answer',
+      'closeout_cancel',
+      'closeout_tasks',
+      'closeout_wait',
+    ]);
+    const readme = readFileSync(join(import.meta.dirname, '..', '..', 'README.md'), 'utf8');
+    for (const tool of own) {
+      const row = readme.split('\n').find((line) => line.startsWith(`| \`${tool.name}\` |`));
+      expect(row, `README's row for ${tool.name}`).toBeDefined();
+      for (const argument of Object.keys(tool.inputSchema.properties ?? {})) expect(row).toContain(`\`${argument}\``);
+    }
   });
 
   it('answers a long task with its id; after a SIGKILL a new bridge returns its real result', async () => {
