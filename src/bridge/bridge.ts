@@ -9,31 +9,31 @@
  * - a call still running then answers with a short text naming the task, and four tools of the bridge's own
  *   (`closeout_tasks`, `closeout_wait`, `closeout_answer`, `closeout_cancel`) get at it later, from this process or
  *   the next one (the ledger keeps every task; on start the bridge resumes the open ones);
- * - input the task asks for goes to the host as its own `elicitation/create` when the host declared elicitation (a
- *   2025-era host), else the call answers at once with the question and how to answer it with `closeout_answer`;
- *   either way it is asked once (the client half stores each answer before sending it);
+ * - input the task asks for goes to the host as it can take it (hostInput.ts): its own `elicitation/create` for a
+ *   2025 host that declared elicitation, an `input_required` result for a 2026-07-28 one, else a text with the
+ *   question and how to answer it with `closeout_answer`; each question is answered once (the client half stores
+ *   each answer before sending it);
  * - a host that retries a call (same tool, same arguments, within `dedupeWindowMs`) gets the same task back: the
  *   idempotency key is derived from the call.
  */
 import { createHash } from 'node:crypto';
 
-import type { CallToolResult, ElicitResult, Tool } from '@modelcontextprotocol/client';
-import type { ServerContext } from '@modelcontextprotocol/server';
-import { McpServer } from '@modelcontextprotocol/server';
+import type { CallToolResult, Tool } from '@modelcontextprotocol/client';
+import type { InputRequiredResult } from '@modelcontextprotocol/server';
+import { isInputRequiredResult, McpServer } from '@modelcontextprotocol/server';
 import { serveStdio } from '@modelcontextprotocol/server/stdio';
 
-import type {
-  ConnectTaskClientOptions,
-  TaskClient,
-  TaskHandle,
-  TaskInputContext,
-  TaskRecord,
-} from '../client/index.js';
+import { openLedgerLocation } from '../client/connect.js';
+import type { ConnectTaskClientOptions, TaskClient, TaskHandle, TaskRecord } from '../client/index.js';
 import { connectHttpTaskClient, connectStdioTaskClient, isTaskHandle, TaskClientError } from '../client/index.js';
+import { displayLedgerLocation } from '../client/ledger/ledgerLocation.js';
 import { listAllTools } from '../client/transport/listTools.js';
+import { classifyTransportError } from '../client/transport/transportFailure.js';
 import { canonicalJson } from '../protocol/canonicalJson.js';
 import type { JsonObject } from '../protocol/index.js';
 import { stdioServerTransport } from '../server/stdio.js';
+import type { ElicitParams, HostCall } from './hostInput.js';
+import { answersOf, hostAsking, HostInput, inputRequiredResult } from './hostInput.js';
 
 export interface BridgeOptions {
   /**
@@ -123,28 +123,32 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
   const log = options.log ?? ((line: string) => process.stderr.write(`closeout bridge: ${line}\n`));
   const waitMs = options.waitMs ?? DEFAULT_BRIDGE_WAIT_MS;
   const dedupeWindowMs = options.dedupeWindowMs ?? DEFAULT_DEDUPE_WINDOW_MS;
-  /** The host calls waiting on each task now: where its input requests go. */
-  const waiting = new Map<string, ServerContext & { hostElicits: boolean }>();
-  /** Input keys put to a host's elicitation now (task id and key): the call waits for the host's answer. */
-  const forwarded = new Set<string>();
+  const hostInput = new HostInput();
 
+  // opened before the upstream is reached, so that a ledger that cannot be used is not reported as the upstream's fault
+  const ledger = await openLedgerLocation(options.ledger).catch((error: unknown) => {
+    const reason = error instanceof Error ? error.message : String(error);
+    throw new Error(`the bridge's ledger ${displayLedgerLocation(options.ledger)} cannot be opened: ${reason}`, {
+      cause: error,
+    });
+  });
   const connectOptions: ConnectTaskClientOptions = {
-    ledger: options.ledger,
+    ledger,
     inputHandlers: {
-      elicitation: (request, context) => askHost(request.params as ElicitParams, context, waiting, forwarded),
+      elicitation: (request, context) => hostInput.ask(request.params as ElicitParams, context),
     },
     onEvent: (event) => {
       if (event.type === 'error') log(`record ${event.recordId}: ${event.error.message}`);
     },
   };
   const upstream = options.upstream;
-  const client =
+  const connecting =
     typeof upstream === 'string'
-      ? await connectHttpTaskClient(upstream, {
+      ? connectHttpTaskClient(upstream, {
           ...connectOptions,
           ...(options.token ? { requestInit: { headers: { authorization: `Bearer ${options.token}` } } } : {}),
         })
-      : await connectStdioTaskClient(
+      : connectStdioTaskClient(
           // the upstream's stderr is the bridge's (the host's log); its stdout is the bridge's to read
           { ...upstream, env: upstream.env ?? stringEnvironment(), stderr: 'inherit' },
           connectOptions,
@@ -153,6 +157,11 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
           const reason = error instanceof Error ? error.message : String(error);
           throw new Error(`the upstream server \`${command}\` could not be started: ${reason}`, { cause: error });
         });
+  // the client is handed the ledger, not its location: the bridge disposes of it
+  const client = await connecting.catch(async (error: unknown) => {
+    await ledger.dispose();
+    throw error;
+  });
   // the tasks an earlier bridge process left open are followed again (the upstream may still be down: they are
   // followed once it answers)
   void client
@@ -160,6 +169,8 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
     .then(({ resumed }) => resumed.length > 0 && log(`resumed ${resumed.length} open task(s)`))
     .catch((error: unknown) => log(`resume failed: ${error instanceof Error ? error.message : String(error)}`));
 
+  /** The output schemas of the upstream's tools as last listed: a host's revision may shape results by them. */
+  const outputSchemas = new Map<string, Record<string, unknown>>();
   const { transport, closed } = stdioServerTransport(options.stdin, options.stdout);
   const handle = serveStdio(
     () => {
@@ -168,35 +179,58 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
       mcp.server.setRequestHandler('tools/list', async () => ({ tools: [...(await upstreamTools()), ...OWN_TOOLS] }));
       mcp.server.setRequestHandler('tools/call', async (request, ctx) => {
         const { name, arguments: args = {} } = request.params;
-        const hostElicits = mcp.server.getClientCapabilities()?.elicitation !== undefined;
-        try {
-          switch (name) {
-            case 'closeout_tasks':
-              return await listTasks();
-            case 'closeout_wait':
-              return await waitFor(String(args['taskId'] ?? ''), Number(args['seconds'] ?? 30), ctx, hostElicits);
-            case 'closeout_answer':
-              return await answer(String(args['taskId'] ?? ''), String(args['key'] ?? ''), args['response']);
-            case 'closeout_cancel':
-              await client.cancel(String(args['taskId'] ?? ''));
-              return text(
-                `cancel requested for task ${String(args['taskId'])}: the server acknowledged it (it may still complete)`,
-              );
-            default:
-              return await call(name, args as JsonObject, ctx, hostElicits);
-          }
-        } catch (error) {
-          return toolError(error);
-        }
+        const call: HostCall = { ctx, asking: hostAsking(ctx, mcp.server.getClientCapabilities()) };
+        const result = await dispatch(name, args, call);
+        if (isInputRequiredResult(result)) return result;
+        // through the codec of the host's revision, as the SDK's own tools/call handler does (for a 2025 host,
+        // structured content that is no object, or of a non-object schema, is wrapped)
+        return mcp.server.projectCallToolResult(result, outputSchemas.get(name));
       });
       return mcp;
     },
     { transport, onerror: (error) => log(error.message) },
   );
 
+  /** A host's `tools/call`: one of the bridge's own tools, or an upstream tool; a failure is a tool error. */
+  async function dispatch(
+    name: string,
+    args: Record<string, unknown>,
+    hostCall: HostCall,
+  ): Promise<CallToolResult | InputRequiredResult> {
+    try {
+      // a 2026-07-28 host calling again with the answers an input_required result asked for
+      const answers = answersOf(hostCall.ctx);
+      if (answers) {
+        for (const [key, response] of Object.entries(answers.responses)) await answer(answers.taskId, key, response);
+        const forMs = name === 'closeout_wait' ? waitSeconds(args['seconds']) * 1000 : waitMs;
+        return await waitFor(answers.taskId, forMs, hostCall);
+      }
+      switch (name) {
+        case 'closeout_tasks':
+          return await listTasks();
+        case 'closeout_wait':
+          return await waitFor(String(args['taskId'] ?? ''), waitSeconds(args['seconds']) * 1000, hostCall);
+        case 'closeout_answer':
+          return await answer(String(args['taskId'] ?? ''), String(args['key'] ?? ''), args['response']);
+        case 'closeout_cancel':
+          await client.cancel(String(args['taskId'] ?? ''));
+          return text(
+            `cancel requested for task ${String(args['taskId'])}: the server acknowledged it (it may still complete)`,
+          );
+        default:
+          return await call(name, args as JsonObject, hostCall);
+      }
+    } catch (error) {
+      return toolError(error);
+    }
+  }
+
   async function upstreamTools(): Promise<Tool[]> {
     try {
-      return await listAllTools(client.client);
+      const tools = await listAllTools(client.client);
+      outputSchemas.clear();
+      for (const tool of tools) if (tool.outputSchema) outputSchemas.set(tool.name, tool.outputSchema);
+      return tools;
     } catch (error) {
       log(`the upstream server's tools could not be listed: ${error instanceof Error ? error.message : String(error)}`);
       return [];
@@ -204,13 +238,13 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
   }
 
   /** A call of an upstream tool: its result within `waitMs`, else a text naming its task. */
-  async function call(name: string, args: JsonObject, ctx: ServerContext, hostElicits: boolean) {
+  async function call(name: string, args: JsonObject, hostCall: HostCall) {
     const idempotencyKey = dedupeWindowMs > 0 ? await keyFor(name, args) : undefined;
     const answer = await client.callTool(name, args, {
       ...(idempotencyKey && { idempotencyKey, correlationId: callIdentity(name, args) }),
     });
-    if (!isTaskHandle(answer)) return answer;
-    return follow(answer, ctx, hostElicits, waitMs);
+    if (!isTaskHandle(answer)) return withoutResultType(answer);
+    return follow(answer, hostCall, waitMs);
   }
 
   /**
@@ -227,7 +261,13 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
     return `${identity}:${Date.now()}`;
   }
 
-  async function follow(handle: TaskHandle, ctx: ServerContext, hostElicits: boolean, forMs: number) {
+  /**
+   * Follow a task for a call of the host, for up to `forMs`: its result, or its question as the host can be asked it,
+   * or a text saying it goes on.
+   */
+  async function follow(handle: TaskHandle, hostCall: HostCall, forMs: number) {
+    const { ctx } = hostCall;
+    const stopFollowing = hostInput.follow(await handle.record(), hostCall);
     const progressToken = ctx.mcpReq._meta?.progressToken;
     let progress = 0;
     const stopProgress = handle.onChange((record) => {
@@ -240,9 +280,8 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
         })
         .catch(() => undefined);
     });
-    waiting.set(handle.taskId, Object.assign(ctx, { hostElicits }));
     // input nobody is asking the host for: said at once, not at the end of the wait
-    const input = needsInput(handle, forwarded);
+    const input = hostInput.needsInput(handle);
     try {
       let timer: NodeJS.Timeout | undefined;
       const ended = await Promise.race([
@@ -252,22 +291,21 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
       ]);
       clearTimeout(timer);
       if (ended === 'waiting') return stillRunning(await handle.record(), 'running');
-      if ('inputs' in ended) return stillRunning(ended, 'input');
-      return outcomeResult(ended.record);
+      if (!('inputs' in ended)) return outcomeResult(ended.record);
+      return hostCall.asking === 'result' ? inputRequiredResult(ended) : stillRunning(ended, 'input');
     } finally {
       input.stop();
       stopProgress();
-      if (waiting.get(handle.taskId) === ctx) waiting.delete(handle.taskId);
+      stopFollowing();
     }
   }
 
-  async function waitFor(taskId: string, seconds: number, ctx: ServerContext, hostElicits: boolean) {
+  async function waitFor(taskId: string, forMs: number, hostCall: HostCall) {
     const record = await client.get(taskId);
     if (!record) throw new TaskClientError('not-found', `this bridge has no task ${taskId}: closeout_tasks lists them`);
     if (isClosed(record)) return outcomeResult(record);
     const handle = await client.attach(taskId);
-    const forMs = Math.min(Math.max(Number.isFinite(seconds) ? seconds : 30, 0), MAX_WAIT_SECONDS) * 1000;
-    return follow(handle, ctx, hostElicits, forMs);
+    return follow(handle, hostCall, forMs);
   }
 
   async function answer(taskId: string, key: string, response: unknown) {
@@ -278,6 +316,7 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
       );
     }
     await client.answer(taskId, key, response as JsonObject);
+    hostInput.answered(taskId, key);
     return text(`answer to ${key} stored and sent for task ${taskId}: closeout_wait returns its result`);
   }
 
@@ -302,73 +341,19 @@ export async function startBridge(options: BridgeOptions): Promise<RunningBridge
     close: async () => {
       await handle.close();
       await client.close();
+      await ledger.dispose();
     },
   };
 }
 
-type ElicitParams = { message?: string; requestedSchema?: unknown; mode?: string };
-
-/**
- * A task's input request: to the host's own elicitation when the host declared it and a call of it waits on the task;
- * otherwise unanswered here (the call in flight, if any, tells the host how to answer with `closeout_answer`).
- */
-async function askHost(
-  params: ElicitParams,
-  context: TaskInputContext,
-  waiting: Map<string, ServerContext & { hostElicits: boolean }>,
-  forwarded: Set<string>,
-): Promise<ElicitResult> {
-  const ctx = context.taskId === undefined ? undefined : waiting.get(context.taskId);
-  if (ctx?.hostElicits && params.mode !== 'url') {
-    const id = `${context.taskId}\u0000${context.key}`;
-    forwarded.add(id);
-    try {
-      return await ctx.mcpReq.elicitInput({
-        mode: 'form',
-        message: params.message ?? `Task ${context.taskId} asks for input (${context.key})`,
-        requestedSchema: (params.requestedSchema ?? { type: 'object', properties: {} }) as never,
-      });
-    } finally {
-      forwarded.delete(id);
-    }
-  }
-  // left for closeout_answer: the key stays open until an answer is given by hand, and this waits for nothing
-  return new Promise<never>((_resolve, reject) => {
-    if (context.signal.aborted) reject(context.signal.reason as Error);
-    else context.signal.addEventListener('abort', () => reject(context.signal.reason as Error), { once: true });
-  });
-}
-
-/**
- * Resolves with the record once the task waits for input that nobody answered and the host is not being asked (the
- * ledger records a key just before its handler runs, and a host's elicitation is marked in `forwarded` then): looked
- * at twice a second until `stop`.
- */
-function needsInput(handle: TaskHandle, forwarded: Set<string>): { found: Promise<TaskRecord>; stop: () => void } {
-  const unasked = (record: TaskRecord) =>
-    record.status === 'input_required' &&
-    record.inputs.some((input) => input.response === undefined && !forwarded.has(`${record.taskId}\u0000${input.key}`));
-  let timer: NodeJS.Timeout | undefined;
-  let seenOnce = false;
-  const found = new Promise<TaskRecord>((resolve) => {
-    const look = () => {
-      void handle.record().then(
-        (record) => {
-          // twice in a row: a key just handed to the host's elicitation is marked between the two looks
-          if (unasked(record) && seenOnce) return resolve(record);
-          seenOnce = unasked(record);
-          timer = setTimeout(look, 500);
-        },
-        () => (timer = setTimeout(look, 500)),
-      );
-    };
-    look();
-  });
-  return { found, stop: () => clearTimeout(timer) };
-}
-
 function callIdentity(name: string, args: JsonObject): string {
   return `bridge:${createHash('sha256').update(canonicalJson({ name, args })).digest('base64url').slice(0, 32)}`;
+}
+
+/** The seconds of a `closeout_wait`: 30 by default, at most MAX_WAIT_SECONDS. */
+function waitSeconds(value: unknown): number {
+  const seconds = Number(value ?? 30);
+  return Math.min(Math.max(Number.isFinite(seconds) ? seconds : 30, 0), MAX_WAIT_SECONDS);
 }
 
 function isClosed(record: TaskRecord): boolean {
@@ -398,7 +383,7 @@ function stillRunning(record: TaskRecord, why: 'running' | 'input'): CallToolRes
 /** What the host gets for a closed task: its result, or an error result saying how it ended. */
 function outcomeResult(record: TaskRecord): CallToolResult {
   const id = record.taskId ?? record.recordId;
-  if (record.result) return record.result as CallToolResult;
+  if (record.result) return withoutResultType(record.result as CallToolResult);
   if (record.error) {
     return errorText(`Task ${id} (${record.toolName}) failed: ${record.error.message} (JSON-RPC ${record.error.code})`);
   }
@@ -408,9 +393,23 @@ function outcomeResult(record: TaskRecord): CallToolResult {
   );
 }
 
+/**
+ * The upstream's result without 2026-07-28's `resultType` (a task's stored result carries it): a 2025 host must not
+ * see it, and the SDK stamps it again for a 2026-07-28 host.
+ */
+function withoutResultType(result: CallToolResult): CallToolResult {
+  const { resultType: _resultType, ...rest } = result as CallToolResult & { resultType?: unknown };
+  return rest;
+}
+
 function toolError(error: unknown): CallToolResult {
   if (error instanceof TaskClientError && error.code === 'unreachable') {
     return errorText(`The upstream server cannot be reached: ${error.message}`);
+  }
+  // a refused connection sent nothing, though the client half counts a call that failed so among unknown outcomes
+  const failure = error instanceof TaskClientError ? classifyTransportError(error.cause) : undefined;
+  if (failure?.kind === 'refused') {
+    return errorText(`The upstream server cannot be reached (${failure.message}): nothing was sent; call again later`);
   }
   return errorText(error instanceof Error ? error.message : String(error));
 }

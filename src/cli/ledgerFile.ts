@@ -4,8 +4,7 @@
  * (docs/REQUIREMENTS.md S4, S6). A `postgres://` connection string instead of a path names a PostgresLedger, the one a
  * fleet of workers shares; it is shown only without its password (`displayLedgerLocation`).
  */
-import { existsSync, mkdirSync, statSync } from 'node:fs';
-import { homedir } from 'node:os';
+import { existsSync, statSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 
 import { TaskClientError } from '../client/errors.js';
@@ -13,6 +12,7 @@ import type { Ledger } from '../client/ledger/index.js';
 import { SqliteLedger } from '../client/ledger/index.js';
 import { displayLedgerLocation, isPostgresLocation } from '../client/ledger/ledgerLocation.js';
 import { CliError } from './cliError.js';
+import { dataFilePath, makeDataDirectory } from './dataDirectory.js';
 
 export const LEDGER_ENV = 'CLOSEOUT_LEDGER';
 
@@ -27,7 +27,7 @@ export function resolveLedgerPath(flag: string | undefined, env: NodeJS.ProcessE
 }
 
 export function defaultLedgerPath(): string {
-  return join(homedir(), '.closeout', 'ledger.db');
+  return dataFilePath('ledger.db');
 }
 
 /**
@@ -60,7 +60,7 @@ export function openLedgerFile(path: string, options: { mustExist?: boolean } = 
   }
   if (!existsSync(path)) {
     if (options.mustExist) return undefined;
-    if (path === defaultLedgerPath()) mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+    if (path === defaultLedgerPath()) makeDataDirectory(path);
     else if (!existsSync(dirname(path))) {
       throw new CliError(`cannot create the ledger ${path}: its directory does not exist; create it or pass --ledger`);
     }

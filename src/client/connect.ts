@@ -281,8 +281,11 @@ async function openLedgerOption(option: ConnectTaskClientOptions['ledger']): Pro
   }
 }
 
-/** The ledger a string names: a PostgreSQL database for `postgres://` URLs (loaded only then), else a SQLite file. */
-async function openLedgerLocation(location: string): Promise<Ledger> {
+/**
+ * @internal The ledger a string names: a PostgreSQL database for `postgres://` URLs (loaded only then), else a SQLite
+ * file (created 0600 when missing, in a folder that must exist).
+ */
+export async function openLedgerLocation(location: string): Promise<Ledger> {
   if (!isPostgresLocation(location)) return new SqliteLedger(location);
   const { PostgresLedger } = await import('./ledger/postgresLedger.js');
   return PostgresLedger.open(location);

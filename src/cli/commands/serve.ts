@@ -1,9 +1,8 @@
 /**
  * `closeout serve`: the demo (or conformance) task tools over Streamable HTTP on a durable store.
  */
-import { existsSync, mkdirSync } from 'node:fs';
-import { homedir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { existsSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import { InMemoryServerEventBus } from '@modelcontextprotocol/server';
@@ -24,6 +23,7 @@ import { isPostgresUrl } from '../../shared/postgres/connectionString.js';
 import { isTransientPgError } from '../../shared/postgres/transaction.js';
 import { parseNonNegativeInt, parsePort, parsePositiveInt } from '../arguments.js';
 import { CliError } from '../cliError.js';
+import { dataFilePath, makeDataDirectory } from '../dataDirectory.js';
 import { describeStoreLocation } from '../storeLocation.js';
 import { chain } from '../terminal/explain.js';
 import { describeServerError } from './doctorProbe.js';
@@ -113,8 +113,8 @@ export function registerServe(program: Command): void {
     .action(async (flags: ServeFlags, command: Command) => {
       // a host starts a stdio server in whatever working directory it likes: its store lives in the user's own
       if (flags.stdio && command.getOptionValueSource('store') === 'default') {
-        flags.store = join(homedir(), '.closeout', 'server.db');
-        mkdirSync(dirname(flags.store), { recursive: true, mode: 0o700 });
+        flags.store = dataFilePath('server.db');
+        makeDataDirectory(flags.store);
       }
       if (flags.sqliteSynchronous !== undefined && isPostgresUrl(flags.store)) {
         throw new CliError('--sqlite-synchronous applies to a SQLite store only, not to a postgres:// URL');
