@@ -9,6 +9,11 @@ import { ledgerError } from '../ledgerFile.js';
 
 /** Why `url` could not be used as an MCP server, as one line. */
 export function explainConnectError(url: string, failed: unknown): CliError {
+  // a ledger that cannot be opened fails the connect before the server is reached: what the CLI's own opening said
+  // (its factory threw a CliError), else the client's message
+  if (failed instanceof TaskClientError && failed.code.startsWith('ledger-')) {
+    return failed.cause instanceof CliError ? failed.cause : new CliError(failed.message);
+  }
   // the client's own classification wraps what the transport said, which is what this reads
   const error = failed instanceof TaskClientError && failed.cause !== undefined ? failed.cause : failed;
   const tls = tlsCodeOf(error);
