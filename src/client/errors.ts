@@ -58,7 +58,7 @@ export type TaskClientErrorCode =
   | 'ledger-unavailable'
   /**
    * A call's tool name, idempotency key or correlation id holds NUL or a lone surrogate, which no ledger or server
-   * store keeps as it is (docs/DESIGN.md rule 15); the message names the field. Nothing was recorded or sent.
+   * store keeps as it is (docs/DESIGN.md rule 14); the message names the field. Nothing was recorded or sent.
    */
   | 'invalid-argument';
 

@@ -1,5 +1,5 @@
 /**
- * Text every store holds as it was sent (docs/DESIGN.md rule 15), the one rule both halves apply to the strings they
+ * Text every store holds as it was sent (docs/DESIGN.md rule 14), the one rule both halves apply to the strings they
  * keep: well-formed Unicode without NUL. PostgreSQL's text refuses NUL (SQLite keeps it), and a lone surrogate has
  * no UTF-8 form: the drivers write U+FFFD for it, so `x\ud800` and `x\udc00` would become one key on PostgreSQL and
  * in both ledgers' hashes. A key or an id outside the rule is refused (-32602 naming the field on the wire); free

@@ -222,7 +222,7 @@ export class TaskRuns {
       // a status message is advice: a store that cannot take it now must not fail the task (the next one will land)
       status: async (message) => {
         if (run.ending || controller.signal.aborted) return;
-        // free text from the handler, kept alike on every store: NUL and lone surrogates become U+FFFD (rule 15)
+        // free text from the handler, kept alike on every store: NUL and lone surrogates become U+FFFD (rule 14)
         const text = storableText(String(message));
         traced.statusMessage(text);
         const stored = await store
@@ -358,7 +358,7 @@ export class TaskRuns {
    */
   private async end(run: RunningTask, outcome: TerminalOutcome | undefined): Promise<void> {
     run.ending = true;
-    // a message made of what the handler threw is free text: kept alike on every store (docs/DESIGN.md rule 15)
+    // a message made of what the handler threw is free text: kept alike on every store (docs/DESIGN.md rule 14)
     if (outcome?.statusMessage !== undefined) {
       outcome = { ...outcome, statusMessage: storableText(outcome.statusMessage) };
     }

@@ -123,7 +123,7 @@ export class TaskServer {
     handler: TaskHandler<ToolArgs<Schema>>,
   ): this {
     if (this.tools.has(name)) throw new Error(`task tool ${name} is already registered`);
-    // the name is stored with each task: text every store keeps as it is (docs/DESIGN.md rule 15)
+    // the name is stored with each task: text every store keeps as it is (docs/DESIGN.md rule 14)
     const unstorable = unstorableField(`task tool name ${JSON.stringify(name)}`, name);
     if (unstorable !== undefined) throw new Error(unstorable);
     const ttlMs = config.task?.ttlMs === undefined ? HOUR_MS : config.task.ttlMs;

@@ -53,7 +53,7 @@ describe('parsing task answers', () => {
       expect(() => parseCreateTaskResult({ resultType: 'task', ...base, taskId: bad })).toThrow(/control characters/);
       expect(() => parseGetTaskResult({ ...base, taskId: bad }, bad)).toThrow(/control characters/);
     }
-    // and what no ledger keeps as sent (docs/DESIGN.md rule 15) is refused by the taskId's own schema
+    // and what no ledger keeps as sent (docs/DESIGN.md rule 14) is refused by the taskId's own schema
     for (const bad of ['a\u0000', 'a\ud800', 'a\udc00b']) {
       const unstorable = /taskId must be well-formed Unicode text without NUL characters/;
       expect(() => parseCreateTaskResult({ resultType: 'task', ...base, taskId: bad })).toThrow(unstorable);

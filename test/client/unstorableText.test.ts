@@ -1,4 +1,4 @@
-// The same key means the same thing on both ledgers (docs/DESIGN.md rule 15), on a SQLite file and on a real
+// The same key means the same thing on both ledgers (docs/DESIGN.md rule 14), on a SQLite file and on a real
 // PostgreSQL: an idempotency key, correlation id or tool name holding NUL (PostgreSQL's text refuses it) or a lone
 // surrogate (no UTF-8 form: `x\ud800` and `x\udc00` hashed to one wire key) is refused with a TaskClientError naming
 // the field before anything is written to the ledger or sent; well-formed keys that differ stay two records; and a

@@ -435,7 +435,7 @@ describe('hostile input to the task methods', () => {
           taskId.length <= 256 &&
           !unnameable(taskId);
         if (wellFormed && taskId.includes('\0')) {
-          // an id no store could hold as sent is refused naming the field, on every store alike (DESIGN.md rule 15)
+          // an id no store could hold as sent is refused naming the field, on every store alike (DESIGN.md rule 14)
           expect(response.error, what).toMatchObject({
             code: -32602,
             message: expect.stringContaining('taskId must be well-formed Unicode text without NUL characters'),

@@ -1,4 +1,4 @@
-// The same key means the same thing on every store (docs/DESIGN.md rule 15), over real HTTP on SQLite and on a real
+// The same key means the same thing on every store (docs/DESIGN.md rule 14), over real HTTP on SQLite and on a real
 // PostgreSQL: a key or id a store could not keep as it was sent (a NUL, which PostgreSQL's text refuses; a lone
 // surrogate, which has no UTF-8 form and became U+FFFD, so `x\ud800` and `x\udc00` were one task) is refused with
 // -32602 naming the field, identically on both, and no task is created; arguments keep such strings exactly (JSON

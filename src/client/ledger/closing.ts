@@ -57,7 +57,7 @@ export function applyObservedTask(task: ObservedTask): AppliedTask {
 /** The terminal reason of a record closed by a terminal task: its status, and the error or status message. */
 export function terminalReasonOf(task: ObservedTask): string {
   const base = `task ${task.status}`;
-  // the server's error message is free text: kept alike on every ledger (docs/DESIGN.md rule 15)
+  // the server's error message is free text: kept alike on every ledger (docs/DESIGN.md rule 14)
   if (task.status === 'failed' && task.error) return storableText(`${base}: ${task.error.code} ${task.error.message}`);
   return task.statusMessage ? `${base}: ${task.statusMessage}` : base;
 }
@@ -96,6 +96,6 @@ export function taskHeldElsewhereNote(taskId: string, holderRecordId: string): s
  * (each attempt a line, where `lastError` keeps only the last); a failed poll is not, it recurs at every poll.
  */
 export function errorNote(error: RecordedError): string | undefined {
-  // a handler's message is free text: kept alike on every ledger (docs/DESIGN.md rule 15)
+  // a handler's message is free text: kept alike on every ledger (docs/DESIGN.md rule 14)
   return error.kind === 'input' ? storableText(error.message) : undefined;
 }

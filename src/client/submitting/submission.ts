@@ -495,7 +495,7 @@ export class Submission {
         record,
         {
           localState: 'terminal',
-          // the server's message is free text: kept alike on every ledger (docs/DESIGN.md rule 15)
+          // the server's message is free text: kept alike on every ledger (docs/DESIGN.md rule 14)
           reason: storableText(`tools/call failed: ${error.code} ${error.message}`),
           error: rpcError,
           arrived: true,
@@ -659,7 +659,7 @@ function nameOf(record: TaskRecord): string {
 
 /**
  * A call's strings that the ledger keeps and the wire carries must be text every store holds as it is (docs/DESIGN.md
- * rule 15): refused, naming the field, before anything is written or sent.
+ * rule 14): refused, naming the field, before anything is written or sent.
  */
 function assertStorable(fields: Record<string, string | undefined>): void {
   for (const [field, value] of Object.entries(fields)) {

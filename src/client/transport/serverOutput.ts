@@ -176,7 +176,7 @@ function describeIssues(error: z.ZodError): string {
 }
 
 /** A server's status message is free text: kept with each NUL and lone surrogate as U+FFFD, alike on every ledger
- * (docs/DESIGN.md rule 15). */
+ * (docs/DESIGN.md rule 14). */
 function storableMessage(message: string | undefined): string | undefined {
   return message === undefined ? undefined : storableText(message);
 }
