@@ -42,6 +42,8 @@ export class LeaseLoop {
   /** Whether the last renewal failed because the store could not be reached (reported once per outage). */
   private storeUnreachable = false;
   private started = false;
+  /** What start() was given, until it has run once: ticks try it again while the store cannot answer it. */
+  private prepare: (() => Promise<string[]>) | undefined;
 
   constructor(private readonly host: LeaseLoopHost) {
     this.gate = new TakeoverGate({ leaseMs: host.leaseMs, everyMs: host.sweepIntervalMs });
@@ -49,11 +51,14 @@ export class LeaseLoop {
 
   /**
    * Renewals may be asked for from now on; then `prepare` (the holders the kernel proves dead), the first tick taking
-   * their tasks and those handed back, and the timer. Resolves after the first housekeeping.
+   * their tasks and those handed back, and the timer. Resolves after the first housekeeping. A store that cannot
+   * answer `prepare` yet (down, shutting down, frozen) fails nothing: as any tick, the first one reports it, and each
+   * later tick tries `prepare` again before it claims (docs/DESIGN.md, "Rules learned in the field", 3).
    */
   async start(prepare: () => Promise<string[]>): Promise<void> {
     this.started = true;
-    await this.sweep(await prepare());
+    this.prepare = prepare;
+    await this.sweep();
     // the lease loop runs from here on, so the leases that first sweep took are renewed even while the first
     // housekeeping (expiry, purge) is slow, as it is against a database that has just come back
     const housekeepNow = () => {
@@ -81,7 +86,7 @@ export class LeaseLoop {
       this.sweepAgain = true;
       return;
     }
-    this.sweeping = this.sweep([]).finally(() => {
+    this.sweeping = this.sweep().finally(() => {
       this.sweeping = undefined;
       if (this.sweepAgain) {
         this.sweepAgain = false;
@@ -99,7 +104,7 @@ export class LeaseLoop {
    * rule 13). Orphans are claimed only right after a renewal, so this instance never mistakes its own leases for
    * orphans.
    */
-  private async sweep(deadHolders: string[]): Promise<void> {
+  private async sweep(): Promise<void> {
     const { runs } = this.host;
     try {
       const renewing = runs.all();
@@ -112,6 +117,12 @@ export class LeaseLoop {
       if (!(await this.handBackUnrenewed())) return;
       // fallback for a missed input signal: one read for every awaited key
       await runs.deliverAnswersTo(runs.all().filter((r) => r.waiters.size > 0));
+      // after the renewals, so a store that answers them but not this never costs a lease
+      let deadHolders: string[] = [];
+      if (this.prepare) {
+        deadHolders = await this.prepare();
+        this.prepare = undefined;
+      }
       await this.takeOverOrphans(deadHolders);
     } catch (error) {
       this.gate.failed();

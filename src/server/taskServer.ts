@@ -157,9 +157,10 @@ export class TaskServer {
   async start(): Promise<void> {
     if (this.started) return;
     this.started = true;
+    this.unsubscribe = this.store.subscribe?.((signal) => void this.onSignal(signal));
+    // tried again on the lease loop's ticks until the store answers it (a start during an outage fails nothing)
     await this.loop.start(async () => {
       await this.store.syncClock?.();
-      this.unsubscribe = this.store.subscribe?.((signal) => void this.onSignal(signal));
       return (await this.store.leaseHolders()).filter((holder) => isDeadLocalHolder(holder));
     });
   }
