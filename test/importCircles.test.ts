@@ -95,3 +95,17 @@ it('keeps src/shared below both halves, and the halves apart', () => {
   expect(importsOf('server/store/postgresTaskStore.ts', names)).toContain('shared/postgres/migrations.ts');
   expect(importsOf('testing/index.ts', names)).toContain('testing/taskStoreContract.ts');
 });
+
+it('keeps every source file under 700 lines', () => {
+  // invariant (docs/DESIGN.md, "Layout"): a module does one job, and no source file is over about 700 lines; a file
+  // past it is split by job, not squeezed
+  const counts = sources().map((file) => ({ file, lines: linesOf(file) }));
+  // the probe counts lines: the longest file is well past a hundred
+  expect(Math.max(...counts.map(({ lines }) => lines))).toBeGreaterThan(100);
+  expect(counts.filter(({ lines }) => lines > 700).map(({ file, lines }) => `${file}: ${lines} lines`)).toEqual([]);
+});
+
+/** How many lines `file` (relative to src/) has, as `wc -l` counts them. */
+function linesOf(file: string): number {
+  return readFileSync(join(SRC, file), 'utf8').split('\n').length - 1;
+}

@@ -26,7 +26,7 @@ import { ConnectionGate } from '../../shared/postgres/connectionGate.js';
 import { isPostgresUrl, passwordsOf, redactConnectionString } from '../../shared/postgres/connectionString.js';
 import { DatabaseClock, renewedLeaseLength } from '../../shared/postgres/databaseClock.js';
 import { loadPg } from '../../shared/postgres/driver.js';
-import { asError, wrapPostgresError } from '../../shared/postgres/errors.js';
+import { wrapPostgresError } from '../../shared/postgres/errors.js';
 import { runMigrations } from '../../shared/postgres/migrations.js';
 import { connectionConfig, guardPool, statementTimeouts } from '../../shared/postgres/pool.js';
 import { inTransaction } from '../../shared/postgres/transaction.js';
@@ -54,21 +54,13 @@ import type {
   TaskRecord,
 } from './ledger.js';
 import { type ClaimedRow, historyParams, type SubmissionRow, taskParams } from './postgres/rows.js';
+import { PendingScheduleNotes } from './postgres/scheduleNotes.js';
 import { MIGRATIONS } from './postgres/schema.js';
 import { POSTGRES_LISTING, SQL } from './postgres/sql.js';
 import type { RecordCounts, RecordListPage, RecordListQuery, RecordSummaryRow } from './recordListing.js';
 import { recordCountStatement, recordListStatement, toRecordCounts, toRecordPage } from './recordListing.js';
-import type { HistoryLine, HistoryRow, InputRow, PendingNote } from './records.js';
-import {
-  applyNote,
-  localChangeLine,
-  mergeNote,
-  observedLine,
-  optionalNumber,
-  toHistoryEntry,
-  toInputAnswer,
-  toRecord,
-} from './records.js';
+import type { HistoryLine, HistoryRow, InputRow } from './records.js';
+import { localChangeLine, observedLine, optionalNumber, toHistoryEntry, toInputAnswer, toRecord } from './records.js';
 
 /** The ledger schema version this build writes. */
 export const POSTGRES_LEDGER_SCHEMA_VERSION = MIGRATIONS.length;
@@ -103,13 +95,9 @@ export class PostgresLedger implements Ledger {
    */
   private readonly leasePool: pg.Pool;
   private readonly passwords: string[];
-  private readonly deferMs: number;
   private readonly onError: (error: Error) => void;
-  private readonly pendingNotes = new Map<string, PendingNote>();
-  /** The notes a flush is committing right now. */
-  private writingNotes = new Map<string, PendingNote>();
-  private noteTimer: NodeJS.Timeout | undefined;
-  private flushing: Promise<void> | undefined;
+  /** The schedule notes not committed yet (its own module: postgres/scheduleNotes.ts). */
+  private readonly notes: PendingScheduleNotes;
   private disposed = false;
   /** The database's clock (`now`), read on the lease connection, as PostgresTaskStore.now on the server. */
   private readonly clock = new DatabaseClock(async () => {
@@ -122,8 +110,12 @@ export class PostgresLedger implements Ledger {
   private constructor(driver: typeof pg, connectionString: string, options: PostgresLedgerOptions) {
     this.location = redactConnectionString(connectionString);
     this.passwords = passwordsOf(connectionString);
-    this.deferMs = options.deferMs ?? 1000;
     this.onError = options.onError ?? (() => {});
+    this.notes = new PendingScheduleNotes({
+      deferMs: options.deferMs ?? 1000,
+      commit: (params) => this.transaction('notes', (client) => client.query(SQL.applyNotes, params)),
+      onError: (error) => this.onError(error),
+    });
     const maxConnections = options.maxConnections ?? 10;
     if (!Number.isInteger(maxConnections) || maxConnections < 1) {
       throw new RangeError(`PostgreSQL ledger: maxConnections must be a whole number >= 1, not ${maxConnections}`);
@@ -295,13 +287,7 @@ export class PostgresLedger implements Ledger {
   }
 
   noteSchedule(recordId: string, holder: string, note: ScheduleNote): void {
-    const merged = mergeNote(this.pendingNotes.get(recordId), holder, note);
-    this.pendingNotes.set(recordId, merged);
-    if (this.noteTimer === undefined && !this.disposed) {
-      this.noteTimer = setTimeout(() => void this.flushNotes(), this.deferMs);
-      // pending bookkeeping must not keep a process alive; dispose() writes what is left
-      this.noteTimer.unref();
-    }
+    this.notes.add(recordId, holder, note);
   }
 
   async recordError(recordId: string, lastError: RecordedError): Promise<void> {
@@ -566,7 +552,7 @@ export class PostgresLedger implements Ledger {
     if (this.disposed) return;
     this.disposed = true;
     this.clock.stop();
-    await this.flushNotes();
+    await this.notes.close();
     await Promise.all([this.pool.end(), this.leasePool.end()]);
   }
 
@@ -580,7 +566,7 @@ export class PostgresLedger implements Ledger {
    * with the next write, as in the SQLite ledger). A deadlock the database broke is tried again, a few times.
    */
   private async transaction<T>(op: string, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-    if (op !== 'migrate' && op !== 'notes') await this.flushNotes();
+    if (op !== 'migrate' && op !== 'notes') await this.notes.flush();
     return this.guard(op, async () => {
       for (let attempt = 1; ; attempt++) {
         try {
@@ -612,36 +598,6 @@ export class PostgresLedger implements Ledger {
     } catch (error) {
       if ((error as { cause?: { code?: unknown } }).cause?.code !== '23505') throw error;
       return fn();
-    }
-  }
-
-  /** Commit the pending schedule notes now, in one statement (a failure drops them: they are bookkeeping). */
-  private async flushNotes(): Promise<void> {
-    clearTimeout(this.noteTimer);
-    this.noteTimer = undefined;
-    while (this.flushing) await this.flushing;
-    if (this.pendingNotes.size === 0) return;
-    const notes = [...this.pendingNotes].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-    // still shown by reads of this object until the write is done (noteSchedule: "reads see it at once")
-    this.writingNotes = new Map(notes);
-    this.pendingNotes.clear();
-    const params = [
-      notes.map(([recordId]) => recordId),
-      notes.map(([, note]) => note.holder),
-      notes.map(([, note]) => note.polledAt ?? null),
-      notes.map(([, note]) => note.nextPollAt !== undefined),
-      notes.map(([, note]) => note.nextPollAt ?? null),
-      notes.map(([, note]) => note.observedAgeMs ?? null),
-    ];
-    this.flushing = this.transaction('notes', (client) => client.query(SQL.applyNotes, params)).then(
-      () => undefined,
-      (error: unknown) => this.onError(asError(error)),
-    );
-    try {
-      await this.flushing;
-    } finally {
-      this.flushing = undefined;
-      this.writingNotes = new Map();
     }
   }
 
@@ -691,9 +647,8 @@ export class PostgresLedger implements Ledger {
 
   private toRecord(row: SubmissionRow): TaskRecord {
     const record = toRecord(row, (row.inputs ?? []).map(toInputAnswer));
-    // what this object noted but has not committed yet, as the write will apply it (the older notes first)
-    applyNote(record, this.writingNotes.get(record.recordId));
-    applyNote(record, this.pendingNotes.get(record.recordId));
+    // what this object noted but has not committed yet, as the write will apply it
+    this.notes.applyTo(record);
     return record;
   }
 
