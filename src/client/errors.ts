@@ -38,6 +38,11 @@ export type TaskClientErrorCode =
   | 'disconnected'
   /** The TaskClient was closed. */
   | 'closed'
+  /**
+   * An input handler's signal: this process could not renew its lease on the record in time (its ledger unreachable
+   * for it alone, or slow), so another worker may take the record and ask again; nothing this round returns is sent.
+   */
+  | 'lease-unrenewed'
   /** The server could not be reached (refused, reset, timed out, HTTP 5xx); nothing was sent, nothing recorded. */
   | 'unreachable'
   /** The server refused this client's credential (HTTP 401 or 403). */

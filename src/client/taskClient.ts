@@ -79,6 +79,10 @@ export class TaskClient {
           this.following.scheduler.schedule(recordId, core.steady.now() + delayMs);
         }
       },
+      lease: {
+        isHeld: (recordId) => this.following.leases.fence.isHeld(recordId),
+        watch: (recordId) => this.following.leases.fence.watch(recordId),
+      },
     });
     this.following = new Following(core, requests, this.inputs);
     this.submission = new Submission(core, requests, this.inputs, this.following);

@@ -12,6 +12,7 @@ import { CallToolResultSchema } from '@modelcontextprotocol/core';
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError } from '../protocol/index.js';
 import { ErrorCode, InputKeySchema, InputRequestSchema } from '../protocol/index.js';
 import { storableText, unstorableField } from '../protocol/storableText.js';
+import { fenceTimes, heldUntil, RENEW_SHARE, renewalRetryMs } from '../shared/lease/leaseFence.js';
 import { DurableSteps } from './durableSteps.js';
 import { undeclaredInput } from './inputCapabilities.js';
 import { describeRefusal, measureJson, type TaskLimits } from './limits.js';
@@ -75,21 +76,8 @@ export interface TaskRunsHost {
 const RETRY_MIN_MS = 100;
 const RETRY_MAX_MS = 2000;
 
-/**
- * A started run is stopped this share of a lease before its lease could at the earliest be taken (heldUntil), and
- * renewals are asked for from RENEW_SHARE before it on: docs/DESIGN.md, "Rules learned in the field", 13, says why a
- * fifth is enough.
- */
-const STOP_SHARE = 1 / 5;
-const RENEW_SHARE = 1 / 3;
-
 /** The longest delay setTimeout keeps (a longer one fires at once). */
 const MAX_TIMER_MS = 2 ** 31 - 1;
-
-/** How often a renewal is asked for again while a lease is short (a twentieth of a lease, within 10 to 100 ms). */
-function renewalRetryMs(leaseMs: number): number {
-  return Math.max(10, Math.min(100, leaseMs / 20));
-}
 
 export class TaskRuns {
   /** One live run per task in this instance. */
@@ -257,7 +245,7 @@ export class TaskRuns {
   /** A write sent at `sentAt` (performance.now) found the run's lease still its own. */
   proven(run: RunningTask, sentAt: number): void {
     // the leases' timer is left as it is: a later heldUntil only makes it fire early, and it sets itself again
-    run.heldUntil = Math.max(run.heldUntil, sentAt + this.host.leaseMs);
+    run.heldUntil = Math.max(run.heldUntil, heldUntil(sentAt, this.host.leaseMs));
   }
 
   /**
@@ -315,8 +303,7 @@ export class TaskRuns {
     for (const run of this.running.values()) {
       // not started (its start waits for a renewal), done (only its terminal write is left) or stopped already
       if (run.start !== undefined || run.ending || run.controller.signal.aborted) continue;
-      const stopAt = run.heldUntil - leaseMs * STOP_SHARE;
-      const renewAt = run.heldUntil - leaseMs * RENEW_SHARE;
+      const { stopAt, renewAt } = fenceTimes(run.heldUntil, leaseMs);
       if (now >= stopAt) {
         this.stopUnrenewed(run);
         continue;

@@ -20,6 +20,7 @@ export interface FleetEvent {
   status?: string;
   code?: string;
   previouslyAsked?: boolean;
+  message?: string;
 }
 
 /** The workers started so far; `killAll()` SIGKILLs those still running. */

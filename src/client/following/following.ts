@@ -56,7 +56,11 @@ export class Following {
     private readonly requests: TaskRequests,
     private readonly inputs: InputRouter,
   ) {
-    this.leases = new LeaseKeeper(core, (record, at, claimedAt) => this.startFollowing(record, at, claimedAt));
+    this.leases = new LeaseKeeper(
+      core,
+      (record, at, claimedAt) => this.startFollowing(record, at, claimedAt),
+      (recordId) => inputs.stopUnrenewed(recordId),
+    );
     this.scheduler = new PollScheduler({
       poll: (recordId) => core.serialized(recordId, () => this.poll(recordId)),
       policy: core.options.pollPolicy,
@@ -152,6 +156,7 @@ export class Following {
    * concurrent attach(), resumeAll() or callTool() calls claimed it too (a claim of a lease already ours succeeds), they all get the handle the first one made, which is the one every poll updates.
    */
   startFollowing(record: TaskRecord, at: number, claimedAt?: number): TaskHandle {
+    if (claimedAt !== undefined) this.leases.fence.proven(record.recordId, claimedAt);
     const live = this.core.live.get(record.recordId);
     if (live) return live;
     const handle = new TaskHandle(record as TaskRecord & { taskId: string }, this.driver());

@@ -1,8 +1,9 @@
 /**
- * This process's leases on the ledger's records (docs/DESIGN.md, "Rules learned in the field", 1 and 11): renewing the
- * ones it holds every third of a lease, taking up records nobody follows any more (resumeAll, one record's claim, a
- * fleet's take-over timer), and the takeover gate through which alone a lapsed lease is taken. What it takes up it
- * hands to `follow` (Following.startFollowing), which polls it from then on.
+ * This process's leases on the ledger's records (docs/DESIGN.md, "Rules learned in the field", 1, 11 and 13): renewing
+ * the ones it holds every third of a lease, taking up records nobody follows any more (resumeAll, one record's claim, a
+ * fleet's take-over timer), the takeover gate through which alone a lapsed lease is taken, and the self-fence that
+ * stops this process's input rounds when its own renewals stop landing. What it takes up it hands to `follow`
+ * (Following.startFollowing), which polls it from then on.
  */
 import { isDeadLocalHolder } from '../../shared/lease/leaseHolder.js';
 import { TakeoverGate } from '../../shared/lease/takeoverGate.js';
@@ -11,6 +12,7 @@ import type { ResumeReport } from '../core/clientOptions.js';
 import type { TaskRecord } from '../ledger/ledger.js';
 import { isFollowable } from '../ledger/ledger.js';
 import type { TaskHandle } from '../taskHandle.js';
+import { SelfFence } from './selfFence.js';
 
 /** The most records one take-over tick claims; the rest wait for the next tick (or another worker). */
 const TAKE_OVER_PAGE = 500;
@@ -28,12 +30,26 @@ export class LeaseKeeper {
   private deferredTakeOver: unknown;
   /** When (steady clock) the first renewal goes out: the gate learns nothing of the ledger before it answers. */
   private firstRenewalAt = 0;
+  /** Renewals sent and not yet answered. */
+  private renewalsInFlight = 0;
+  /** What this worker's confirmed lease writes say of how long its leases are surely its own (selfFence.ts). */
+  readonly fence: SelfFence;
 
+  /** `stopRounds`: stop the input rounds in progress on a record whose lease this process may be about to lose. */
   constructor(
     private readonly core: ClientCore,
     private readonly follow: FollowHeld,
+    stopRounds: (recordId: string) => void,
   ) {
     this.gate = new TakeoverGate({ leaseMs: core.leaseMs, now: () => core.steady.now() });
+    this.fence = new SelfFence({
+      leaseMs: core.leaseMs,
+      clock: core.steady,
+      stop: stopRounds,
+      renew: () => {
+        if (this.renewalsInFlight === 0 && !core.closed) this.renew();
+      },
+    });
   }
 
   /** Start renewing this process's leases, and taking over records others let go when the options ask for it. */
@@ -58,6 +74,7 @@ export class LeaseKeeper {
     if (this.leaseTimer !== undefined) clock.clearTimeout(this.leaseTimer);
     if (this.takeOverTimer !== undefined) clock.clearTimeout(this.takeOverTimer);
     if (this.deferredTakeOver !== undefined) clock.clearTimeout(this.deferredTakeOver);
+    this.fence.stop();
     await this.takingOver;
   }
 
@@ -248,17 +265,30 @@ export class LeaseKeeper {
     this.firstRenewalAt = core.steady.now() + every;
     const tick = () => {
       if (core.closed) return;
-      const at = core.clock.now();
-      const sentAt = this.gate.clock();
-      void core.ledger.renewLeases(core.leaseHolder, at + core.leaseMs).then(
-        () => this.gate.answered(sentAt),
-        () => this.gate.failed(),
-      );
+      this.renew();
       this.leaseTimer = core.clock.setTimeout(tick, every);
       // renewal alone must not keep a process alive: polls and waiters do
       (this.leaseTimer as { unref?: () => void }).unref?.();
     };
     this.leaseTimer = core.clock.setTimeout(tick, every);
     (this.leaseTimer as { unref?: () => void }).unref?.();
+  }
+
+  /** One renewal of every lease this process holds; its answer feeds the gate and the self-fence. */
+  private renew(): void {
+    const { core } = this;
+    const at = core.clock.now();
+    const sentAt = this.gate.clock();
+    this.renewalsInFlight++;
+    void core.ledger
+      .renewLeases(core.leaseHolder, at + core.leaseMs)
+      .then(
+        () => {
+          this.gate.answered(sentAt);
+          this.fence.renewed(sentAt);
+        },
+        () => this.gate.failed(),
+      )
+      .finally(() => this.renewalsInFlight--);
   }
 }

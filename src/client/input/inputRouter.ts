@@ -29,7 +29,11 @@ export interface TaskInputContext {
   correlationId: string | undefined;
   /** True when a previous process handed this key to a handler and died before the answer was stored. */
   previouslyAsked: boolean;
-  /** Aborted when the TaskClient closes or the task ends before an answer was given. */
+  /**
+   * Aborted when the TaskClient closes or the task ends before an answer was given, or when this process could not
+   * renew its lease on the record in time (the reason a TaskClientError with code 'lease-unrenewed': another worker may
+   * take the record over and ask again, so close the prompt).
+   */
   signal: AbortSignal;
 }
 
@@ -69,6 +73,11 @@ export interface InputRouterOptions {
   sleep: (ms: number) => Promise<void>;
   /** Have the record polled in `delayMs` (when a failed handler may be asked again). */
   pollAt: (recordId: string, delayMs: number) => void;
+  /**
+   * The self-fence (following/selfFence.ts): whether this process's lease on a record is proven far enough ahead for a
+   * round to start, and watching the rounds whose handler runs (stopped with `stopUnrenewed` when it no longer is).
+   */
+  lease: { isHeld: (recordId: string) => boolean; watch: (recordId: string) => () => void };
 }
 
 /**
@@ -79,8 +88,10 @@ export const HANDLER_ATTEMPTS = 3;
 const HANDLER_RETRY_MS = 2_000;
 
 export class InputRouter {
-  /** `recordId\0key` of handlers running now in this process. */
+  /** `recordId\0key` of handlers running now in this process (or the storing and sending of their answer). */
   private readonly asking = new Map<string, AbortController>();
+  /** `recordId\0key` of handlers called and not yet returned: the rounds the self-fence stops. */
+  private readonly handling = new Set<string>();
   /**
    * Keys whose answer cannot come from a handler in this process now: the handler threw (`retryAt` is when it may be
    * asked again; Infinity once its attempts are spent) or its answer can never be stored.
@@ -114,6 +125,9 @@ export class InputRouter {
       if (this.answered.has(id)) continue;
       const failure = this.failed.get(id);
       if (failure && now < failure.retryAt) continue;
+      // a lease this process could not renew in time may be another worker's soon: no round starts on it until a
+      // renewal lands (docs/DESIGN.md, "Rules learned in the field", 13)
+      if (!this.options.lease.isHeld(record.recordId)) continue;
       this.ask(record, taskId, key, request, stored?.askedAt !== undefined || failure !== undefined);
     }
     if (Object.keys(resend).length > 0) await this.send(record.recordId, taskId, resend);
@@ -184,6 +198,27 @@ export class InputRouter {
     for (const id of this.failed.keys()) if (id.startsWith(prefix)) this.failed.delete(id);
   }
 
+  /**
+   * Stop the rounds whose handler runs now on a record whose lease this process could not renew in time (the self-fence,
+   * docs/DESIGN.md, "Rules learned in the field", 13): another worker may take the record and ask its person again, so
+   * this prompt is closed first. Nothing the handler returns after this is stored or sent; the key is asked again here
+   * (saying `previouslyAsked`) only once a renewal lands and this process still holds the record.
+   */
+  stopUnrenewed(recordId: string): void {
+    const prefix = `${recordId}\0`;
+    for (const id of this.handling) {
+      const controller = this.asking.get(id);
+      if (!id.startsWith(prefix) || !controller || controller.signal.aborted) continue;
+      const key = id.slice(prefix.length);
+      const message = `input ${key}: the round was stopped (lease-unrenewed): this process could not renew its lease on the record in time, and another worker may take it over`;
+      controller.abort(new TaskClientError('lease-unrenewed', message));
+      // recorded once the ledger answers again; the event is emitted then
+      void this.options
+        .recordError(recordId, { kind: 'input', message, at: this.options.now() })
+        .catch(() => undefined);
+    }
+  }
+
   /** Abort every running handler and wait for their bookkeeping to finish. */
   async close(): Promise<void> {
     for (const controller of this.asking.values()) controller.abort(new Error('the TaskClient was closed'));
@@ -198,6 +233,8 @@ export class InputRouter {
       const { ledger, leaseHolder } = this.options;
       // remembered before the handler runs, so a crash while a person is answering is known after restart
       if (!(await ledger.recordInputAsked(record.recordId, leaseHolder, key, request, this.options.now()))) return;
+      // the write may have waited on a ledger that stalled meanwhile (selfFence.ts)
+      if (!this.options.lease.isHeld(record.recordId)) return;
       const context: TaskInputContext = {
         taskId,
         recordId: record.recordId,
@@ -210,7 +247,9 @@ export class InputRouter {
       let response: InputResponse;
       try {
         // a handler that ignores its signal must not hold up close(): stop waiting for it on abort
-        const answer = await Promise.race([this.callHandler(request, context), aborted(controller.signal)]);
+        const answer = await this.whileHandling(id, record.recordId, () =>
+          Promise.race([this.callHandler(request, context), aborted(controller.signal)]),
+        );
         if (controller.signal.aborted) return;
         if (typeof answer !== 'object' || answer === null || Array.isArray(answer)) {
           throw new Error(`the ${request.method} handler returned ${JSON.stringify(answer)}, not an object`);
@@ -300,6 +339,18 @@ export class InputRouter {
         await this.options.sleep(delayMs);
         delayMs = Math.min(delayMs * 2, 2_000);
       }
+    }
+  }
+
+  /** Runs a handler's round, watched by the self-fence until the handler returns. */
+  private async whileHandling<T>(id: string, recordId: string, round: () => Promise<T>): Promise<T> {
+    const unwatch = this.options.lease.watch(recordId);
+    this.handling.add(id);
+    try {
+      return await round();
+    } finally {
+      unwatch();
+      this.handling.delete(id);
     }
   }
 

@@ -116,6 +116,7 @@ export class Submission {
     });
     const keys = await this.beforeSending(core.keys());
     const now = core.clock.now();
+    const sentAt = core.steady.now();
     const intent = await this.beforeSending(
       core.ledger.recordIntent({
         recordId: randomUUID(),
@@ -138,6 +139,8 @@ export class Submission {
     );
     // another process recorded the same key between our lookup and our insert
     if (!intent.created) return this.fromExisting(intent.record, name, digest);
+    // the intent took the record's lease: proven from when it was sent (selfFence.ts)
+    this.following.leases.fence.proven(intent.record.recordId, sentAt);
     return this.submit(intent.record, options.signal, call);
   }
 
@@ -179,6 +182,7 @@ export class Submission {
         ? (previous.wireIdempotencyKey ?? previous.idempotencyKey)
         : wireIdempotencyKey(keys.secret, core.endpoint, key);
     const now = core.clock.now();
+    const sentAt = core.steady.now();
     const intent = await this.beforeSending(
       core.ledger.recordResubmission(previous.recordId, {
         recordId: randomUUID(),
@@ -213,6 +217,7 @@ export class Submission {
       }
       return this.fromExisting(intent.record, previous.toolName, previous.argumentsDigest);
     }
+    this.following.leases.fence.proven(intent.record.recordId, sentAt);
     return this.trackSubmission(
       key,
       previous.toolName,
