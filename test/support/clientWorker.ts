@@ -1,4 +1,7 @@
-/** The crash tests' client process (test/e2e/fixtures/clientWorker.mjs) as a child, with its JSON events to wait on. */
+/**
+ * The crash tests' client process (test/e2e/fixtures/clientWorker.mjs, or another fixture of its kind) as a child, with
+ * its JSON events to wait on.
+ */
 import { type ChildProcess, spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -19,11 +22,23 @@ export interface ClientWorker {
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
+/** Another client fixture than clientWorker.mjs, speaking the same JSON lines, and where it runs. */
+export interface WorkerLaunch {
+  fixture?: string;
+  /** Its working directory (where a process that aborts may leave a core file). */
+  cwd?: string;
+}
+
 /** `env` is added to this process's environment (e.g. NODE_OPTIONS to preload the OpenTelemetry SDK). */
-export function startClientWorker(config: Record<string, unknown>, env: Record<string, string> = {}): ClientWorker {
-  const child = spawn(process.execPath, [WORKER, JSON.stringify(config)], {
+export function startClientWorker(
+  config: Record<string, unknown>,
+  env: Record<string, string> = {},
+  launch: WorkerLaunch = {},
+): ClientWorker {
+  const child = spawn(process.execPath, [launch.fixture ?? WORKER, JSON.stringify(config)], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, ...env },
+    ...(launch.cwd === undefined ? {} : { cwd: launch.cwd }),
   });
   const events: WorkerEvent[] = [];
   const waiters: Array<() => void> = [];
