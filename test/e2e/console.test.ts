@@ -5,8 +5,9 @@
 // store; a task finishing elsewhere shows within a second with no reload; bulk cancel and resubmit, after a
 // confirmation, reach the server; keyboard and a phone-sized screen; the page logs no error; 100,000 stored records
 // list in under a second, on a ledger and on a store; a token is required when one is set, and without one only
-// loopback host names are served; `closeout demo --keep` prints the command that opens its console; and
-// createConsoleHandler works mounted under a prefix in Express.
+// loopback host names are served; a task's trace id links to the viewer by the `--trace-link` template, and is plain
+// text without one; `closeout demo --keep` prints the command that opens its console; and createConsoleHandler works
+// mounted under a prefix in Express.
 import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import type { Server } from 'node:http';
@@ -28,6 +29,7 @@ import { SqliteTaskStore } from '../../src/server/store/sqliteTaskStore.js';
 import { openDatabase } from '../../src/shared/sqlite/sqliteDriver.js';
 import { collectErrors, type ConsoleProcess, findChromium, launchChromium, startConsole } from '../support/browser.js';
 import { jsonLines, runCli, startCli } from '../support/cli.js';
+import { newTask } from '../support/newTask.js';
 import { type ServeProcess, startServe } from '../support/processes.js';
 import { rpc } from '../support/rpc.js';
 import { waitFor } from '../support/waitFor.js';
@@ -556,6 +558,85 @@ describe.skipIf(missing !== undefined)('the console’s token and host checks', 
     expect(await status(`127.0.0.1:${port}`)).toBe(200);
     expect(await status(`localhost:${port}`)).toBe(200);
     expect(await status(`evil.example:${port}`)).toBe(403);
+  });
+});
+
+describe.skipIf(missing !== undefined)('the console’s trace link', () => {
+  const TRACE_ID = '4bf92f3577b34da6a3ce929d0e0e4736';
+  // a trace viewer nobody runs: the page only renders the link, and the test never follows it
+  const TEMPLATE = 'http://127.0.0.1:16686/trace/{traceId}';
+  let dir: string;
+  let linked: ConsoleProcess;
+  let plain: ConsoleProcess;
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'closeout-console-trace-'));
+    const path = join(dir, 'server.db');
+    // a task created by a tools/call that carried this trace context
+    const store = new SqliteTaskStore(path);
+    try {
+      await store.create(
+        newTask(Date.now(), {
+          taskId: 'task-traced',
+          toolName: 'tool-a',
+          traceContext: { traceparent: `00-${TRACE_ID}-00f067aa0ba902b7-01` },
+        }),
+      );
+    } finally {
+      await store.close();
+    }
+    linked = await startConsole(['--store', path, '--trace-link', TEMPLATE]);
+    plain = await startConsole(['--store', path]);
+  }, 60_000);
+
+  afterAll(async () => {
+    await linked?.stop();
+    await plain?.stop();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** Opens the task's detail on `console_`'s page and returns its trace id's value, and every request to the viewer. */
+  async function traceFact(console_: ConsoleProcess, page: Page) {
+    const viewer: string[] = [];
+    page.on('request', (sent) => {
+      if (new URL(sent.url()).port === '16686') viewer.push(sent.url());
+    });
+    await page.goto(`${console_.url}#/store/task-traced`);
+    await page.waitForSelector('article.detail h2 >> text=tool-a');
+    return { fact: page.locator('dl.facts dt:text-is("trace id") + dd'), viewer };
+  }
+
+  it('links the trace id to the viewer, the task’s real trace id in the template', async () => {
+    const page = await browser.newPage();
+    const errors = collectErrors(page);
+    try {
+      const { fact, viewer } = await traceFact(linked, page);
+      const link = fact.locator('a');
+      expect(await link.count()).toBe(1);
+      expect(await link.getAttribute('href')).toBe(`http://127.0.0.1:16686/trace/${TRACE_ID}`);
+      expect((await link.textContent())?.trim()).toBe(TRACE_ID);
+      // rendered, never fetched nor followed
+      expect(viewer).toEqual([]);
+      expect(page.url()).toBe(`${linked.url}#/store/task-traced`);
+      expect(errors).toEqual([]);
+    } finally {
+      await page.close();
+    }
+  });
+
+  it('shows the trace id as text, with no link, when no template is given', async () => {
+    const page = await browser.newPage();
+    const errors = collectErrors(page);
+    try {
+      const { fact, viewer } = await traceFact(plain, page);
+      expect((await fact.textContent())?.trim()).toBe(TRACE_ID);
+      expect(await fact.locator('a').count()).toBe(0);
+      expect(await page.locator('article.detail a[href*="16686"]').count()).toBe(0);
+      expect(viewer).toEqual([]);
+      expect(errors).toEqual([]);
+    } finally {
+      await page.close();
+    }
   });
 });
 
