@@ -17,7 +17,7 @@ import type { CallToolResult } from '@modelcontextprotocol/client';
 import type { Tool } from 'ai';
 import { jsonSchema, tool } from 'ai';
 
-import type { TaskClient, TaskInputHandlers } from '../client/index.js';
+import type { TaskClient } from '../client/index.js';
 import { listAllTools } from '../client/transport/listTools.js';
 import type { JsonObject } from '../protocol/index.js';
 import { type TaskClientConnectOptions, toolsOn } from './taskClientSource.js';
@@ -30,22 +30,20 @@ import {
   type PendingInput,
   pendingInputOf,
 } from './taskInput.js';
-import { callAsTool, type CallAsToolOptions, type OnAbort, textForModel } from './taskOutcome.js';
+import {
+  callAsTool,
+  type CallAsToolOptions,
+  type ScopedTaskToolsOptions,
+  textForModel,
+  wantedTools,
+} from './taskOutcome.js';
 
 export { closeTaskTools, type TaskClientConnectOptions } from './taskClientSource.js';
 export type { PendingInput } from './taskInput.js';
 export { type OnAbort, TaskToolError } from './taskOutcome.js';
 
-export interface AiSdkTaskToolsOptions {
-  /** Only these of the server's tools (default: all it lists); a name the server does not list is an error. */
-  tools?: readonly string[];
-  /** What a call's abort signal does to a running task. Default `detach`. */
-  onAbort?: OnAbort;
-  /** Scopes tool-call ids (a chat or run id of yours), so that ids reused across runs stay apart. */
-  scope?: string;
-  /** Answers input requests the TaskClient's own handlers do not; without one, `closeout_answer` does. */
-  inputHandlers?: TaskInputHandlers;
-}
+/** `scope` scopes the AI SDK's `toolCallId`; a name in `tools` the server does not list is an error. */
+export type AiSdkTaskToolsOptions = ScopedTaskToolsOptions;
 
 /** A preliminary tool result: the task started, or its status message changed. */
 export interface AiSdkTaskProgress {
@@ -94,15 +92,13 @@ async function toolsFor(
       `the server has no tool ${unknown.map((name) => JSON.stringify(name)).join(', ')}; it has ${listed.map((each) => each.name).join(', ') || 'none'}`,
     );
   }
-  const wanted = options.tools === undefined ? undefined : new Set(options.tools);
   const follow = (signal: AbortSignal | undefined) => ({
     signal,
-    onAbort: options.onAbort ?? ('detach' as const),
+    onAbort: options.onAbort,
     interrupt: inputInterrupt(client, options.inputHandlers),
   });
   const tools: Record<string, Tool<JsonObject, AiSdkTaskToolOutput>> = {};
-  for (const each of listed) {
-    if (wanted !== undefined && !wanted.has(each.name)) continue;
+  for (const each of wantedTools(listed, options.tools)) {
     tools[each.name] = tool<JsonObject, AiSdkTaskToolOutput, Record<string, unknown>>({
       ...(each.title !== undefined && { title: each.title }),
       description: each.description ?? each.title ?? each.name,

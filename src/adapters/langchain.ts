@@ -21,7 +21,7 @@ import type { DynamicStructuredTool, ToolRunnableConfig } from '@langchain/core/
 import { tool } from '@langchain/core/tools';
 import type { CallToolResult } from '@modelcontextprotocol/client';
 
-import type { TaskClient, TaskInputHandlers } from '../client/index.js';
+import type { TaskClient } from '../client/index.js';
 import { listAllTools } from '../client/transport/listTools.js';
 import type { JsonObject } from '../protocol/index.js';
 import { graphInterruptInput } from './langgraphInterrupt.js';
@@ -33,19 +33,14 @@ import {
   answerAsTool,
   inputInterrupt,
 } from './taskInput.js';
-import { callAsTool, type CallAsToolOptions, type OnAbort, textForModel } from './taskOutcome.js';
+import { callAsTool, type CallAsToolOptions, type TaskToolsOptions, textForModel, wantedTools } from './taskOutcome.js';
 
 export { closeTaskTools, type TaskClientConnectOptions } from './taskClientSource.js';
 export type { PendingInput } from './taskInput.js';
 export { type OnAbort, TaskToolError } from './taskOutcome.js';
 
-export interface LangChainTaskToolsOptions {
-  /** Only these of the server's tools (default: all it lists). */
-  tools?: readonly string[];
-  /** What the run's abort signal does to a running task. Default `detach`. */
-  onAbort?: OnAbort;
-  /** Answers input requests the TaskClient's own handlers do not; without one, `closeout_answer` does. */
-  inputHandlers?: TaskInputHandlers;
+/** Call ids are scoped by the run's `thread_id`; `onAbort` acts on the run's abort signal. */
+export interface LangChainTaskToolsOptions extends TaskToolsOptions {
   /**
    * Where input the TaskClient's own handlers do not answer goes. `answer-tool` (the default): the adapter's
    * `inputHandlers`, else a ToolMessage stating the question and `closeout_answer`. `interrupt`: LangGraph's
@@ -78,11 +73,10 @@ async function toolsFor(client: TaskClient, options: LangChainTaskToolsOptions):
   const interrupt =
     options.input === 'interrupt' ? await graphInterruptInput(client) : inputInterrupt(client, options.inputHandlers);
   const listed = await listAllTools(client.client);
-  const wanted = options.tools === undefined ? undefined : new Set(options.tools);
   /** How a call of the run follows its task: progress to the run's stream and callbacks, input routed. */
   const follow = (config: ToolRunnableConfig): Omit<CallAsToolOptions, 'callId'> => ({
     signal: config.signal,
-    onAbort: options.onAbort ?? 'detach',
+    onAbort: options.onAbort,
     onProgress: (update) => {
       (config as { writer?: (chunk: unknown) => void }).writer?.({ closeout: update });
       void dispatchCustomEvent('closeout_progress', update, config).catch(() => undefined);
@@ -90,31 +84,27 @@ async function toolsFor(client: TaskClient, options: LangChainTaskToolsOptions):
     interrupt,
   });
   const asMessage = (result: CallToolResult): [string, CallToolResult] => [textForModel(result), result];
-  const tools = listed
-    .filter((each) => wanted === undefined || wanted.has(each.name))
-    .map(
-      (each) =>
-        tool(
-          async (input: JsonObject, config: ToolRunnableConfig) => {
-            const callId = config.toolCall?.id;
-            const thread = (config.configurable as { thread_id?: unknown } | undefined)?.thread_id;
-            const result = await callAsTool(client, each.name, input, {
-              callId:
-                callId === undefined
-                  ? undefined
-                  : `langchain:${typeof thread === 'string' ? `${thread}:` : ''}${callId}`,
-              ...follow(config),
-            });
-            return asMessage(result);
-          },
-          {
-            name: each.name,
-            description: each.description ?? each.title ?? each.name,
-            schema: each.inputSchema as never,
-            responseFormat: 'content_and_artifact',
-          },
-        ) as unknown as DynamicStructuredTool,
-    );
+  const tools = wantedTools(listed, options.tools).map(
+    (each) =>
+      tool(
+        async (input: JsonObject, config: ToolRunnableConfig) => {
+          const callId = config.toolCall?.id;
+          const thread = (config.configurable as { thread_id?: unknown } | undefined)?.thread_id;
+          const result = await callAsTool(client, each.name, input, {
+            callId:
+              callId === undefined ? undefined : `langchain:${typeof thread === 'string' ? `${thread}:` : ''}${callId}`,
+            ...follow(config),
+          });
+          return asMessage(result);
+        },
+        {
+          name: each.name,
+          description: each.description ?? each.title ?? each.name,
+          schema: each.inputSchema as never,
+          responseFormat: 'content_and_artifact',
+        },
+      ) as unknown as DynamicStructuredTool,
+  );
   const answer = tool(
     async (input: JsonObject, config: ToolRunnableConfig) =>
       asMessage(await answerAsTool(client, input, follow(config))),

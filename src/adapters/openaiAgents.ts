@@ -23,7 +23,7 @@
 import type { FunctionTool, RunToolApprovalItem } from '@openai/agents-core';
 import { tool } from '@openai/agents-core';
 
-import type { TaskClient, TaskHandle, TaskInputHandlers } from '../client/index.js';
+import type { TaskClient, TaskHandle } from '../client/index.js';
 import { listAllTools } from '../client/transport/listTools.js';
 import type { InputResponse, JsonObject } from '../protocol/index.js';
 import { acceptApproved, answerForApproval, approvalInput, inputForApproval } from './inputApproval.js';
@@ -36,23 +36,22 @@ import {
   inputInterrupt,
   type PendingInput,
 } from './taskInput.js';
-import { callAsTool, type CallAsToolOptions, type OnAbort, textForModel } from './taskOutcome.js';
+import {
+  callAsTool,
+  type CallAsToolOptions,
+  type ScopedTaskToolsOptions,
+  textForModel,
+  wantedTools,
+} from './taskOutcome.js';
 
 export { closeTaskTools, type TaskClientConnectOptions } from './taskClientSource.js';
 export type { PendingInput } from './taskInput.js';
 export { type OnAbort, TaskToolError } from './taskOutcome.js';
 
-export interface OpenAIAgentsTaskToolsOptions {
-  /** Only these of the server's tools (default: all it lists). */
-  tools?: readonly string[];
-  /** What a call's abort signal does to a running task. Default `detach`. */
-  onAbort?: OnAbort;
-  /** Scopes call ids (a conversation or run id of yours), so that ids reused across conversations stay apart. */
-  scope?: string;
+/** `scope` scopes the function call's `callId` (a conversation id, say). */
+export interface OpenAIAgentsTaskToolsOptions extends ScopedTaskToolsOptions {
   /** Each status message of a running task. */
   onProgress?: (update: { tool: string; taskId: string; status: string; statusMessage: string }) => void;
-  /** Answers input requests the TaskClient's own handlers do not; without one, `closeout_answer` does. */
-  inputHandlers?: TaskInputHandlers;
   /**
    * An elicitation of a task that nobody here answers pauses the run as an Agents SDK approval interruption of the tool
    * call (`true`: every tool; or the tools named), instead of the `closeout_answer` path. The approval step waits
@@ -84,57 +83,54 @@ export async function openAIAgentsTaskTools(
 }
 
 async function toolsFor(client: TaskClient, options: OpenAIAgentsTaskToolsOptions): Promise<FunctionTool[]> {
-  const wanted = options.tools === undefined ? undefined : new Set(options.tools);
   const follow = (name: string, signal: AbortSignal | undefined): Omit<CallAsToolOptions, 'callId'> => ({
     signal,
-    onAbort: options.onAbort ?? 'detach',
+    onAbort: options.onAbort,
     ...(options.onProgress && { onProgress: (update) => options.onProgress!({ tool: name, ...update }) }),
     interrupt: inputInterrupt(client, options.inputHandlers),
   });
   const asksApproval = (name: string) =>
     options.inputAsApproval === true ||
     (Array.isArray(options.inputAsApproval) && options.inputAsApproval.includes(name));
-  const tools = (await listAllTools(client.client))
-    .filter((each) => wanted === undefined || wanted.has(each.name))
-    .map(
-      (each) =>
-        tool({
-          name: each.name,
-          description: each.description ?? each.title ?? each.name,
-          // the server's own JSON Schema, as it lists it: not rewritten into the SDK's strict subset
-          parameters: { ...each.inputSchema, additionalProperties: true } as never,
-          strict: false,
-          // decided before the tool runs: the call's task (its key is the call's) is started here and waited for until
-          // it ends or asks for input nobody here answers; only such a question asks for approval. Set only where asked
-          // for: any policy function makes the SDK treat the tool's approvals as conditional.
-          ...(asksApproval(each.name) && {
-            needsApproval: async (_context: unknown, input: unknown, callId?: string) =>
-              callId !== undefined &&
-              (await inputForApproval(
-                client,
-                each.name,
-                (input ?? {}) as JsonObject,
-                { callId: callKey(options.scope, callId), onProgress: follow(each.name, undefined).onProgress },
-                options.inputHandlers,
-              )) !== undefined,
-          }),
-          execute: async (input, context, details) => {
-            const callId = details?.toolCall?.callId;
-            const approved =
-              callId !== undefined &&
-              asksApproval(each.name) &&
-              context?.isToolApproved({ toolName: each.name, callId }) === true;
-            const following = follow(each.name, details?.signal);
-            const result = await callAsTool(client, each.name, (input ?? {}) as JsonObject, {
-              callId: callId === undefined ? undefined : callKey(options.scope, callId),
-              ...following,
-              ...(approved && { interrupt: afterApproval(client, following.interrupt!) }),
-            });
-            return textForModel(result);
-          },
-          errorFunction: (_context, error) => (error instanceof Error ? error.message : String(error)),
-        }) as unknown as FunctionTool,
-    );
+  const tools = wantedTools(await listAllTools(client.client), options.tools).map(
+    (each) =>
+      tool({
+        name: each.name,
+        description: each.description ?? each.title ?? each.name,
+        // the server's own JSON Schema, as it lists it: not rewritten into the SDK's strict subset
+        parameters: { ...each.inputSchema, additionalProperties: true } as never,
+        strict: false,
+        // decided before the tool runs: the call's task (its key is the call's) is started here and waited for until
+        // it ends or asks for input nobody here answers; only such a question asks for approval. Set only where asked
+        // for: any policy function makes the SDK treat the tool's approvals as conditional.
+        ...(asksApproval(each.name) && {
+          needsApproval: async (_context: unknown, input: unknown, callId?: string) =>
+            callId !== undefined &&
+            (await inputForApproval(
+              client,
+              each.name,
+              (input ?? {}) as JsonObject,
+              { callId: callKey(options.scope, callId), onProgress: follow(each.name, undefined).onProgress },
+              options.inputHandlers,
+            )) !== undefined,
+        }),
+        execute: async (input, context, details) => {
+          const callId = details?.toolCall?.callId;
+          const approved =
+            callId !== undefined &&
+            asksApproval(each.name) &&
+            context?.isToolApproved({ toolName: each.name, callId }) === true;
+          const following = follow(each.name, details?.signal);
+          const result = await callAsTool(client, each.name, (input ?? {}) as JsonObject, {
+            callId: callId === undefined ? undefined : callKey(options.scope, callId),
+            ...following,
+            ...(approved && { interrupt: afterApproval(client, following.interrupt!) }),
+          });
+          return textForModel(result);
+        },
+        errorFunction: (_context, error) => (error instanceof Error ? error.message : String(error)),
+      }) as unknown as FunctionTool,
+  );
   const answer = tool({
     name: ANSWER_TOOL_NAME,
     description: ANSWER_TOOL_DESCRIPTION,

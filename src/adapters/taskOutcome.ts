@@ -1,15 +1,41 @@
 /**
- * What the framework adapters share: the idempotency key a framework's tool-call id makes, and a task's end as the
- * tool's output or as an error the framework reports. Loads no framework.
+ * What the framework adapters share: the options every adapter's tools take, the idempotency key a framework's
+ * tool-call id makes, and a task's end as the tool's output or as an error the framework reports. Loads no framework.
  */
 import type { CallToolResult } from '@modelcontextprotocol/client';
 
-import type { TaskClient, TaskHandle, TaskOutcome } from '../client/index.js';
+import type { TaskClient, TaskHandle, TaskInputHandlers, TaskOutcome } from '../client/index.js';
 import { isTaskHandle } from '../client/index.js';
 import type { JsonObject } from '../protocol/index.js';
 
 /** What a framework's abort signal does to the task: let it go on (`detach`, the default) or `cancel` it. */
 export type OnAbort = 'detach' | 'cancel';
+
+/** What every adapter's tools take (each adapter's options extend these). */
+export interface TaskToolsOptions {
+  /** Only these of the server's tools (default: all it lists). */
+  tools?: readonly string[];
+  /** What the framework's abort signal for a call (or its run) does to a running task. Default `detach`. */
+  onAbort?: OnAbort;
+  /** Answers input requests the TaskClient's own handlers do not; without one, `closeout_answer` does. */
+  inputHandlers?: TaskInputHandlers;
+}
+
+/** The tools of `listed` that `tools` names (TaskToolsOptions.tools); all of them when it names none. */
+export function wantedTools<Tool extends { name: string }>(
+  listed: readonly Tool[],
+  tools: readonly string[] | undefined,
+): Tool[] {
+  if (tools === undefined) return [...listed];
+  const wanted = new Set(tools);
+  return listed.filter((each) => wanted.has(each.name));
+}
+
+/** The options of an adapter whose framework's call ids are unique within a run only. */
+export interface ScopedTaskToolsOptions extends TaskToolsOptions {
+  /** Scopes call ids (a chat, conversation or run id of yours), so that ids reused across runs stay apart. */
+  scope?: string;
+}
 
 /** How a task tool call ended, when it did not complete: `failed` carries the JSON-RPC error's code. */
 export class TaskToolError extends Error {
@@ -28,7 +54,8 @@ export interface CallAsToolOptions {
   /** The framework's id of this tool call (scoped by the run or thread where there is one): the idempotency key. */
   callId: string | undefined;
   signal: AbortSignal | undefined;
-  onAbort: OnAbort;
+  /** Default `detach`. */
+  onAbort?: OnAbort | undefined;
   /** Each status message of the task, as it changes. */
   onProgress?: (update: { taskId: string; status: string; statusMessage: string }) => void;
   /** The task the call made or found, once its handle is in the ledger (not called for an inline answer). */

@@ -12,11 +12,12 @@ import type { TaskInputContext, TaskInputHandlers } from '../client/input/inputR
 import type { InputAnswer, Ledger, TaskRecord } from '../client/ledger/ledger.js';
 import { isFollowable } from '../client/ledger/ledger.js';
 import type { RecordListQuery } from '../client/ledger/recordListing.js';
-import { RECORD_STATUSES, RecordListQueryError, recordStatus } from '../client/ledger/recordListing.js';
+import { RECORD_STATUSES, recordStatus } from '../client/ledger/recordListing.js';
 import type { TaskClient } from '../client/taskClient.js';
 import { isTaskHandle } from '../client/taskClient.js';
 import type { TaskHandle } from '../client/taskHandle.js';
 import { parseTraceparent } from '../protocol/traceContext.js';
+import { listedIds, refusedQuery } from './sourceListing.js';
 import type {
   ConsoleActionResult,
   ConsoleDetail,
@@ -161,9 +162,7 @@ export class LedgerSource implements ConsoleSource {
 
   async follow(id: string): Promise<ConsoleActionResult> {
     const record = await this.require(id);
-    if (!isFollowable(record.localState) || !record.taskId) {
-      throw new ConsoleRequestError(409, `${refOf(record)} is closed (${recordStatus(record)}): nothing to follow`);
-    }
+    refuseUnlessOpen(record, 'follow');
     const client = await this.connect(record.endpoint);
     await this.attach(client, record);
     await client.refresh(record.recordId);
@@ -177,9 +176,7 @@ export class LedgerSource implements ConsoleSource {
     if (input.response !== undefined) {
       throw new ConsoleRequestError(409, `input ${JSON.stringify(key)} was answered already`);
     }
-    if (!isFollowable(record.localState) || !record.taskId) {
-      throw new ConsoleRequestError(409, `${refOf(record)} is closed (${recordStatus(record)}): nothing to answer`);
-    }
+    refuseUnlessOpen(record, 'answer');
     const answer = await checkedAnswer(input, response);
     const parked = this.parked.get(parkKey(id, key));
     if (parked) {
@@ -201,9 +198,7 @@ export class LedgerSource implements ConsoleSource {
 
   async cancel(id: string): Promise<ConsoleActionResult> {
     const record = await this.require(id);
-    if (!isFollowable(record.localState) || !record.taskId) {
-      throw new ConsoleRequestError(409, `${refOf(record)} is closed (${recordStatus(record)}): nothing to cancel`);
-    }
+    refuseUnlessOpen(record, 'cancel');
     const client = await this.connect(record.endpoint);
     await this.attach(client, record);
     await client.cancel(id);
@@ -213,13 +208,12 @@ export class LedgerSource implements ConsoleSource {
   async cancelAll(query: ConsoleQuery, max: number): Promise<ConsoleActionResult> {
     const statuses = (query.status ?? CANCELLABLE).filter((status) => CANCELLABLE.includes(status));
     if (statuses.length === 0) return { ok: true, message: 'no open task matches: nothing to cancel' };
-    const ids: string[] = [];
-    let cursor: string | undefined;
-    do {
-      const page = await this.list({ ...query, status: statuses, cursor, limit: Math.min(max - ids.length, 500) });
-      ids.push(...page.rows.filter((row) => row.taskId !== undefined).map((row) => row.id));
-      cursor = page.nextCursor;
-    } while (cursor !== undefined && ids.length < max);
+    const ids = await listedIds(
+      (page) => this.list(page),
+      { ...query, status: statuses },
+      max,
+      (row) => row.taskId !== undefined,
+    );
     const failed: string[] = [];
     for (const id of ids) {
       await this.cancel(id).catch((error: unknown) => failed.push(`${id}: ${messageOf(error)}`));
@@ -332,13 +326,15 @@ function refOf(record: TaskRecord): string {
   return record.taskId ? `task ${record.taskId}` : `record ${record.recordId}`;
 }
 
-function messageOf(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
+/** An action on a record closed out (or that never held a task) is refused: there is nothing to act on. */
+function refuseUnlessOpen(record: TaskRecord, action: string): void {
+  if (!isFollowable(record.localState) || !record.taskId) {
+    throw new ConsoleRequestError(409, `${refOf(record)} is closed (${recordStatus(record)}): nothing to ${action}`);
+  }
 }
 
-function refusedQuery(error: unknown): never {
-  if (error instanceof RecordListQueryError) throw new ConsoleRequestError(400, error.message);
-  throw error;
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
 }
 
 /**

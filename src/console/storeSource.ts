@@ -8,8 +8,8 @@ import type { TaskStatus } from '../protocol/index.js';
 import { OPEN_STATUSES, TASK_STATUSES } from '../protocol/status.js';
 import { parseTraceparent } from '../protocol/traceContext.js';
 import type { TaskListQuery } from '../server/store/listing/query.js';
-import { TaskListQueryError } from '../server/store/listing/query.js';
 import type { TaskStore } from '../server/store/taskStore.js';
+import { listedIds, refusedQuery } from './sourceListing.js';
 import type {
   ConsoleActionResult,
   ConsoleDetail,
@@ -50,10 +50,7 @@ export class StoreSource implements ConsoleSource {
     const [page, counts] = await Promise.all([
       listTasks.call(this.store, listing),
       countTasks.call(this.store, { ...listing, status: undefined }),
-    ]).catch((error: unknown) => {
-      if (error instanceof TaskListQueryError) throw new ConsoleRequestError(400, error.message);
-      throw error;
-    });
+    ]).catch(refusedQuery);
     return {
       source: this.kind,
       rows: page.tasks.map((task) => ({
@@ -153,13 +150,7 @@ export class StoreSource implements ConsoleSource {
   async cancelAll(query: ConsoleQuery, max: number): Promise<ConsoleActionResult> {
     const open = (query.status ?? OPEN_STATUSES).filter((status) => OPEN_STATUSES.includes(status as TaskStatus));
     if (open.length === 0) return { ok: true, message: 'no open task matches: nothing to cancel' };
-    const ids: string[] = [];
-    let cursor: string | undefined;
-    do {
-      const page = await this.list({ ...query, status: open, cursor, limit: Math.min(max - ids.length, 500) });
-      ids.push(...page.rows.map((row) => row.id));
-      cursor = page.nextCursor;
-    } while (cursor !== undefined && ids.length < max);
+    const ids = await listedIds((page) => this.list(page), { ...query, status: open }, max);
     let cancelled = 0;
     for (const id of ids) if (await this.store.requestCancel(id, this.now())) cancelled += 1;
     return { ok: true, message: `${cancelled} of ${ids.length} cancelled` };

@@ -166,10 +166,7 @@ function reportClosed(out: Output, record: TaskRecord): number {
   if (record.localState === 'unknown-outcome' || !outcome) {
     out.event({
       event: 'closeout',
-      taskId: record.taskId ?? null,
-      recordId: record.recordId,
-      tool: record.toolName,
-      endpoint: record.endpoint,
+      ...recordRef(record),
       outcome: record.localState,
       exitCode: EXIT.expired,
       reason: record.terminalReason ?? null,
@@ -182,10 +179,7 @@ function reportClosed(out: Output, record: TaskRecord): number {
   const exitCode = exitCodeOf(outcome);
   out.event({
     event: 'closeout',
-    taskId: record.taskId ?? null,
-    recordId: record.recordId,
-    tool: record.toolName,
-    endpoint: record.endpoint,
+    ...recordRef(record),
     outcome: outcome.kind,
     status: record.status ?? null,
     exitCode,

@@ -141,6 +141,21 @@ export function registerServe(program: Command): void {
       const bus = new InMemoryServerEventBus(onerror);
       if (flags.tools === 'conformance') registerConformanceTools(tasks);
       else registerDemoTools(tasks);
+      /** Stops on SIGINT or SIGTERM (or when called): the server first, then the store and the metrics endpoint. */
+      const stopOn = (server: { close(): Promise<void> }) => {
+        const stop = async () => {
+          // running tasks are handed back: the next start of this server (or another instance) takes them up
+          const running = tasks.runningCount();
+          await server.close();
+          if (!flags.quiet) console.error(stopLine(running, flags.logFormat));
+          await store.close();
+          await metricsEndpoint?.close();
+          process.exit(0);
+        };
+        process.once('SIGINT', () => void stop());
+        process.once('SIGTERM', () => void stop());
+        return stop;
+      };
       if (flags.stdio) {
         // stdout carries JSON-RPC only: everything said goes to stderr
         const stdio = await serveTaskServerStdio(tasks, {
@@ -152,18 +167,8 @@ export function registerServe(program: Command): void {
           `closeout serve: ${flags.tools} tools on stdio, store ${describeStoreLocation(flags.store)}, instance ${tasks.instanceId}`,
         );
         await logOpenTasks(store, flags);
-        const stop = async () => {
-          // running tasks are handed back: the host's next start of this server takes them up
-          const running = tasks.runningCount();
-          await stdio.close();
-          if (!flags.quiet) console.error(stopLine(running, flags.logFormat));
-          await store.close();
-          await metricsEndpoint?.close();
-          process.exit(0);
-        };
-        void stdio.closed.then(stop);
-        process.once('SIGINT', () => void stop());
-        process.once('SIGTERM', () => void stop());
+        // the host closing the pipe stops it too
+        void stdio.closed.then(stopOn(stdio));
         return;
       }
       let serving;
@@ -190,16 +195,7 @@ export function registerServe(program: Command): void {
         `closeout serve: ${flags.tools} tools, store ${describeStoreLocation(flags.store)}, instance ${tasks.instanceId}`,
       );
       await logOpenTasks(store, flags);
-      const stop = async () => {
-        const running = tasks.runningCount();
-        await serving.close();
-        if (!flags.quiet) console.error(stopLine(running, flags.logFormat));
-        await store.close();
-        await metricsEndpoint?.close();
-        process.exit(0);
-      };
-      process.once('SIGINT', () => void stop());
-      process.once('SIGTERM', () => void stop());
+      stopOn(serving);
     });
 }
 

@@ -8,7 +8,8 @@ import { InvalidArgumentError } from 'commander';
 import type { TaskStatus } from '../../protocol/index.js';
 import { TASK_STATUSES } from '../../protocol/status.js';
 import type { TaskListQuery } from '../../server/store/listing/query.js';
-import { DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, TaskListQueryError } from '../../server/store/listing/query.js';
+import { TaskListQueryError } from '../../server/store/listing/query.js';
+import { DEFAULT_LISTING_LIMIT, MAX_LISTING_LIMIT } from '../../shared/listingPages.js';
 import { CliError } from '../cliError.js';
 import type { JsonFlags } from '../commonOptions.js';
 import { addJsonOption } from '../commonOptions.js';
@@ -43,7 +44,7 @@ export function registerTasks(program: Command): void {
     .option('--idempotency-key <key>', 'only the tasks created with this idempotency key (one per caller at most)')
     .option('--since <time>', 'only tasks created at or after this time (ISO 8601, or ms since the epoch)', parseTime)
     .option('--before <time>', 'only tasks created before this time (ISO 8601, or ms since the epoch)', parseTime)
-    .option(`--limit <n>`, `tasks per page, 1 to ${MAX_LIST_LIMIT}`, parseLimit, DEFAULT_LIST_LIMIT)
+    .option(`--limit <n>`, `tasks per page, 1 to ${MAX_LISTING_LIMIT}`, parseLimit, DEFAULT_LISTING_LIMIT)
     .option('--cursor <cursor>', 'the next page: the cursor the previous page printed');
   addStoreOption(command);
   addJsonOption(command, 'print one JSON document: {"store", "counts", "tasks": [...], "nextCursor"}');
@@ -106,8 +107,8 @@ function parseTime(value: string): number {
 
 function parseLimit(value: string): number {
   const n = Number(value);
-  if (!/^\d+$/.test(value) || n < 1 || n > MAX_LIST_LIMIT) {
-    throw new InvalidArgumentError(`expected an integer from 1 to ${MAX_LIST_LIMIT}`);
+  if (!/^\d+$/.test(value) || n < 1 || n > MAX_LISTING_LIMIT) {
+    throw new InvalidArgumentError(`expected an integer from 1 to ${MAX_LISTING_LIMIT}`);
   }
   return n;
 }

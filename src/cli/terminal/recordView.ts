@@ -60,10 +60,7 @@ export function recordRef(record: TaskRecord) {
 /** The facts `ls --json` gives per record. */
 export function recordSummary(record: TaskRecord, now: number) {
   return {
-    taskId: record.taskId ?? null,
-    recordId: record.recordId,
-    tool: record.toolName,
-    endpoint: record.endpoint,
+    ...recordRef(record),
     status: record.status ?? null,
     statusMessage: record.statusMessage ?? null,
     localState: record.localState,

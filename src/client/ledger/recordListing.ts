@@ -9,7 +9,16 @@
  */
 import type { TaskStatus } from '../../protocol/index.js';
 import { TASK_STATUSES } from '../../protocol/status.js';
-import { decodeListingCursor, encodeListingCursor, listingText, prefixEnd } from '../../shared/listingPages.js';
+import {
+  type CheckedListingQuery,
+  listingLimit,
+  listingPage,
+  listingPosition,
+  ListingQueryError,
+  listingStatuses,
+  listingText,
+  prefixEnd,
+} from '../../shared/listingPages.js';
 import { sqlStatus } from '../../shared/statusSql.js';
 import type { LocalState } from './localState.js';
 
@@ -50,7 +59,7 @@ export interface RecordListQuery {
    * (what people paste: an id, or a prefix of one, or their own business key).
    */
   search?: string | undefined;
-  /** Records per page, 1 to MAX_RECORD_LIST_LIMIT; default 50. Not used by `countRecords`. */
+  /** Records per page, 1 to 1000 (MAX_LISTING_LIMIT); default 50. Not used by `countRecords`. */
   limit?: number | undefined;
   /** `nextCursor` of the page before; absent for the first page. Not used by `countRecords`. */
   cursor?: string | undefined;
@@ -83,71 +92,31 @@ export interface RecordListPage {
 /** How many records match a query, per status (every status present, 0 when none). */
 export type RecordCounts = Record<RecordStatus, number>;
 
-export const DEFAULT_RECORD_LIST_LIMIT = 50;
-export const MAX_RECORD_LIST_LIMIT = 1000;
-
 /** A listing query the ledger refuses: says which field is wrong and why. Nothing was read. */
-export class RecordListQueryError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'RecordListQueryError';
-  }
-}
+export class RecordListQueryError extends ListingQueryError {}
 
-interface Position {
-  submittedAt: number;
-  recordId: string;
-}
-
-interface CheckedQuery {
-  statuses: readonly RecordStatus[] | undefined;
+/** A query checked (`after`: a record's `submittedAt`, `recordId`). */
+interface CheckedQuery extends CheckedListingQuery<RecordStatus> {
   toolName: string | undefined;
   search: string | undefined;
-  limit: number;
-  after: Position | undefined;
 }
 
+/** A filter's text; empty reads as none. */
 function checkedText(field: string, value: unknown): string | undefined {
-  const checked = listingText(field, value);
-  if ('refused' in checked) throw new RecordListQueryError(checked.refused);
-  return checked.text === '' ? undefined : checked.text;
-}
-
-function checkedStatuses(value: RecordListQuery['status']): readonly RecordStatus[] | undefined {
-  if (value === undefined) return undefined;
-  const statuses: readonly unknown[] = typeof value === 'string' ? [value] : value;
-  if (!Array.isArray(statuses) || statuses.length === 0) {
-    throw new RecordListQueryError(`status must be one of ${RECORD_STATUSES.join(', ')}, or a non-empty list of them`);
-  }
-  for (const status of statuses) {
-    if (!RECORD_STATUSES.includes(status as RecordStatus)) {
-      throw new RecordListQueryError(
-        `unknown status ${JSON.stringify(status)}: expected ${RECORD_STATUSES.join(', ')}`,
-      );
-    }
-  }
-  return [...new Set(statuses as RecordStatus[])];
+  const text = listingText(field, value, RecordListQueryError);
+  return text === '' ? undefined : text;
 }
 
 /** Checks every field of a query; throws RecordListQueryError naming the first one that is wrong. */
 export function checkRecordQuery(query: RecordListQuery): CheckedQuery {
-  const limit = query.limit ?? DEFAULT_RECORD_LIST_LIMIT;
-  if (!Number.isSafeInteger(limit) || limit < 1 || limit > MAX_RECORD_LIST_LIMIT) {
-    throw new RecordListQueryError(`limit must be an integer from 1 to ${MAX_RECORD_LIST_LIMIT}`);
-  }
+  const limit = listingLimit(query.limit, RecordListQueryError);
   return {
-    statuses: checkedStatuses(query.status),
+    statuses: listingStatuses(query.status, RECORD_STATUSES, RecordListQueryError),
     toolName: checkedText('toolName', query.toolName),
     search: checkedText('search', query.search),
     limit,
-    after: query.cursor === undefined ? undefined : decodeCursor(query.cursor),
+    after: listingPosition(query.cursor, RecordListQueryError),
   };
-}
-
-function decodeCursor(cursor: unknown): Position {
-  const position = decodeListingCursor(cursor);
-  if (!position) throw new RecordListQueryError('cursor is not one a listing returned (pass nextCursor as it came)');
-  return { submittedAt: position[0], recordId: position[1] };
 }
 
 /** What differs between the ledgers' SQL. */
@@ -241,7 +210,8 @@ function filterConditions(
     conditions.push(`((${task}) OR record_id = ${exact} OR correlation_id = ${exact} OR idempotency_key = ${exact})`);
   }
   if (cursor && q.after !== undefined) {
-    conditions.push(`(submitted_at, record_id) < (${value(q.after.submittedAt)}, ${value(q.after.recordId)})`);
+    const [submittedAt, recordId] = q.after;
+    conditions.push(`(submitted_at, record_id) < (${value(submittedAt)}, ${value(recordId)})`);
   }
   return conditions;
 }
@@ -342,12 +312,8 @@ function toSummary(row: RecordSummaryRow): RecordSummary {
 
 /** The page the rows of `recordListStatement` make (at most one more than `limit`). */
 export function toRecordPage(rows: RecordSummaryRow[], limit: number): RecordListPage {
-  const records = rows.slice(0, limit).map(toSummary);
-  const last = records.at(-1);
-  return {
-    records,
-    nextCursor: rows.length > limit && last ? encodeListingCursor([last.submittedAt, last.recordId]) : undefined,
-  };
+  const page = listingPage(rows.map(toSummary), limit, (record) => [record.submittedAt, record.recordId]);
+  return { records: page.items, nextCursor: page.nextCursor };
 }
 
 /** The counts the rows of `recordCountStatement` make, every status present. */

@@ -103,12 +103,7 @@ export class SqliteLedger implements Ledger {
   constructor(path: string, options: SqliteLedgerOptions = {}) {
     this.path = path;
     this.location = path;
-    this.db = openSqliteFile(path, {
-      migrations: MIGRATIONS,
-      what: 'ledger',
-      busyTimeoutMs: options.busyTimeoutMs ?? 5000,
-      synchronous: options.synchronous,
-    });
+    this.db = openSqliteFile(path, { migrations: MIGRATIONS, what: 'ledger' }, options);
     this.deferMs = options.deferMs ?? 1000;
     const db = this.db;
     this.stmt = {

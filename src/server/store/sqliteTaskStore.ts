@@ -198,12 +198,7 @@ export class SqliteTaskStore implements TaskStore {
 
   constructor(path: string, options: SqliteTaskStoreOptions = {}) {
     this.path = path;
-    this.db = openSqliteFile(path, {
-      migrations: MIGRATIONS,
-      what: 'task store',
-      busyTimeoutMs: options.busyTimeoutMs ?? 5000,
-      synchronous: options.synchronous,
-    });
+    this.db = openSqliteFile(path, { migrations: MIGRATIONS, what: 'task store' }, options);
     const db = this.db;
     this.stmt = {
       insert: db.prepare(

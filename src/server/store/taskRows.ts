@@ -6,6 +6,7 @@
  */
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
 import type { TraceCarrier } from '../../protocol/traceContext.js';
+import type { TaskSummary } from './listing/query.js';
 import type { InputCapabilities, JsonValue, StoredInput, StoredStep, StoredTask } from './taskStore.js';
 
 /** A whole number as a dialect returns it: a number (SQLite, JSON) or a BIGINT's decimal string (PostgreSQL). */
@@ -37,6 +38,23 @@ export interface TaskRowColumns {
   trace_context: string | null;
 }
 
+/** The columns the operators' listing reads (listing/query.ts): a task without its arguments, result or inputs. */
+export type SummaryColumns = Pick<
+  TaskRowColumns,
+  | 'task_id'
+  | 'owner'
+  | 'tool_name'
+  | 'status'
+  | 'status_message'
+  | 'created_at'
+  | 'last_updated_at'
+  | 'ttl_ms'
+  | 'attempt'
+  | 'cancel_requested'
+  | 'lease_owner'
+  | 'lease_expires_at'
+>;
+
 /** One input of a task, its times read by the dialect's store under these names. */
 export interface InputColumns {
   key: string;
@@ -58,27 +76,34 @@ export function toStoredInput(input: InputColumns): StoredInput {
   };
 }
 
-export function toStoredTask(row: TaskRowColumns, inputs: readonly InputColumns[]): StoredTask {
+/** The fields a listed task shows, mapped as a read maps them (`toStoredTask` starts from these). */
+export function toTaskSummary(row: SummaryColumns): TaskSummary {
   return {
     taskId: row.task_id,
     principal: row.owner,
     toolName: row.tool_name,
-    arguments: JSON.parse(row.arguments) as JsonObject,
     status: row.status,
     statusMessage: row.status_message ?? undefined,
     createdAt: Number(row.created_at),
     lastUpdatedAt: Number(row.last_updated_at),
     ttlMs: row.ttl_ms === null ? null : Number(row.ttl_ms),
+    attempt: Number(row.attempt),
+    cancelRequested: flag(row.cancel_requested),
+    leaseHolder: row.lease_owner ?? undefined,
+    leaseExpiresAt: row.lease_expires_at === null ? undefined : Number(row.lease_expires_at),
+  };
+}
+
+export function toStoredTask(row: TaskRowColumns, inputs: readonly InputColumns[]): StoredTask {
+  return {
+    ...toTaskSummary(row),
+    arguments: JSON.parse(row.arguments) as JsonObject,
     pollIntervalMs: Number(row.poll_interval_ms),
     resumable: flag(row.resumable),
     idempotencyKey: row.idempotency_key ?? undefined,
     result: row.result === null ? undefined : (JSON.parse(row.result) as JsonObject),
     error: row.error === null ? undefined : (JSON.parse(row.error) as JsonRpcError),
-    cancelRequested: flag(row.cancel_requested),
-    leaseHolder: row.lease_owner ?? undefined,
-    leaseExpiresAt: row.lease_expires_at === null ? undefined : Number(row.lease_expires_at),
     fence: row.fence,
-    attempt: row.attempt,
     inputs: inputs.map(toStoredInput),
     inputCapabilities:
       row.input_capabilities === null ? undefined : (JSON.parse(row.input_capabilities) as InputCapabilities),

@@ -23,31 +23,44 @@ export type Migration = string | ((db: Database.Database) => void);
  */
 export const WAL_SIZE_LIMIT_BYTES = 16 * 1024 * 1024;
 
-export interface SqliteFileOptions {
+/** How long the busy handler waits for another process's write lock, unless the opener chose otherwise. */
+export const DEFAULT_BUSY_TIMEOUT_MS = 5000;
+
+/** What the file is: its schema, and its name in error messages. */
+export interface SqliteFileSchema {
   /** Each entry migrates the schema from version `index` to `index + 1`. Shipped entries are never edited. */
   migrations: readonly Migration[];
   /** What the file is, for error messages ("task store", "ledger"). */
   what: string;
-  /** How long the busy handler waits for another process's write lock before failing. */
-  busyTimeoutMs: number;
+}
+
+/** What the opener chooses (the task store's and the ledger's options carry these). */
+export interface SqliteOpenOptions {
+  /** How long the busy handler waits for another process's write lock before failing. Default 5000 ms. */
+  busyTimeoutMs?: number | undefined;
   /** Default `full`: see `SqliteSynchronous`. */
   synchronous?: SqliteSynchronous | undefined;
 }
 
-export function openSqliteFile(path: string, options: SqliteFileOptions): Database.Database {
+export function openSqliteFile(
+  path: string,
+  schema: SqliteFileSchema,
+  options: SqliteOpenOptions = {},
+): Database.Database {
+  const busyTimeoutMs = options.busyTimeoutMs ?? DEFAULT_BUSY_TIMEOUT_MS;
   if (path !== ':memory:' && !existsSync(path)) {
     // owner-only from the first byte: the file holds every caller's arguments, answers and results
     closeSync(openSync(path, 'a', 0o600));
     chmodSync(path, 0o600);
   }
-  const db = openDatabase(path, { timeout: options.busyTimeoutMs });
+  const db = openDatabase(path, { timeout: busyTimeoutMs });
   try {
-    switchToWal(db, options.busyTimeoutMs);
+    switchToWal(db, busyTimeoutMs);
     db.pragma(`journal_size_limit = ${WAL_SIZE_LIMIT_BYTES}`);
     // spec: MUST NOT return CreateTaskResult until the task is durably created; FULL syncs each commit to disk
     db.pragma(`synchronous = ${synchronousLevel(options.synchronous)}`);
     db.pragma('foreign_keys = ON');
-    migrate(db, path, options);
+    migrate(db, path, schema);
   } catch (error) {
     db.close();
     throw error;
@@ -81,7 +94,7 @@ function synchronousLevel(synchronous: SqliteSynchronous | undefined): 'FULL' | 
   throw new RangeError(`synchronous must be "full" or "normal", got ${JSON.stringify(synchronous)}`);
 }
 
-function migrate(db: Database.Database, path: string, { migrations, what }: SqliteFileOptions): void {
+function migrate(db: Database.Database, path: string, { migrations, what }: SqliteFileSchema): void {
   const version = () => db.pragma('user_version', { simple: true }) as number;
   if (version() === migrations.length) return;
   // each step reads the version inside its write transaction: processes opening a new file at the same moment must

@@ -18,12 +18,12 @@ describe('openSqliteFile', () => {
   it('creates the file owner-only and migrates it to the last version, once', () => {
     const path = join(dir, 'fresh.db');
     const migrations = ['CREATE TABLE a (x INTEGER);', 'CREATE TABLE b (y INTEGER);'];
-    const db = openSqliteFile(path, { migrations, what: 'test file', busyTimeoutMs: 1000 });
+    const db = openSqliteFile(path, { migrations, what: 'test file' }, { busyTimeoutMs: 1000 });
     expect(statSync(path).mode & 0o777).toBe(0o600);
     expect(db.pragma('user_version', { simple: true })).toBe(2);
     db.close();
     // opening again runs nothing twice
-    openSqliteFile(path, { migrations, what: 'test file', busyTimeoutMs: 1000 }).close();
+    openSqliteFile(path, { migrations, what: 'test file' }, { busyTimeoutMs: 1000 }).close();
   });
 
   it('refuses a task store or ledger written by a newer build, naming the file and both versions', async () => {

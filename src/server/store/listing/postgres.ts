@@ -5,7 +5,9 @@
  */
 import type pg from 'pg';
 
-import type { ListingDialect, SummaryRow, TaskCounts, TaskListPage, TaskListQuery } from './query.js';
+import type { SummaryColumns } from '../taskRows.js';
+import { toTaskSummary } from '../taskRows.js';
+import type { ListingDialect, TaskCounts, TaskListPage, TaskListQuery } from './query.js';
 import { countStatement, listStatement, toCounts, toPage } from './query.js';
 
 const POSTGRES: ListingDialect = {
@@ -29,8 +31,8 @@ export function postgresCountStatement(query: TaskListQuery): ReturnType<typeof 
 /** One page of the tasks `query` selects, newest first. */
 export async function listPostgresTasks(pool: pg.Pool, query: TaskListQuery): Promise<TaskListPage> {
   const { text, values, limit } = postgresListStatement(query);
-  const { rows } = await pool.query<SummaryRow>(text, values);
-  return toPage(rows, limit);
+  const { rows } = await pool.query<SummaryColumns>(text, values);
+  return toPage(rows.map(toTaskSummary), limit);
 }
 
 /** How many tasks of each status `query` selects. */

@@ -7,7 +7,16 @@
  */
 import type { TaskStatus } from '../../../protocol/index.js';
 import { TASK_STATUSES } from '../../../protocol/status.js';
-import { decodeListingCursor, encodeListingCursor, listingText, prefixEnd } from '../../../shared/listingPages.js';
+import {
+  type CheckedListingQuery,
+  listingLimit,
+  listingPage,
+  listingPosition,
+  ListingQueryError,
+  listingStatuses,
+  listingText,
+  prefixEnd,
+} from '../../../shared/listingPages.js';
 import { sqlStatus } from '../../../shared/statusSql.js';
 
 /** Which tasks to list or count. Every filter given must hold (AND); none given: every task. */
@@ -30,7 +39,7 @@ export interface TaskListQuery {
    * this (the ledger's `search` also matches its own record and correlation ids; the store has neither).
    */
   search?: string | undefined;
-  /** Tasks per page, 1 to MAX_LIST_LIMIT; default DEFAULT_LIST_LIMIT. Not used by `countTasks`. */
+  /** Tasks per page, 1 to 1000 (MAX_LISTING_LIMIT); default 50. Not used by `countTasks`. */
   limit?: number | undefined;
   /** `nextCursor` of the page before; absent for the first page. Not used by `countTasks`. */
   cursor?: string | undefined;
@@ -63,26 +72,11 @@ export interface TaskListPage {
 /** How many tasks match a query, per status (every status present, 0 when none). */
 export type TaskCounts = Record<TaskStatus, number>;
 
-export const DEFAULT_LIST_LIMIT = 50;
-export const MAX_LIST_LIMIT = 1000;
-
 /** A listing query the store refuses: says which field is wrong and why. Nothing was read. */
-export class TaskListQueryError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'TaskListQueryError';
-  }
-}
+export class TaskListQueryError extends ListingQueryError {}
 
-/** Where a page ended: the last task listed. */
-interface Position {
-  createdAt: number;
-  taskId: string;
-}
-
-/** A query checked: statuses as a list of known ones, the cursor decoded. */
-interface CheckedQuery {
-  statuses: readonly TaskStatus[] | undefined;
+/** A query checked: statuses as a list of known ones, the cursor decoded (`after`: a task's `createdAt`, `taskId`). */
+interface CheckedQuery extends CheckedListingQuery<TaskStatus> {
   toolName: string | undefined;
   principal: string | undefined;
   createdFrom: number | undefined;
@@ -90,15 +84,6 @@ interface CheckedQuery {
   taskIdPrefix: string | undefined;
   idempotencyKey: string | undefined;
   search: string | undefined;
-  limit: number;
-  after: Position | undefined;
-}
-
-/** Text a filter may hold: a string both stores can compare (no NUL, no lone surrogate). */
-function checkedText(field: string, value: unknown): string | undefined {
-  const checked = listingText(field, value);
-  if ('refused' in checked) throw new TaskListQueryError(checked.refused);
-  return checked.text;
 }
 
 function checkedTime(field: string, value: unknown): number | undefined {
@@ -109,51 +94,23 @@ function checkedTime(field: string, value: unknown): number | undefined {
   return value;
 }
 
-function checkedStatuses(value: TaskListQuery['status']): readonly TaskStatus[] | undefined {
-  if (value === undefined) return undefined;
-  const statuses: readonly unknown[] = typeof value === 'string' ? [value] : value;
-  if (!Array.isArray(statuses) || statuses.length === 0) {
-    throw new TaskListQueryError(`status must be one of ${TASK_STATUSES.join(', ')}, or a non-empty list of them`);
-  }
-  for (const status of statuses) {
-    if (!TASK_STATUSES.includes(status as TaskStatus)) {
-      throw new TaskListQueryError(`unknown status ${JSON.stringify(status)}: expected ${TASK_STATUSES.join(', ')}`);
-    }
-  }
-  return [...new Set(statuses as TaskStatus[])];
-}
-
 /** Checks every field of a query; throws TaskListQueryError naming the first one that is wrong. */
 export function checkQuery(query: TaskListQuery): CheckedQuery {
-  const limit = query.limit ?? DEFAULT_LIST_LIMIT;
-  if (!Number.isSafeInteger(limit) || limit < 1 || limit > MAX_LIST_LIMIT) {
-    throw new TaskListQueryError(`limit must be an integer from 1 to ${MAX_LIST_LIMIT}`);
-  }
-  const prefix = checkedText('taskIdPrefix', query.taskIdPrefix);
-  const search = checkedText('search', query.search);
+  const limit = listingLimit(query.limit, TaskListQueryError);
+  const prefix = listingText('taskIdPrefix', query.taskIdPrefix, TaskListQueryError);
+  const search = listingText('search', query.search, TaskListQueryError);
   return {
-    statuses: checkedStatuses(query.status),
-    toolName: checkedText('toolName', query.toolName),
-    principal: checkedText('principal', query.principal),
+    statuses: listingStatuses(query.status, TASK_STATUSES, TaskListQueryError),
+    toolName: listingText('toolName', query.toolName, TaskListQueryError),
+    principal: listingText('principal', query.principal, TaskListQueryError),
     createdFrom: checkedTime('createdFrom', query.createdFrom),
     createdBefore: checkedTime('createdBefore', query.createdBefore),
     taskIdPrefix: prefix === '' ? undefined : prefix,
-    idempotencyKey: checkedText('idempotencyKey', query.idempotencyKey),
+    idempotencyKey: listingText('idempotencyKey', query.idempotencyKey, TaskListQueryError),
     search: search === '' ? undefined : search,
     limit,
-    after: query.cursor === undefined ? undefined : decodeCursor(query.cursor),
+    after: listingPosition(query.cursor, TaskListQueryError),
   };
-}
-
-/** The cursor after `task` (src/listingPages.ts). */
-export function encodeCursor(task: Position): string {
-  return encodeListingCursor([task.createdAt, task.taskId]);
-}
-
-function decodeCursor(cursor: unknown): Position {
-  const position = decodeListingCursor(cursor);
-  if (!position) throw new TaskListQueryError('cursor is not one a listing returned (pass nextCursor as it came)');
-  return { createdAt: position[0], taskId: position[1] };
 }
 
 /** What differs between the stores' SQL. */
@@ -177,7 +134,7 @@ export interface Statement {
   values: unknown[];
 }
 
-/** The columns a summary is read from. */
+/** The columns a summary is read from (taskRows.ts's `SummaryColumns`). */
 const SUMMARY_COLUMNS = `task_id, owner, tool_name, status, status_message, created_at, last_updated_at, ttl_ms, attempt,
   cancel_requested, lease_owner, lease_expires_at`;
 
@@ -210,7 +167,8 @@ function filterConditions(q: CheckedQuery, dialect: ListingDialect, values: unkn
     conditions.push(`((${prefixed(q.search)}) OR idempotency_key = ${value(q.search)})`);
   }
   if (cursor && q.after !== undefined) {
-    conditions.push(`(created_at, task_id) < (${value(q.after.createdAt)}, ${value(q.after.taskId)})`);
+    const [createdAt, taskId] = q.after;
+    conditions.push(`(created_at, task_id) < (${value(createdAt)}, ${value(taskId)})`);
   }
   return conditions;
 }
@@ -294,44 +252,13 @@ export function countStatement(query: TaskListQuery, dialect: ListingDialect): S
   return { text: branches.join(' UNION ALL '), values };
 }
 
-/** A row of the listing; BIGINT arrives from PostgreSQL as a string, booleans from SQLite as 0 or 1. */
-export interface SummaryRow {
-  task_id: string;
-  owner: string;
-  tool_name: string;
-  status: TaskStatus;
-  status_message: string | null;
-  created_at: number | string;
-  last_updated_at: number | string;
-  ttl_ms: number | string | null;
-  attempt: number;
-  cancel_requested: number | boolean;
-  lease_owner: string | null;
-  lease_expires_at: number | string | null;
-}
-
-function toSummary(row: SummaryRow): TaskSummary {
-  return {
-    taskId: row.task_id,
-    principal: row.owner,
-    toolName: row.tool_name,
-    status: row.status,
-    statusMessage: row.status_message ?? undefined,
-    createdAt: Number(row.created_at),
-    lastUpdatedAt: Number(row.last_updated_at),
-    ttlMs: row.ttl_ms === null ? null : Number(row.ttl_ms),
-    attempt: Number(row.attempt),
-    cancelRequested: row.cancel_requested === true || row.cancel_requested === 1,
-    leaseHolder: row.lease_owner ?? undefined,
-    leaseExpiresAt: row.lease_expires_at === null ? undefined : Number(row.lease_expires_at),
-  };
-}
-
-/** The page the rows of `listStatement` make (they hold at most one more than `limit`). */
-export function toPage(rows: SummaryRow[], limit: number): TaskListPage {
-  const tasks = rows.slice(0, limit).map(toSummary);
-  const last = tasks.at(-1);
-  return { tasks, nextCursor: rows.length > limit && last ? encodeCursor(last) : undefined };
+/**
+ * The page the rows of `listStatement` make (they hold at most one more than `limit`), each mapped by taskRows.ts's
+ * `toTaskSummary`.
+ */
+export function toPage(rows: TaskSummary[], limit: number): TaskListPage {
+  const { items, nextCursor } = listingPage(rows, limit, (task) => [task.createdAt, task.taskId]);
+  return { tasks: items, nextCursor };
 }
 
 /** The counts the rows of `countStatement` make, every status present. */

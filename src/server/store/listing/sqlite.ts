@@ -5,7 +5,9 @@
  */
 import type Database from 'better-sqlite3';
 
-import type { ListingDialect, SummaryRow, TaskCounts, TaskListPage, TaskListQuery } from './query.js';
+import type { SummaryColumns } from '../taskRows.js';
+import { toTaskSummary } from '../taskRows.js';
+import type { ListingDialect, TaskCounts, TaskListPage, TaskListQuery } from './query.js';
 import { countStatement, listStatement, toCounts, toPage } from './query.js';
 
 const SQLITE: ListingDialect = {
@@ -34,7 +36,7 @@ export function sqliteCountStatement(query: TaskListQuery): ReturnType<typeof co
 /** One page of the tasks `query` selects, newest first. */
 export function listSqliteTasks(db: Database.Database, query: TaskListQuery): TaskListPage {
   const { text, values, limit } = sqliteListStatement(query);
-  return toPage(db.prepare(text).all(named(values)) as SummaryRow[], limit);
+  return toPage((db.prepare(text).all(named(values)) as SummaryColumns[]).map(toTaskSummary), limit);
 }
 
 /** How many tasks of each status `query` selects. */
