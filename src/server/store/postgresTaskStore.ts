@@ -38,6 +38,7 @@ import { parseSignal, signalPayload, toStep, toTask } from './postgres/rows.js';
 import { MIGRATIONS, TASK_SIGNAL_CHANNEL } from './postgres/schema.js';
 import { SQL } from './postgres/sql.js';
 import { PostgresListener } from './postgresListener.js';
+import { toAnsweredInput } from './taskRows.js';
 import type {
   AwaitedInput,
   JsonValue,
@@ -406,7 +407,7 @@ export class PostgresTaskStore implements TaskStore {
         awaited.map((a) => a.taskId),
         awaited.map((a) => a.key),
       ]);
-      return rows.map((r) => ({ taskId: r.task_id, key: r.key, response: JSON.parse(r.response) as InputResponse }));
+      return rows.map(toAnsweredInput);
     });
   }
 

@@ -16,7 +16,7 @@ import { countSqliteTasks, listSqliteTasks } from './listing/sqlite.js';
 import type { Checkpointer } from './sqliteCheckpointer.js';
 import { startCheckpointer } from './sqliteCheckpointer.js';
 import type { TaskRowColumns } from './taskRows.js';
-import { toStoredStep, toStoredTask } from './taskRows.js';
+import { toAnsweredInput, toStoredStep, toStoredTask } from './taskRows.js';
 import type {
   AwaitedInput,
   JsonValue,
@@ -538,7 +538,7 @@ export class SqliteTaskStore implements TaskStore {
       key: string;
       response: string;
     }[];
-    return rows.map((r) => ({ taskId: r.task_id, key: r.key, response: JSON.parse(r.response) as InputResponse }));
+    return rows.map(toAnsweredInput);
   }
 
   async claimOrphans(

@@ -7,7 +7,7 @@
 import type { InputRequest, InputResponse, JsonObject, JsonRpcError, TaskStatus } from '../../protocol/index.js';
 import type { TraceCarrier } from '../../protocol/traceContext.js';
 import type { TaskSummary } from './listing/query.js';
-import type { InputCapabilities, JsonValue, StoredInput, StoredStep, StoredTask } from './taskStore.js';
+import type { AwaitedInput, InputCapabilities, JsonValue, StoredInput, StoredStep, StoredTask } from './taskStore.js';
 
 /** A whole number as a dialect returns it: a number (SQLite, JSON) or a BIGINT's decimal string (PostgreSQL). */
 type Whole = number | string;
@@ -74,6 +74,13 @@ export function toStoredInput(input: InputColumns): StoredInput {
     requestedAt: Number(input.requestedAt),
     answeredAt: input.answeredAt === null ? undefined : Number(input.answeredAt),
   };
+}
+
+/** An answer given to an awaited input, as both stores read it (`TaskStore.answeredInputs`). */
+export function toAnsweredInput(row: { task_id: string; key: string; response: string }): AwaitedInput & {
+  response: InputResponse;
+} {
+  return { taskId: row.task_id, key: row.key, response: JSON.parse(row.response) as InputResponse };
 }
 
 /** The fields a listed task shows, mapped as a read maps them (`toStoredTask` starts from these). */
