@@ -29,7 +29,12 @@ import { OpenTaskLimitError, StoredTaskLimitError } from './store/taskStore.js';
 import { newTaskId } from './taskId.js';
 import { TaskPush } from './taskPush.js';
 import { TaskRuns } from './taskRuns.js';
-import type { RegisteredTaskTool, TaskActivity, TaskServerOptions } from './taskServerOptions.js';
+import {
+  DEFAULT_LEASE_MS,
+  type RegisteredTaskTool,
+  type TaskActivity,
+  type TaskServerOptions,
+} from './taskServerOptions.js';
 import type { TaskContext, TaskHandler, TaskToolConfig, ToolArgs } from './taskTool.js';
 import { ServerTelemetry } from './telemetry.js';
 import { typedInput } from './typedInput.js';
@@ -73,7 +78,7 @@ export class TaskServer {
     this.telemetry = new ServerTelemetry(options.telemetry ?? {}, () => this.runs.views());
     this.store = this.telemetry.instrumentStore(options.store);
     this.limits = resolveLimits(options);
-    this.leaseMs = options.leaseMs ?? 10_000;
+    this.leaseMs = options.leaseMs ?? DEFAULT_LEASE_MS;
     this.onError = options.onError ?? ((error) => console.error(`[closeout] ${error.message}`));
     this.onActivity = options.onActivity;
     // a store that instances on several hosts share keeps the time they agree on (docs/DESIGN.md, "Rules learned in

@@ -12,10 +12,20 @@ import type { TaskPushOptions } from './taskPush.js';
 import type { PollIntervalPolicy, TaskHandler, TaskSupport, TaskToolConfig } from './taskTool.js';
 import type { TelemetryOptions } from './telemetry.js';
 
+/**
+ * How long a server's lease holds without renewal unless `leaseMs` says otherwise (TaskServer, `closeout serve`): a
+ * store stall shorter than 14 s (about half a lease) stops no run (docs/DESIGN.md, "Rules learned in the field", 13),
+ * and a dead holder's tasks are taken up to two leases after its death, unless the kernel proves it dead.
+ */
+export const DEFAULT_LEASE_MS = 30_000;
+
 /** The store, timings, and the resource limits of limits.ts (docs/operations.md, "Limits"); every limit has a default. */
 export interface TaskServerOptions extends Partial<TaskLimits> {
   store: TaskStore;
-  /** How long a lease holds without renewal. A dead instance's tasks are taken over after this. Default 10 s. */
+  /**
+   * How long a lease holds without renewal. A dead instance's tasks are taken over up to two leases after its death (at
+   * once when the kernel proves it dead). Default 30 s (DEFAULT_LEASE_MS).
+   */
   leaseMs?: number;
   /** How often leases are renewed and the sweeps (expiry, purge, orphans, fallback signals) run. Default leaseMs/3. */
   sweepIntervalMs?: number;

@@ -29,8 +29,10 @@ afterEach(async () => {
 
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
-async function serve(store: string, runLog: string, leaseMs: number): Promise<ServeProcess> {
-  const p = await startServe(['--store', store, '--lease-ms', String(leaseMs), '--log-format', 'json'], 20_000, {
+/** `closeout serve` on `store`, with `leaseMs`, or at the default lease when it is left out. */
+async function serve(store: string, runLog: string, leaseMs?: number): Promise<ServeProcess> {
+  const lease = leaseMs === undefined ? [] : ['--lease-ms', String(leaseMs)];
+  const p = await startServe(['--store', store, ...lease, '--log-format', 'json'], 20_000, {
     CLOSEOUT_RUN_LOG: runLog,
   });
   live.push(p);
@@ -170,6 +172,37 @@ describe('PostgreSQL stalled past the lease', { timeout: 180_000 }, () => {
 
     await expectRanOnceIn(holder, runLog, tasks);
     for (const taskId of tasks) expect(stoppedAt(holder, taskId)).toBeUndefined();
+  });
+
+  it('at the default lease, a 12 s freeze of PostgreSQL changes nothing: each task runs once in its holder and completes', async () => {
+    // no --lease-ms: what a stall of this length costs a deployment that kept the defaults
+    const { connectionString } = await postgres.createDatabase();
+    const runLog = join(dir, `runs-pg-frozen-default.jsonl`);
+    const holder = await serve(connectionString, runLog);
+    await serve(connectionString, runLog);
+    // each about 20 s of work, so that every run spans the freeze
+    const tasks = [
+      await create(holder.url, 'batch_job', { items: 80, stepMs: 250 }),
+      await create(holder.url, 'batch_job', { items: 80, stepMs: 250 }),
+      await create(holder.url, 'export_report', { pages: 80, pageMs: 250 }),
+      await create(holder.url, 'export_report', { pages: 80, pageMs: 250 }),
+    ];
+    await waitFor('every handler to start', () =>
+      tasks.every((taskId) => runsOf(runLog, taskId).length) ? true : undefined,
+    );
+
+    await postgres.freeze(12_000);
+
+    // every task's story at once, so that a failure shows them all
+    const stories = await Promise.all(
+      tasks.map(async (taskId) => ({
+        status: (await settled(holder.url, taskId, 60_000))['status'],
+        runs: runsOf(runLog, taskId).map(({ attempt, pid }) => ({ attempt, pid })),
+        stopped: stoppedAt(holder, taskId) !== undefined,
+      })),
+    );
+    const once = { status: 'completed', runs: [{ attempt: 1, pid: holder.child.pid }], stopped: false };
+    expect(stories).toEqual(tasks.map(() => once));
   });
 
   it('stopped: an instance started right after it is back runs no task beside the live holder', async () => {

@@ -19,6 +19,7 @@ import {
   TaskServer,
   type TaskStore,
 } from '../../server/index.js';
+import { DEFAULT_LEASE_MS } from '../../server/taskServerOptions.js';
 import { isPostgresUrl } from '../../shared/postgres/connectionString.js';
 import { isTransientPgError } from '../../shared/postgres/transaction.js';
 import { parseNonNegativeInt, parsePort, parsePositiveInt } from '../arguments.js';
@@ -69,7 +70,7 @@ export function registerServe(program: Command): void {
       'require this bearer token and bind its tasks to the principal (repeatable)',
       collectToken,
     )
-    .option('--lease-ms <ms>', 'how long a task lease holds without renewal', parsePositiveInt, 10_000)
+    .option('--lease-ms <ms>', 'how long a task lease holds without renewal', parsePositiveInt, DEFAULT_LEASE_MS)
     .option(
       '--store-wait-ms <ms>',
       'how long to wait at start for a PostgreSQL store that cannot be reached (0: fail at once)',
