@@ -44,6 +44,8 @@ export class LeaseLoop {
   private started = false;
   /** What start() was given, until it has run once: ticks try it again while the store cannot answer it. */
   private prepare: (() => Promise<string[]>) | undefined;
+  /** The holders the kernel proves dead, from `prepare`, until a tick has claimed their tasks. */
+  private deadHolders: string[] = [];
 
   constructor(private readonly host: LeaseLoopHost) {
     this.gate = new TakeoverGate({ leaseMs: host.leaseMs, everyMs: host.sweepIntervalMs });
@@ -117,13 +119,19 @@ export class LeaseLoop {
       if (!(await this.handBackUnrenewed())) return;
       // fallback for a missed input signal: one read for every awaited key
       await runs.deliverAnswersTo(runs.all().filter((r) => r.waiters.size > 0));
-      // after the renewals, so a store that answers them but not this never costs a lease
-      let deadHolders: string[] = [];
+      // after the renewals, so a store that answers them but not this never costs a lease; an outage is said once
       if (this.prepare) {
-        deadHolders = await this.prepare();
+        try {
+          this.deadHolders = await this.prepare();
+        } catch (error) {
+          this.unreachable(error);
+          return;
+        }
         this.prepare = undefined;
       }
-      await this.takeOverOrphans(deadHolders);
+      await this.takeOverOrphans(this.deadHolders);
+      // kept until a claim of their tasks went through
+      this.deadHolders = [];
     } catch (error) {
       this.gate.failed();
       this.host.report(error);

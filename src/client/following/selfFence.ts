@@ -23,8 +23,13 @@ export interface SelfFenceOptions {
 export class SelfFence {
   /** The send time of the last renewal of all this process's leases that the ledger confirmed. */
   private renewedAt = -Infinity;
-  /** Records whose own claim or intent, sent at this time, proved their lease after the last confirmed renewal went out. */
-  private readonly claimedAt = new Map<string, number>();
+  /**
+   * Records whose own claim or intent the ledger confirmed after the last confirmed renewal went out: its send time and
+   * when it was confirmed. That renewal may have run before the claim (it did not cover the record), and on a ledger
+   * that keeps one expiry per holder (SQLite's holder row) the claim, stamped from its own send time, may have set
+   * every lease of this process back to that time plus a lease. A renewal sent after the claim was confirmed covers it.
+   */
+  private readonly claims = new Map<string, { sentAt: number; confirmedAt: number }>();
   /** Records with input rounds in progress, and how many. */
   private readonly watched = new Map<string, number>();
   private timer: unknown;
@@ -36,20 +41,27 @@ export class SelfFence {
   renewed(sentAt: number): void {
     if (sentAt <= this.renewedAt) return;
     this.renewedAt = sentAt;
-    // a claim older than this renewal proves nothing it does not
-    for (const [recordId, at] of this.claimedAt) if (at <= sentAt) this.claimedAt.delete(recordId);
+    // a claim confirmed before this renewal went out is covered by it; one confirmed later is not
+    for (const [recordId, claim] of this.claims) if (claim.confirmedAt <= sentAt) this.claims.delete(recordId);
   }
 
-  /** The record's claim or intent, sent at `sentAt`, was confirmed. */
+  /** The record's claim or intent, sent at `sentAt`, was confirmed (now). */
   proven(recordId: string, sentAt: number): void {
-    if (sentAt > Math.max(this.renewedAt, this.claimedAt.get(recordId) ?? -Infinity)) {
-      this.claimedAt.set(recordId, sentAt);
+    const known = this.claims.get(recordId);
+    if (known === undefined || sentAt > known.sentAt) {
+      this.claims.set(recordId, { sentAt, confirmedAt: this.options.clock.now() });
     }
   }
 
-  /** The earliest moment (steady clock) another worker could take the record's lease. */
+  /**
+   * The earliest moment (steady clock) another worker could take the record's lease: a lease after the record's own
+   * claim when no confirmed renewal has covered it yet, else after the last confirmed renewal; never later than a lease
+   * after the oldest claim not yet covered, which may have set the holder's one expiry back.
+   */
   heldUntil(recordId: string): number {
-    return heldUntil(Math.max(this.renewedAt, this.claimedAt.get(recordId) ?? -Infinity), this.options.leaseMs);
+    let proven = this.claims.get(recordId)?.sentAt ?? this.renewedAt;
+    for (const claim of this.claims.values()) proven = Math.min(proven, claim.sentAt);
+    return heldUntil(proven, this.options.leaseMs);
   }
 
   /** Whether an input round may start, or go on, on the record now: its lease is proven past the fence's margin. */

@@ -339,7 +339,7 @@ export interface TaskStore {
    * The time, in ms since the epoch, that every instance sharing this store agrees on, for a store that instances on
    * several hosts share: leases, creation times and expiry are then stamped and compared on one clock, never on two
    * hosts' wall clocks (docs/DESIGN.md, "Rules learned in the field", 2). A store without it (SQLite: one host) runs
-   * on the host's clock. `syncClock` (re)reads that clock; the TaskServer awaits it before its first sweep.
+   * on the host's clock. `syncClock` (re)reads that clock; the TaskServer awaits it before it first claims a task.
    */
   now?(): number;
   syncClock?(): Promise<void>;

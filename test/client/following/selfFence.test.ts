@@ -79,4 +79,33 @@ describe('SelfFence', () => {
     expect(stopped).toEqual(['r1']);
     unwatch();
   });
+
+  it('does not credit a record with a renewal that went out before its claim was confirmed', async () => {
+    // the renewal may have run before the claim: it did not cover the record, whose lease runs from its claim
+    const { clock, self, stopped } = fence();
+    await clock.advance(300);
+    self.proven('r1', 100); // claim sent at 100, confirmed at 300
+    await clock.advance(100);
+    self.renewed(200); // renewal sent at 200, confirmed at 400
+    const unwatch = self.watch('r1');
+    expect(self.heldUntil('r1')).toBe(heldUntil(100, LEASE_MS));
+    await clock.advance(2100); // 2500: a fifth of a lease before 100 + a lease
+    expect(stopped).toEqual(['r1']);
+    unwatch();
+  });
+
+  it('holds every record no longer than a lease after a claim no renewal has covered yet', async () => {
+    // a ledger keeping one expiry per holder takes the claim's, stamped from its send time, for all of them
+    const { clock, self } = fence();
+    await clock.advance(1050);
+    self.renewed(1000);
+    expect(self.heldUntil('r2')).toBe(heldUntil(1000, LEASE_MS));
+    await clock.advance(50);
+    self.proven('r1', 900); // a claim sent before that renewal, confirmed after it
+    expect(self.heldUntil('r2')).toBe(heldUntil(900, LEASE_MS));
+    await clock.advance(100);
+    self.renewed(1200); // sent after the claim was confirmed: it covers every record again
+    expect(self.heldUntil('r1')).toBe(heldUntil(1200, LEASE_MS));
+    expect(self.heldUntil('r2')).toBe(heldUntil(1200, LEASE_MS));
+  });
 });
