@@ -1,13 +1,13 @@
 /**
- * Benchmark 14 (issue 17): a client fleet on one PostgreSQL ledger. Three worker processes (TaskClients in `fleet`
- * mode, each taking over what the others stop renewing) share one ledger on an embedded PostgreSQL and follow N tasks
- * of one clockwork server (the server of benchmarks 3 to 5, which counts every tasks/get per task): each submits a
- * third, then the tasks are released and complete at offsets spread over `--spread-ms`. Half-way through, one worker
- * is SIGKILLed; the two survivors take over its open records once its leases run out and follow them to the end.
- * Measured: tasks/get per task against the ideal ceil(duration / pollIntervalMs) (duration: creation to completion),
- * tasks polled well beyond it (a record two workers poll at once would be), tasks/get after the client knew the task
- * terminal, each worker's CPU, and the time from the kill until the survivors had re-queried every record the dead
- * worker left open.
+ * Benchmark 14 (bench/RESULTS.md section 14): a client fleet on one PostgreSQL ledger. Three worker processes
+ * (TaskClients in `fleet` mode, each taking over what the others stop renewing) share one ledger on an embedded
+ * PostgreSQL and follow N tasks of one clockwork server (the server of benchmarks 3 to 5, which counts every tasks/get
+ * per task): each submits a third, then the tasks are released and complete at offsets spread over `--spread-ms`.
+ * Half-way through, one worker is SIGKILLed; the two survivors take over its open records once its leases run out and
+ * follow them to the end. Measured: tasks/get per task against the ideal ceil(duration / pollIntervalMs) (duration:
+ * creation to completion), tasks polled well beyond it (a record two workers poll at once would be), tasks/get after
+ * the client knew the task terminal, each worker's CPU, and the time from the kill until the survivors had re-queried
+ * every record the dead worker left open.
  *
  *   node dist/bench/bench/clientFleet.js [--smoke] [--tasks 10000] [--poll-ms 10000] [--spread-ms 60000]
  *     [--lease-ms 5000]

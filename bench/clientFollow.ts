@@ -1,7 +1,7 @@
 /**
- * Benchmarks 3 and 4 (issue 6): one client following many concurrently open tasks. A clockwork server (in this
- * process) holds every task `working` until all clients have submitted theirs, then completes each at a random
- * offset; each client runs in a process of its own, so its CPU and memory are its own.
+ * Benchmarks 3 and 4 (bench/RESULTS.md sections 3 and 4): one client following many concurrently open tasks. A
+ * clockwork server (in this process) holds every task `working` until all clients have submitted theirs, then completes
+ * each at a random offset; each client runs in a process of its own, so its CPU and memory are its own.
  *   3  Closeout's TaskClient (SQLite ledger) following N = 1,000 and N = 10,000 tasks;
  *   4  the official @modelcontextprotocol/ext-tasks 0.2.2 client following 1,000 tasks with the same offsets,
  *      in the same run as the TaskClient's 1,000 (both at once, on the same server).

@@ -1,5 +1,6 @@
 /**
- * A narrow harness for issue 19's client target: the client CPU of one poll of a waiting task, and nothing else.
+ * A narrow harness for the waiting client's target (bench/RESULTS.md sections 3 and 4): the client CPU of one poll of a
+ * waiting task, and nothing else.
  * One TaskClient (a process of its own, bench/followClient.ts) submits `--tasks` tasks to the clockwork server, which
  * keeps them `working` for good; after one poll interval of warm-up, the client's CPU over `--window-ms` is divided by
  * the tasks/get the server answered it in that window. The same measure as clientFollow's "waiting, client CPU

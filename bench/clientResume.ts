@@ -1,7 +1,7 @@
 /**
- * Benchmark 5a (issue 6, point 5): how fast a restarted TaskClient takes up its open tasks. A TaskClient process
- * submits N tasks that stay `working` (clockwork server, never released), records them in its SQLite ledger and is
- * SIGKILLed. Once its leases have lapsed, a new process opens the same ledger and calls `resumeAll()`; measured from
+ * Benchmark 5a (bench/RESULTS.md section 5a): how fast a restarted TaskClient takes up its open tasks. A TaskClient
+ * process submits N tasks that stay `working` (clockwork server, never released), records them in its SQLite ledger and
+ * is SIGKILLed. Once its leases have lapsed, a new process opens the same ledger and calls `resumeAll()`; measured from
  * that process's start: when `resumeAll()` returned, and when the server had seen a tasks/get for every one of the N
  * tasks. Each round kills the resuming process and resumes again from the same ledger. Then as many rounds of the
  * floor: a fresh process with the SDK alone reads the open taskIds from the same ledger and re-queries each.

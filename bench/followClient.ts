@@ -6,7 +6,7 @@
  * - `submit`: submit and report, then idle until killed (the crash before a resume);
  * - `resume`: open the ledger a killed `submit` process left and `resumeAll()`, then idle until killed (kind `sdk`:
  *   the SDK alone re-queries the ledger's open tasks, `sdkAloneResume`);
- * - `fleet`: one worker of a fleet on a shared PostgreSQL ledger (issue 17): submit and report like `follow`, then
+ * - `fleet`: one worker of a fleet on a shared PostgreSQL ledger: submit and report like `follow`, then
  *   follow its own tasks and take over those of workers that stop renewing (`takeOverEveryMs`) until killed;
  * - `floor`: what one tasks/get costs the client alone, with no ledger and no scheduler: through the SDK Client on the
  *   fetch the TaskClient uses, and as raw HTTP with prebuilt bytes (undici), reported as CPU µs per request.
@@ -106,7 +106,8 @@ export type FollowClientMessage =
   /** `fastPacedCpuUsPerRequest`: the TaskClient's poll fast path alone, paced alike (its requests, no bookkeeping). */
   /**
    * `checkedPacedCpuUsPerRequest`: the raw requests paced alike, each answer checked as every answer of a TaskClient
-   * is (the SDK's JSON-RPC result schema, then the task's own check): the least a poll does under issue 19's rules.
+   * is (the SDK's JSON-RPC result schema, then the task's own check): the least a poll does with one set of schemas
+   * (bench/RESULTS.md section 25).
    */
   | {
       type: 'floor';
@@ -389,7 +390,7 @@ async function floor(): Promise<void> {
     return JSON.parse(await response.body.text()) as unknown;
   };
   // the same, and the answer checked as a TaskClient checks every answer, whichever path it came by: the SDK's own
-  // JSON-RPC result schema (issue 19: one set of schemas), then the task's fields (serverOutput.ts)
+  // JSON-RPC result schema (one set of schemas: bench/RESULTS.md section 25), then the task's fields (serverOutput.ts)
   const checked = async () => {
     const message = await raw();
     if (!isJSONRPCResultResponse(message)) throw new Error('tasks/get: the answer is not a JSON-RPC result');

@@ -1,8 +1,8 @@
 /**
- * Benchmark 13 (issue 19): task creation on PostgreSQL against SQLite, in one process, straight through the stores
- * (no HTTP, no SDK: the store's work is what is measured). `--concurrency` workers each create a task and finish it,
- * over and over, with the server's default per-principal limits set (maxOpenTasksPerPrincipal 1000, and a stored
- * limit above what the run stores), so every create checks both. Scenarios, rotated each round:
+ * Benchmark 13 (bench/RESULTS.md section 13): task creation on PostgreSQL against SQLite, in one process, straight
+ * through the stores (no HTTP, no SDK: the store's work is what is measured). `--concurrency` workers each create a
+ * task and finish it, over and over, with the server's default per-principal limits set (maxOpenTasksPerPrincipal 1000,
+ * and a stored limit above what the run stores), so every create checks both. Scenarios, rotated each round:
  *
  * - `sqlite`: SqliteTaskStore, its default `synchronous=FULL`; `sqlite.normal`: `synchronous=NORMAL`
  * - `pg.1`: PostgresTaskStore, every worker the same principal (a server without auth)

@@ -1,8 +1,8 @@
 /**
- * Benchmark (issue 20, "Measured" 3): can purge keep up with creation? A TaskServer (default lease and sweep timers)
- * serves a task tool with a short TTL (`--ttl-ms`) and a short retention (`--retention-ms`), so every task it creates
- * becomes purgeable `ttl + retention` after its creation; a load generator in a child process creates tasks over
- * HTTP back to back (16 in flight) for `--seconds`. Every second the benchmark counts, on a connection of its own,
+ * Benchmark (bench/RESULTS.md section 8c): can purge keep up with creation? A TaskServer (default lease and sweep
+ * timers) serves a task tool with a short TTL (`--ttl-ms`) and a short retention (`--retention-ms`), so every task it
+ * creates becomes purgeable `ttl + retention` after its creation; a load generator in a child process creates tasks
+ * over HTTP back to back (16 in flight) for `--seconds`. Every second the benchmark counts, on a connection of its own,
  * the purgeable tasks not yet purged (the backlog), the rows stored and the tombstones (= tasks purged: none is older
  * than the 7 days after which tombstones go). Per minute: creation rate, purge rate, backlog median and max. Target:
  * the backlog flat over 10 minutes (last minute's median no higher than the first full minute's, plus a sweep's worth).

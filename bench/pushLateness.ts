@@ -1,7 +1,8 @@
 /**
- * Benchmark 7 (issue 15, "Measured"): close-out lateness, push against polling, in one run, and what a client waiting on
- * 10,000 pushed tasks costs. The Closeout server runs in this process; every client runs in a process of its own
- * (`pushFollowClient.ts`), so the clients do not compete with the server for its thread, and each one's CPU is its own.
+ * Benchmark (bench/RESULTS.md section 11): close-out lateness, push against polling, in one run, and what a client
+ * waiting on 10,000 pushed tasks costs. The Closeout server runs in this process; every client runs in a process of its
+ * own (`pushFollowClient.ts`), so the clients do not compete with the server for its thread, and each one's CPU is
+ * its own.
  *
  * Lateness, per store:
  * - SQLite: one server; a client with push (the default: one `subscriptions/listen` stream) and one with push off

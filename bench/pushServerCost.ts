@@ -1,5 +1,5 @@
 /**
- * Benchmark 7 (issue 15, "Measured", third point): what 10,000 tasks followed by push cost the server. One process
+ * Benchmark (bench/RESULTS.md section 9): what 10,000 tasks followed by push cost the server. One process
  * serves a TaskServer on SQLite over loopback HTTP; N tasks are created and stay `working` (their handlers wait);
  * a consumer in a child process opens one `subscriptions/listen` stream for all N and reads every notification.
  * Measured in the server process only:

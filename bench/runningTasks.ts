@@ -1,5 +1,5 @@
 /**
- * Benchmark (issue 20, "Measured" 1): running tasks per instance against the lease loop. One TaskServer (a lease
+ * Benchmark (bench/RESULTS.md section 8a): running tasks per instance against the lease loop. One TaskServer (a lease
  * of 10 s unless --lease-ms, renewed every 3.3 s) on SQLite and on PostgreSQL is sent N long tasks in a burst, then holds them for
  * `--hold-seconds` while a child process polls tasks/get over HTTP at a fixed rate. The burst is tools/call over HTTP
  * from a child process, 16 in flight (`--burst http`), or, by default, `TaskServer.createTask` in this process, 16 in

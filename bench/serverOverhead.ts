@@ -1,12 +1,12 @@
 /**
- * Benchmark 1 (issue 6): what a task handle costs on the server. Throughput and p50/p99 latency over loopback HTTP,
- * a fixed number of requests at a fixed concurrency, of
+ * Benchmark 1 (bench/RESULTS.md section 1): what a task handle costs on the server. Throughput and p50/p99 latency over
+ * loopback HTTP, a fixed number of requests at a fixed concurrency, of
  *   floor  a bare node:http server answering the same JSON-RPC bytes as (a): the physical limit;
  *   a      a plain tools/call on an SDK McpServer without Closeout;
  *   b      the same tools/call on Closeout, answered with a CreateTaskResult (durable SQLite commit, then the handler
  *          runs and its result is committed too);
- *   c      tasks/get on a working task (SQLite), answered by the fast path (taskGetFastPath.ts, issue 19);
- *   c.sdk  the same tasks/get with the fast path off: through the SDK's per-request server, as before issue 19;
+ *   c      tasks/get on a working task (SQLite), answered by the fast path (taskGetFastPath.ts);
+ *   c.sdk  the same tasks/get with the fast path off: through the SDK's per-request server, as before the fast path;
  *   d.b    (b) on the PostgreSQL store;  d.c  (c) on the PostgreSQL store;
  *   e.b    (b) on a SQLite store whose WAL checkpoints run inside the serving thread's commits (SQLite's default),
  *          not in the store's background worker: what the worker buys;
@@ -17,7 +17,7 @@
  * Every scenario runs once per round, in an order rotated each round; the table shows medians over rounds, and each
  * ratio is the median of the ratios measured within one round (the machine is noisy; both sides of a ratio saw the
  * same noise). Targets: b/a >= 0.7 and c/a >= 2 in throughput, and c's server CPU per request at most 0.35x a's
- * (issue 19: a poll near the floor).
+ * (a poll near the floor: bench/RESULTS.md section 12).
  *
  *   node dist/bench/bench/serverOverhead.js [--smoke] [--rounds 5] [--requests 3000] [--concurrency 16]
  *     [--only floor,a,b,c,c.sdk,d.b,d.c,e.b,f.b,g.b,g.c] [--skip-postgres]
@@ -279,7 +279,8 @@ try {
     ),
   );
   if (results.has('a') && results.has('c')) {
-    // issue 19's CPU target, the other way round from the table's column: what one tasks/get costs per tools/call
+    // the fast path's CPU target (bench/RESULTS.md section 12), the other way round from the table's column: what one
+    // tasks/get costs per tools/call
     const cpu = ratio('c', 'a', (r) => r.serverCpuUsPerRequest);
     const verdict = cpu <= 0.35 ? 'met' : 'NOT MET';
     console.log('');

@@ -1,5 +1,5 @@
 /**
- * Benchmark 2 (issue 6, point 5): how fast a restarted server settles the tasks a crash interrupted. A
+ * Benchmark 2 (bench/RESULTS.md section 2): how fast a restarted server settles the tasks a crash interrupted. A
  * `closeout serve` child on a SQLite file gets N tasks (half resumable `batch_job`, half non-resumable
  * `export_report`, each a single step of RUN ms), is SIGKILLed while all are working, and a new `closeout serve` is
  * started on the same file. Measured from the new process's spawn: when it listens (it takes over the orphans before

@@ -1,8 +1,8 @@
 /**
- * Benchmark 7 (issue 16): what a durable step costs a task handler. In one process, a TaskServer runs `--tasks` tasks
- * per scenario, `--concurrency` at a time, straight through `createTask` (no HTTP: the store's work is what is
- * measured), on SQLite (default `synchronous=FULL`) and on PostgreSQL, each worker waiting for its task's terminal write
- * before it creates the next. Scenarios: a plain handler that returns at once; one `ctx.step`; one
+ * Benchmark 7 (bench/RESULTS.md section 7): what a durable step costs a task handler. In one process, a TaskServer runs
+ * `--tasks` tasks per scenario, `--concurrency` at a time, straight through `createTask` (no HTTP: the store's work is
+ * what is measured), on SQLite (default `synchronous=FULL`) and on PostgreSQL, each worker waiting for its task's
+ * terminal write before it creates the next. Scenarios: a plain handler that returns at once; one `ctx.step`; one
  * `ctx.checkpoint.set`; ten steps. "task ms" is from the create call to the terminal write;
  * "step ms" is one `ctx.step` (or checkpoint write) as the handler sees it: the read of earlier steps on first use,
  * then the fenced commit.

@@ -1,6 +1,6 @@
 /**
- * Benchmark (issue 20, "Measured" 2): does a store that weeks of traffic have filled slow the server down? Two stores
- * side by side: one empty, one seeded with bulk SQL inserts (not through the API) with `--tombstones` purge
+ * Benchmark (bench/RESULTS.md section 8b): does a store that weeks of traffic have filled slow the server down? Two
+ * stores side by side: one empty, one seeded with bulk SQL inserts (not through the API) with `--tombstones` purge
  * tombstones (3 million: the 7 days of tombstones that 5 tasks/s leave) and `--retained` finished tasks inside their
  * retention (300,000). Each round opens a TaskServer (default lease and sweep timers, so expiry and purge sweep the
  * large tables during the window) on each store in turn, creates 64 long tasks, and polls them with tasks/get at a

@@ -1,6 +1,7 @@
 /**
  * A TaskStore that times the background calls a TaskServer makes (lease renewal, orphan claims, expiry, purge) and
- * passes everything through unchanged: the benchmarks of issue 20 read sweep durations and renewal periods from it.
+ * passes everything through unchanged: the benchmarks of bench/RESULTS.md section 8 read sweep durations and renewal
+ * periods from it.
  */
 import { performance } from 'node:perf_hooks';
 

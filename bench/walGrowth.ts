@@ -1,8 +1,8 @@
 /**
- * Benchmark 5 (issue 11, item 9): the SQLite task store's write-ahead log under sustained load. Closeout over loopback
- * HTTP answers `tools/call` with CreateTaskResults back to back (a commit, then the handler's result committed too)
- * for `--seconds`, in windows of `--requests`; after each window the table shows the throughput of that window, its
- * p99, the largest WAL seen during it (sampled every 100 ms) and the database file's size. A bounded WAL is a flat
+ * Benchmark (bench/RESULTS.md section 6): the SQLite task store's write-ahead log under sustained load. Closeout over
+ * loopback HTTP answers `tools/call` with CreateTaskResults back to back (a commit, then the handler's result committed
+ * too) for `--seconds`, in windows of `--requests`; after each window the table shows the throughput of that window,
+ * its p99, the largest WAL seen during it (sampled every 100 ms) and the database file's size. A bounded WAL is a flat
  * "WAL max" column while the database grows with the tasks it retains. `--direct` drives the store itself (create,
  * then finish, back to back, no HTTP: the most writes a machine can make); `--synchronous normal` takes the faster,
  * not power-loss-safe commits.

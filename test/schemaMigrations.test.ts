@@ -1,8 +1,8 @@
-// A file written by any earlier schema version opens in this build, migrated, with everything it held usable (issue 13
-// item 11: shipped migrations are append-only). The fixtures in test/fixtures/schemas were written by the builds of
-// the commits in their names, through those builds' own APIs (make-fixtures.sh). The ledger's version 1 exists in two
-// spellings: as first shipped `superseded_by` was not deferrable, and resubmitting a record of such a file failed with
-// "FOREIGN KEY constraint failed" until a migration rebuilt the table.
+// A file written by any earlier schema version opens in this build, migrated, with everything it held usable (shipped
+// migrations are append-only; RELIABILITY.md, "What arrived is kept"). The fixtures in test/fixtures/schemas were
+// written by the builds of the commits in their names, through those builds' own APIs (make-fixtures.sh). The ledger's
+// version 1 exists in two spellings: as first shipped `superseded_by` was not deferrable, and resubmitting a record of
+// such a file failed with "FOREIGN KEY constraint failed" until a migration rebuilt the table.
 import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

@@ -42,7 +42,7 @@ describe.concurrent('benchmark smoke runs', () => {
     if (!/^d skipped: /m.test(output))
       for (const label of ['d.b', 'd.c']) expect(row(output, label).at(-1)).toMatch(NUMBER);
     for (const ratio of ['b/a', 'c/a', 'c/c.sdk', 'a/floor', 'b/f.b']) expect(row(output, ratio)[1]).toMatch(NUMBER);
-    // issue 19: the fast path's tasks/get against a plain SDK tools/call, by server CPU
+    // the fast path's tasks/get against a plain SDK tools/call, by server CPU (bench/RESULTS.md section 12)
     expect(output).toMatch(/^tasks\/get fast path: server CPU per request c\/a = \d+\.\d\d \(target <= 0\.35 /m);
   }, 150_000);
 
@@ -107,7 +107,7 @@ describe.concurrent('benchmark smoke runs', () => {
     // the floor: a tasks/get through the SDK alone and as raw HTTP, each a number of µs
     for (const label of ['SDK Client.request, same fetch', 'raw HTTP, prebuilt bytes'])
       expect(row(output, label)[1], `${label} in:\n${output}`).toMatch(NUMBER);
-    // issue 19: CPU per waiting poll against the raw floor, and the same raw requests paced as a waiting client
+    // CPU per waiting poll against the raw floor, and the same raw requests paced as a waiting client
     expect(output).toMatch(
       /^\d+ tasks: CPU per waiting poll <= 1\.5x raw HTTP +\d+ \/ \d+ µs = x\d+\.\d\d +(met|NOT MET) *$/m,
     );
@@ -131,7 +131,7 @@ describe.concurrent('benchmark smoke runs', () => {
     );
   }, 90_000);
 
-  // issue 20: runningTasks starts an embedded PostgreSQL, storeGrowth seeds two stores: longer bounds
+  // runningTasks starts an embedded PostgreSQL, storeGrowth seeds two stores: longer bounds
   it('ledgerNotes prints the CPU and WAL bytes of a schedule note by the size of the arguments, and their ratios', async () => {
     const output = await smoke('ledgerNotes');
     for (const label of ['40 B', '4096 B', '16384 B']) {
@@ -200,7 +200,7 @@ describe.concurrent('benchmark smoke runs', () => {
     expect(output).toMatch(/terminal write on instance A|PostgreSQL skipped/);
   }, 180_000);
 
-  // issue 17: an embedded PostgreSQL and three worker processes on its ledger
+  // an embedded PostgreSQL and three worker processes on its ledger
   it('clientFleet closes out every task with three workers on one PostgreSQL ledger, one killed, and prints the figures', async () => {
     const output = await smoke('clientFleet', 150_000);
     for (const worker of ['worker 0 (killed)', 'worker 1', 'worker 2']) {

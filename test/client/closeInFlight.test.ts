@@ -1,4 +1,5 @@
-// Invariant (issue 13 item 8): close() while a tools/call is in flight leaves the call settled and the record true.
+// Invariant (RELIABILITY.md, "Client handles, close and connections"): close() while a tools/call is in flight leaves
+// the call settled and the record true.
 // The server's answer is awaited, not cut off: the taskId it carries is committed, the handle the call resolves with
 // is settled (rejected as closed), and the record is open with its lease handed back, so another process resumes it.
 // This holds for an SDK client the application connected itself and for one connectHttpTaskClient made.

@@ -1,7 +1,8 @@
-// Invariant (issue 13 item 6): one server has one identity in the ledger whatever URL spelling reaches it (scheme and
-// host case, default port, trailing slash, loopback name), so one idempotency key makes one record and one run, and
-// one server task is never driven from two records; rows an earlier build stored under another spelling are adopted
-// by the spelling the ledger already uses, except a row that would duplicate a task or a live key, which stays apart.
+// Invariant (RELIABILITY.md, "Client handles, close and connections"): one server has one identity in the ledger
+// whatever URL spelling reaches it (scheme and host case, default port, trailing slash, loopback name), so one
+// idempotency key makes one record and one run, and one server task is never driven from two records; rows an earlier
+// build stored under another spelling are adopted by the spelling the ledger already uses, except a row that would
+// duplicate a task or a live key, which stays apart.
 import { join } from 'node:path';
 
 import { describe, expect, it } from 'vitest';

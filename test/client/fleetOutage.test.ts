@@ -1,5 +1,5 @@
-// After an outage of the fleet's PostgreSQL ledger, no worker takes over another live worker's records (issue 17;
-// docs/DESIGN.md, "Rules learned in the field", 3, as the server's instances do, test/server/outageTakeover.test.ts).
+// After an outage of the fleet's PostgreSQL ledger, no worker takes over another live worker's records
+// (docs/DESIGN.md, "Rules learned in the field", 3, as the server's instances do, test/server/outageTakeover.test.ts).
 // While the ledger is down nobody can renew a lease, so every lease that ran out meanwhile says nothing about its
 // holder. Two workers on one ledger, the first following open tasks, the second taking over every 50 ms: the ledger's
 // PostgreSQL stopped for longer than the client lease, then started again. Before, the second worker's first take-over

@@ -1,5 +1,4 @@
-// An answer that was given is kept until it is stored, and a key is asked once (docs/DESIGN.md rule 10; issue 13 item
-// 5):
+// An answer that was given is kept until it is stored, and a key is asked once (docs/DESIGN.md rule 10):
 // - while another process holds the ledger's write lock for many busy timeouts, the handler's answer waits in memory
 //   and is stored once the lock is free; the person is not asked a second time;
 // - an answer that can never be stored (not JSON: a BigInt) fails the key with the reason on the record instead of

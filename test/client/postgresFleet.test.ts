@@ -1,7 +1,7 @@
-// Invariants (issue 17): workers of a fleet sharing one PostgreSQL ledger close out every task once. A postgres://
-// string picks the PostgresLedger; an idempotency key used by two workers at the same moment yields one tools/call;
-// resumeAll() on every worker together follows each open record in one worker; each inputRequests key reaches one
-// handler once in the whole fleet.
+// Invariants (docs/postgres.md, "A fleet of client workers on PostgreSQL"): workers of a fleet sharing one PostgreSQL
+// ledger close out every task once. A postgres:// string picks the PostgresLedger; an idempotency key used by two
+// workers at the same moment yields one tools/call; resumeAll() on every worker together follows each open record in
+// one worker; each inputRequests key reaches one handler once in the whole fleet.
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 
 import type { PollPolicy, TaskClient, TaskHandle, TaskInputHandlers } from '../../src/client/index.js';

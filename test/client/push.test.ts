@@ -1,4 +1,4 @@
-// Push on the client (issue 15, the client half), over real HTTP against a real Closeout server on SQLite: one
+// Push on the client (docs/client.md, "Push"), over real HTTP against a real Closeout server on SQLite: one
 // `subscriptions/listen` stream carries every open task and closes them out without a single tasks/get; a stream cut
 // mid-way is opened again and each task is queried exactly once before the stream is trusted again; a server that
 // does not push, or agrees to none of the ids, leaves the client polling as before; a client with push off never

@@ -1,7 +1,7 @@
-// Resubmission is explicit and happens once (issue 13 items 2 and 3): two resubmit() of one record at the same moment,
-// from one TaskClient or from two on one ledger, send one tools/call (the ledger decides in one transaction); and a
-// call repeated with the same idempotency key and arguments after its answer was lost recovers the call by sending it
-// again with that key (a Closeout server then hands back the task the lost call created), once.
+// Resubmission is explicit and happens once (RELIABILITY.md, "What arrived is kept"): two resubmit() of one record at
+// the same moment, from one TaskClient or from two on one ledger, send one tools/call (the ledger decides in one
+// transaction); and a call repeated with the same idempotency key and arguments after its answer was lost recovers the
+// call by sending it again with that key (a Closeout server then hands back the task the lost call created), once.
 import { describe, expect, it } from 'vitest';
 
 import type { PollPolicy } from '../../src/client/index.js';

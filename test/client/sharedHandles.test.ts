@@ -1,6 +1,6 @@
-// Invariant (issue 13 item 7): one record, one live handle. Whatever mix of attach(), resumeAll() and
-// callTool(sameKey) asks for a record at the same moment, every caller gets the same TaskHandle, and that handle
-// settles when the task ends; none is left behind un-updated.
+// Invariant (RELIABILITY.md, "Client handles, close and connections"): one record, one live handle. Whatever mix of
+// attach(), resumeAll() and callTool(sameKey) asks for a record at the same moment, every caller gets the same
+// TaskHandle, and that handle settles when the task ends; none is left behind un-updated.
 import { describe, expect, it } from 'vitest';
 
 import type { PollPolicy, TaskClient, TaskHandle, TaskOutcome } from '../../src/client/index.js';

@@ -1,4 +1,4 @@
-// An answer that arrived is never dropped (docs/DESIGN.md rule 10; issue 11 item 4), and the end of the wait says
+// An answer that arrived is never dropped (docs/DESIGN.md rule 10), and the end of the wait says
 // what is true: while another process holds the ledger's write lock, a CreateTaskResult's commit is retried for
 // `storagePatienceMs`, an `unrecorded` event names the taskId at once, and when the patience runs out the call fails
 // naming the task the server created, leaving the record as it was (not closed, not taken for unknown-outcome) for

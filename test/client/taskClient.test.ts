@@ -326,7 +326,7 @@ describe('TaskClient submissions without an answer', () => {
     expect(harness.fixture.tasks.size).toBe(1); // the server did create it
     expect(await client.get('k-abort')).toMatchObject({ localState: 'unknown-outcome', taskId: undefined });
     expect(harness.fixture.count('tools/call')).toBe(1);
-    // calling again with the same key and arguments is deliberate: sent again with the key (issue 13 item 2)
+    // calling again with the same key and arguments is deliberate: sent again with the key
     const again = await client.callTool('slow-answer', {}, { idempotencyKey: 'k-abort' });
     expect(isTaskHandle(again)).toBe(true);
     const keys = harness.fixture.requests

@@ -156,7 +156,7 @@ afterAll(async () => {
 });
 
 describe.concurrent('closeout doctor against foreign servers', { timeout: 90_000 }, () => {
-  // a correct server must never get a FAIL (issue 12): one without Tasks is told so, and nothing is checked
+  // a correct server must never get a FAIL: one without Tasks is told so, and nothing is checked
   it('tells a 2025-era server it is not a Tasks server, with no FAIL line and no tool called', async () => {
     const run = await runCli(['doctor', `${base}/legacy/mcp`, '--try-listed-tools'], { timeoutMs: 55_000 });
     expect(run.stdout).toMatch(

@@ -1,4 +1,4 @@
-// The `closeout` CLI at its edges, as real processes (issue 14, "CLI edges"): output into a closed stdout ends
+// The `closeout` CLI at its edges, as real processes: output into a closed stdout ends
 // quietly and lets followed tasks go (detached, not left "working" under a dead follower), `demo` cleans up after
 // itself, `call` takes `--token`, and a missing ledger, a ledger that is a directory, a store in a missing folder and
 // https:// to a plain HTTP server each get one accurate line.

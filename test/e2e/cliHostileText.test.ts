@@ -1,7 +1,7 @@
 // Nothing a server chooses reaches the terminal as anything but words: taskIds, tool names, status messages, results,
 // JSON-RPC error messages and HTTP error bodies full of escape sequences, C1 controls, bidi overrides and line
 // separators leave `closeout`'s stdout and stderr (text and --json) without a single control character, and never
-// start a line of their own (issue 11, item 10).
+// start a line of their own (RELIABILITY.md, "Power loss, disk growth and a hostile server's text").
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

@@ -1,4 +1,4 @@
-// `closeout` commands on a PostgreSQL ledger (issue 17): `--ledger postgres://…` and CLOSEOUT_LEDGER pick it the same
+// `closeout` commands on a PostgreSQL ledger: `--ledger postgres://…` and CLOSEOUT_LEDGER pick it the same
 // way, a task called by one command is listed and shown by others from the database, and the connection string's
 // password is never printed, on success or on failure.
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -69,7 +69,7 @@ describe('closeout on a PostgreSQL ledger', { timeout: 90_000 }, () => {
   });
 
   it('tells a record’s age on the database’s clock, on a host whose clock is two hours ahead', async () => {
-    // invariant: issue 17: a PostgreSQL ledger's times are on the database's clock (Ledger.now); a command on a host
+    // invariant: a PostgreSQL ledger's times are on the database's clock (Ledger.now); a command on a host
     // whose wall clock is off shows the ages every worker of the fleet sees
     const call = await runCli(['call', server.url, 'batch_job', '--args', '{"items":1,"stepMs":10}', '--json'], {
       ledger: database.connectionString,

@@ -1,4 +1,4 @@
-// A prompt owns the terminal (issue 14, "CLI edges"): while `closeout resume` asks a person to approve one task, a
+// A prompt owns the terminal: while `closeout resume` asks a person to approve one task, a
 // second task that closes out meanwhile must not print into the open prompt; its close-out line follows once the
 // prompt is answered. Run in a real pseudo-terminal (util-linux `script`), as a person would see it.
 import { type ChildProcess, spawn } from 'node:child_process';

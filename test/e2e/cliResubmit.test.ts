@@ -1,6 +1,7 @@
-// The CLI's way out of unknown-outcome (issue 13 item 2): a call whose answer was lost (the client SIGKILLed right
-// after the server answered tools/call) is recovered by `closeout resubmit` or by the same `closeout call` with the
-// same --idempotency-key and arguments: both get the task the lost call created, and the tool runs once.
+// The CLI's way out of unknown-outcome (RELIABILITY.md, "What arrived is kept"): a call whose answer was lost (the
+// client SIGKILLed right after the server answered tools/call) is recovered by `closeout resubmit` or by the same
+// `closeout call` with the same --idempotency-key and arguments: both get the task the lost call created, and the tool
+// runs once.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

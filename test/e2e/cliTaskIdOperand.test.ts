@@ -1,6 +1,6 @@
-// Every command that takes a TASK_ID takes it whatever its first characters (issue 13 item 12): Closeout's own ids
-// are base64url, so about 1 in 4,096 begins with `-V`, which commander read as `--version` (exit 0, nothing done).
-// Options before or after the id still work.
+// Every command that takes a TASK_ID takes it whatever its first characters (RELIABILITY.md, "What arrived is kept"):
+// Closeout's own ids are base64url, so about 1 in 4,096 begins with `-V`, which commander read as `--version` (exit 0,
+// nothing done). Options before or after the id still work.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

@@ -1,5 +1,5 @@
 // A fleet of three client worker processes on one PostgreSQL ledger against two `closeout serve` instances on one
-// PostgreSQL store behind a round-robin proxy (issue 17). One worker is SIGKILLed mid-task with three tasks open: one
+// PostgreSQL store behind a round-robin proxy. One worker is SIGKILLed mid-task with three tasks open: one
 // waiting for input its person never answered, one whose input it answered (deploying now), one working. The
 // survivors take its records over by themselves (`takeOverEveryMs`) once its leases run out. Every task closes out
 // once, in one worker; every handler ran once on the servers; no input key is asked twice by the fleet, except the

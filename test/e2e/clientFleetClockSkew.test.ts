@@ -1,4 +1,4 @@
-// A client fleet on one PostgreSQL ledger whose workers' wall clocks disagree (issue 17; docs/DESIGN.md, "Rules
+// A client fleet on one PostgreSQL ledger whose workers' wall clocks disagree (docs/DESIGN.md, "Rules
 // learned in the field", 2: never order or expire by comparing two hosts' wall clocks). Worker A's clock is right,
 // worker B's two hours ahead, worker C's four hours ahead. The workers used to stamp and compare ledger leases on their
 // own clocks: B (and C) read every lease A stamped as run out and took A's live records over (a second worker asking

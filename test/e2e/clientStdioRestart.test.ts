@@ -1,9 +1,9 @@
-// Invariant (issue 13 item 10): a stdio server that dies mid-task is noticed at once and recorded on every task the
-// client follows; connectStdioTaskClient spawns it again and one tasks/get per task picks the task up, so a durable
-// server's task still closes out; a client that cannot reconnect surfaces the loss (handles settle as
-// `disconnected`, leases handed back) instead of polling a closed transport until createdAt + ttlMs, or for ever.
-// Issue 13 item 4: connecting spawns the server once; no throwaway process (the SDK's version probe on a sibling)
-// starts and so none takes over orphaned resumable tasks.
+// Invariant (RELIABILITY.md, "Client handles, close and connections"): a stdio server that dies mid-task is noticed
+// at once and recorded on every task the client follows; connectStdioTaskClient spawns it again and one tasks/get per
+// task picks the task up, so a durable server's task still closes out; a client that cannot reconnect surfaces the loss
+// (handles settle as `disconnected`, leases handed back) instead of polling a closed transport until createdAt + ttlMs,
+// or for ever. And connecting spawns the server once (same section; src/client/transport/sdkGlue.ts, point 5): no
+// throwaway process (the SDK's version probe on a sibling) starts and so none takes over orphaned resumable tasks.
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

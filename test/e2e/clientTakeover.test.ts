@@ -1,5 +1,5 @@
 // One liveness rule for every client path that takes a ledger record over (docs/DESIGN.md, rules learned in the field,
-// 1; issue 13.13): `resume` (all, or one TASK_ID), `answer`, `call --idempotency-key` and `attach()` take a record held
+// 1): `resume` (all, or one TASK_ID), `answer`, `call --idempotency-key` and `attach()` take a record held
 // by a proven-dead holder at once (SIGKILLed, or a zombie nobody reaped), and respect a live holder, also one of the
 // same host name in another PID namespace sharing the ledger file. The holders' leases last five minutes: a takeover
 // within seconds comes only from the proof. A holder the kernel cannot prove dead (another PID namespace) whose lease

@@ -1,6 +1,6 @@
-// Durable steps over real processes (issue 16): `closeout serve` is SIGKILLed at a step boundary of a demo tool, on
-// SQLite (then restarted on the same file) and on PostgreSQL (two instances, the survivor takes over), and the task
-// ends as it would have without the kill:
+// Durable steps over real processes (RELIABILITY.md, "Durable steps"): `closeout serve` is SIGKILLed at a step boundary
+// of a demo tool, on SQLite (then restarted on the same file) and on PostgreSQL (two instances, the survivor takes
+// over), and the task ends as it would have without the kill:
 // - render_job killed after its external job started but before the step committed: the step's function runs again in
 //   the next attempt (it is not stored), and the job API's idempotency key hands back the same job, never a second;
 // - render_job killed after the step committed: the function never runs again, the same job is followed;

@@ -1,9 +1,9 @@
 // Thousands of long tasks on one PostgreSQL database and no fault at all: every task completes on its first attempt,
-// its handler started once. Issue 20.1: an instance whose lease loop did one read per running task over the request
-// pool let its own leases run out during a burst of creates, then took its own tasks over (non-resumable ones failed
-// "interrupted", resumable ones started again), and with two instances tasks moved between live instances and ran in
-// both. Renewing is one statement on a connection of its own, so its cost does not grow with what the instance holds
-// (docs/DESIGN.md, "Rules learned in the field", 8 and 9).
+// its handler started once. RELIABILITY.md, "What they found" 6: an instance whose lease loop did one read per running
+// task over the request pool let its own leases run out during a burst of creates, then took its own tasks over
+// (non-resumable ones failed "interrupted", resumable ones started again), and with two instances tasks moved between
+// live instances and ran in both. Renewing is one statement on a connection of its own, so its cost does not grow with
+// what the instance holds (docs/DESIGN.md, "Rules learned in the field", 8 and 9).
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { abortableSleep } from '../../src/demo/abortableSleep.js';

@@ -1,5 +1,5 @@
-// Two `closeout serve` instances on one PostgreSQL store whose hosts' wall clocks differ by two hours (issue 11.1;
-// docs/DESIGN.md, "Rules learned in the field": never order or expire by comparing two hosts' wall clocks). Each
+// Two `closeout serve` instances on one PostgreSQL store whose hosts' wall clocks differ by two hours
+// (docs/DESIGN.md, "Rules learned in the field", 2: never order or expire by comparing two hosts' wall clocks). Each
 // instance used to stamp leases, creation times and expiry with its own clock: the instance ahead read the other's
 // live leases as run out and took its tasks (a resumable one ran twice, a non-resumable one failed "interrupted by a
 // server restart"), and it expired on read every task the other had created within the last two hours. The

@@ -1,4 +1,4 @@
-// A database blip is not a death (docs/DESIGN.md, "Rules learned in the field", 3; issue 11.3). PostgreSQL stopped for
+// A database blip is not a death (docs/DESIGN.md, "Rules learned in the field", 3). PostgreSQL stopped for
 // several seconds while one `closeout serve` ran tasks: the running non-resumable tasks used to end "interrupted by a
 // server restart" (no restart happened) and resumable ones ran a second attempt in the same live instance. A lease
 // that could not be renewed only because the database was unreachable is still this instance's: its handler keeps

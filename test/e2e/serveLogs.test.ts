@@ -1,8 +1,9 @@
-// Invariant (issue 7, Security): no log line of `closeout serve` prints a principal's arguments or results. Two
-// principals use a real server process on SQLite and on PostgreSQL while it logs what goes wrong — a tool that fails,
-// invalid and malformed requests, another principal poking at the tasks, the store's table gone for a moment (every
-// store call fails and is reported), the database dropping its connections, a SIGKILL and a restart — and its stderr
-// is searched for every argument, input answer and result the tasks carried, and for the database's password.
+// Invariant (RELIABILITY.md, "What they found" 5): no log line of `closeout serve` prints a principal's arguments or
+// results. Two principals use a real server process on SQLite and on PostgreSQL while it logs what goes wrong — a tool
+// that fails, invalid and malformed requests, another principal poking at the tasks, the store's table gone for a
+// moment (every store call fails and is reported), the database dropping its connections, a SIGKILL and a restart — and
+// its stderr is searched for every argument, input answer and result the tasks carried, and for the database's
+// password.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

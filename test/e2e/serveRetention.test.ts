@@ -1,4 +1,4 @@
-// `closeout serve --retention-ms` is the retention the README promises (issue 20.6): a finished task is purged at
+// `closeout serve --retention-ms` is the retention the README promises: a finished task is purged at
 // createdAt + ttlMs + retentionMs, and then answers its owner -32602 "Task has expired". The server's clock is moved
 // forward with libfaketime (scripts/install-test-tools.sh installs it), so an hour passes in a second.
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';

@@ -1,4 +1,4 @@
-// Durable steps (issue 16; docs/server.md, "Durable steps"): a step's function runs once per task, its result committed under
+// Durable steps (docs/server.md, "Durable steps"): a step's function runs once per task, its result committed under
 // the lease before the step resolves and handed back to later attempts without running it again; a step that threw
 // is not stored; names are unique over the task's life; a run that lost its lease cannot commit; every limit refuses
 // naming itself. Real TaskServers on a real SQLite file; a "restart" is a second server on the same file.

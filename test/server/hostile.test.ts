@@ -1,4 +1,4 @@
-// Hostile peers (issue 7), property-based over real HTTP on a real SQLite file: arbitrary and adversarial JSON at
+// Hostile peers, property-based over real HTTP on a real SQLite file: arbitrary and adversarial JSON at
 // tasks/get, tasks/update, tasks/cancel and tools/call of task tools. Invariants: only precise JSON-RPC errors (or
 // valid results) come back, never a 5xx or a dropped connection; the server stays up; the stored rows of tasks the
 // input must not touch are unchanged; replayed and reordered updates keep the first answer to each key; the heap

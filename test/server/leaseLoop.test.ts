@@ -1,4 +1,4 @@
-// One live run per task per instance (docs/DESIGN.md, "Rules learned in the field", 9; issue 20.2). An instance whose
+// One live run per task per instance (docs/DESIGN.md, "Rules learned in the field", 9). An instance whose
 // own lease ran out unrenewed (a renewal or a create slower than the lease) must not take its own task over as an
 // orphan: the old lease loop claimed it again, started a second handler beside the first (or failed a non-resumable
 // task as "interrupted" while it ran), and the first run's end then deleted the second run's entry. A run whose task
@@ -284,7 +284,8 @@ describe('the lease loop keeps one live run per task', () => {
   });
 
   it('closes within the cancel grace period when a handler ignores its signal, and hands its task back', async () => {
-    // issue 13.9: close() used to wait for ever on such a handler, and the lease was never handed back
+    // close() used to wait for ever on such a handler, and the lease was never handed back (RELIABILITY.md, "What
+    // arrived is kept": the server's close() is bounded)
     clock = Date.now();
     const store = sqlite();
     const tasks = new TaskServer({

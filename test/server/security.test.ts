@@ -1,4 +1,4 @@
-// Security of the server half (issue 7): task ids are >= 128 bits from a CSPRNG; the SQLite store is owner-only; for
+// Security of the server half: task ids are >= 128 bits from a CSPRNG; the SQLite store is owner-only; for
 // every task method a second principal gets exactly what an unknown id gets: same code, message, HTTP status and
 // timing class, whatever state the task is in.
 import { readFileSync, statSync } from 'node:fs';

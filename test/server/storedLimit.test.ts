@@ -1,7 +1,8 @@
-// What one principal may keep stored is bounded (issue 11, item 9): finished tasks kept for their retention count with
-// the open ones, so a caller that calls and lets each task finish cannot grow the store without end. Over real HTTP on
-// a real SQLite file: one call over the limit is refused with -32603 naming maxStoredTasksPerPrincipal and stores
-// nothing; an idempotent replay is still answered; another principal is unaffected.
+// What one principal may keep stored is bounded (RELIABILITY.md, "Power loss, disk growth and a hostile server's
+// text"): finished tasks kept for their retention count with the open ones, so a caller that calls and lets each task
+// finish cannot grow the store without end. Over real HTTP on a real SQLite file: one call over the limit is refused
+// with -32603 naming maxStoredTasksPerPrincipal and stores nothing; an idempotent replay is still answered; another
+// principal is unaffected.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 import { rpc } from '../support/rpc.js';

@@ -1,7 +1,8 @@
-// The tasks/get fast path (issue 19) answers exactly as the SDK's path: the same requests, ordinary and hostile, sent
-// to one TaskServer served twice (fast path on, fast path off) get the same HTTP status, the same headers that
-// matter, the same body byte for byte, and the same telemetry spans; and the ordinary ones really take the fast path
-// (no per-request SDK server is built for them), while everything unusual is handed to the SDK's path intact.
+// The tasks/get fast path (docs/server.md, "The `tasks/get` fast path") answers exactly as the SDK's path: the same
+// requests, ordinary and hostile, sent to one TaskServer served twice (fast path on, fast path off) get the same HTTP
+// status, the same headers that matter, the same body byte for byte, and the same telemetry spans; and the ordinary
+// ones really take the fast path (no per-request SDK server is built for them), while everything unusual is handed to
+// the SDK's path intact.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';

@@ -1,4 +1,4 @@
-// Push over real HTTP on SQLite (issue 15, the server half): `subscriptions/listen` with `notifications.taskIds`
+// Push over real HTTP on SQLite (the server half): `subscriptions/listen` with `notifications.taskIds`
 // agrees only to the caller's own tasks, refuses precisely (-32021 without the extension, each limit by name), sends a
 // `notifications/tasks` per change whose body is what tasks/get answers, misses no change made while the stream
 // opened, survives consumers that die or stop reading, ends its streams gracefully on close, and changes nothing for a

@@ -1,4 +1,4 @@
-// Push's periodic check of the subscribed ids (issue 15; docs/DESIGN.md, "Rules learned in the field", 8): while nothing
+// Push's periodic check of the subscribed ids (docs/DESIGN.md, "Rules learned in the field", 8): while nothing
 // changes it reads no task in full, only each task's version, so its idle cost does not grow with what the tasks hold;
 // a change whose hint never reached this server (written by another process on the same SQLite file) is still found,
 // and only that task is read in full. Counted through a pass-through wrapper of the real SQLite store.

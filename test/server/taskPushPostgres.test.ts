@@ -1,4 +1,4 @@
-// Push across PostgreSQL instances (issue 15, the server half): a change made on instance A reaches a
+// Push across PostgreSQL instances (the server half): a change made on instance A reaches a
 // `subscriptions/listen` stream on instance B (NOTIFY in the write's own statement, then a read of the row), with the
 // body tasks/get answers on B; and when B's connections to the database are cut while the change is made (its NOTIFY
 // is lost for good), B's periodic check of the subscribed ids still delivers it.

@@ -22,7 +22,9 @@
  * 7. `Client.listen()` (2026-07-28 `subscriptions/listen`) sends its request through the transport's `send` with an id
  *    of its own, settles on the acknowledgement, on the listen's JSON-RPC answer and on the end of its stream, but
  *    passes on only the notification kinds it knows: `notifications/tasks` (SEP-2663, "Task Status Notifications")
- *    and the acknowledgement's `taskIds` do not reach the application (notes/sdk-v2.md; typescript-sdk issue 2569).
+ *    and the acknowledgement's `taskIds` do not reach the application (notes/sdk-v2.md: the SDK's schemas know
+ *    `notifications/tasks/status` but not `notifications/tasks`, and the subscription filter schema it reads the
+ *    acknowledgement with has no `taskIds`).
  *    `listenForTasks` keeps the SDK's stream life cycle and takes the task side off the wire below it. Pinned by
  *    test/client/push.test.ts.
  *

@@ -113,7 +113,7 @@ describe('PostgresLedger on its database', () => {
   });
 
   it('keeps the connection string password out of every error, its location and its logs', async () => {
-    // invariant: issue 17: the password never reaches a log or an error message
+    // invariant: the password never reaches a log or an error message
     const url = new URL(database.connectionString);
     const password = url.password;
     expect(password.length).toBeGreaterThan(8);
@@ -144,7 +144,7 @@ describe('PostgresLedger on its database', () => {
   });
 
   it('lets more calls wait for a connection than its pool holds, and renews leases while they all wait', async () => {
-    // invariant: issue 17: waiting for a pooled connection is not a database failure (10,000 tasks and 8 polls in flight
+    // invariant: waiting for a pooled connection is not a database failure (10,000 tasks and 8 polls in flight
     // once failed "timeout exceeded when trying to connect" on a pool of 5), and renewing the leases never queues
     // behind the other calls (docs/DESIGN.md, "Rules learned in the field", 3 and 8)
     const ledger = await open(database.connectionString, { maxConnections: 2, connectionTimeoutMs: 500 });

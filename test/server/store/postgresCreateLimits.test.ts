@@ -1,8 +1,9 @@
-// The per-principal limits on PostgreSQL stay exact under load (issue 19): many creates of one principal racing on
-// several instances at its limit never let it exceed maxOpenTasksForPrincipal or maxStoredTasksForPrincipal, and never
-// refuse one that fits, while tasks finish, expire and are purged beside them; a database migrated with tasks in it
-// keeps counting them, and so does one an operator TRUNCATEs (the tasks, or the counts). A create of an idempotency key whose twin is in flight is that task's replay, not refused,
-// with the principal one task under its limit.
+// The per-principal limits on PostgreSQL stay exact under load (docs/DESIGN.md, "Per-principal limits on
+// PostgreSQL"): many creates of one principal racing on several instances at its limit never let it exceed
+// maxOpenTasksForPrincipal or maxStoredTasksForPrincipal, and never refuse one that fits, while tasks finish, expire
+// and are purged beside them; a database migrated with tasks in it keeps counting them, and so does one an operator
+// TRUNCATEs (the tasks, or the counts). A create of an idempotency key whose twin is in flight is that task's replay,
+// not refused, with the principal one task under its limit.
 import { randomUUID } from 'node:crypto';
 
 import pg from 'pg';

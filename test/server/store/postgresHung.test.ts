@@ -1,4 +1,4 @@
-// A hung database must not hang requests (issue 11 item 3; RELIABILITY.md, "What they found" 7): every statement of
+// A hung database must not hang requests (RELIABILITY.md, "What they found" 7): every statement of
 // PostgresTaskStore is bounded by `statementTimeoutMs`, on the server (`statement_timeout`: a statement stuck behind
 // a lock) and on the client (`query_timeout`: a server that does not answer at all), and a new connection by
 // `connectionTimeoutMs`. Each call then fails with an Error, which the runtime answers as -32603

@@ -90,7 +90,7 @@ describe('PostgresTaskStore across instances', () => {
 
   it('migrates a version 5 database with its tasks to the current version, where steps are stored and fenced', async () => {
     // invariant: shipped migrations are append-only; a database of the release before durable steps (schema v5, the
-    // same statements as this build's first five) keeps its tasks and gains the steps table (issue 16)
+    // same statements as this build's first five) keeps its tasks and gains the steps table
     const old = await openStore({ listen: false });
     const { task } = await old.create(newTask());
     await old.close();
@@ -280,7 +280,7 @@ describe('PostgresTaskStore across instances', () => {
   });
 
   it('signals every committed change of what tasks/get answers to every instance, and no refused write', async () => {
-    // invariant (push, issue 15): status message, input_required, terminal write and expiry each NOTIFY `status` in
+    // invariant (push): status message, input_required, terminal write and expiry each NOTIFY `status` in
     // their own statement; a write refused by its fence or by "not yet terminal" signals nothing
     const writer = await openStore();
     const watcher = await openStore();
@@ -506,8 +506,7 @@ describe('PostgresTaskStore across instances', () => {
 
 describe('PostgresTaskStore batches', () => {
   // the creates (and the finishes) asked for in one turn of the event loop go to the database as one statement, or
-  // two from 16 calls on: one round trip and one commit for each (issue 19), each call answered as it would have been
-  // alone
+  // two from 16 calls on: one round trip and one commit for each, each call answered as it would have been alone
   let database: Awaited<ReturnType<StartedPostgres['createDatabase']>>;
   let pool: pg.Pool;
   let store: PostgresTaskStore;
@@ -688,7 +687,7 @@ describe('PostgresTaskStore batches', () => {
   });
 
   it('answers each create of a batch with the task a read of its row gives, every field set or unset', async () => {
-    // invariant: a create's answer is the stored task, whether the batch statement read it back or not (issue 19)
+    // invariant: a create's answer is the stored task, whether the batch statement read it back or not
     const tasks = [
       newTask(limits),
       newTask({

@@ -126,7 +126,7 @@ describe('startCheckpointer', () => {
     // threshold only while a worker round holds the checkpoint lock, by what the writer commits meanwhile. Unpaced,
     // that is fast: the largest log measured on this project's machines ranged from 1x to 5.4x the threshold over
     // dozens of runs (the writer appends at hundreds of MB/s between its own checkpoints, a round lasts up to ~30 ms).
-    // Without that bound the log held all of it (600 MB in 12 s, issue 11); a worker that waited 2 s for the writer
+    // Without that bound the log held all of it (600 MB in 12 s); a worker that waited 2 s for the writer
     // lock let it reach 400 MB here. The bound below is an order of magnitude under both and well over the noise.
     const restartBytes = 2 * 1024 * 1024;
     const served = open('busy.db');

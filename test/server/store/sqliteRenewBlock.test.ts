@@ -1,7 +1,8 @@
-// Issue 20.3 and bench/RESULTS.md section 8a: on SQLite a lease renewal runs on the serving thread, so the longest
-// synchronous step of it is how long a request waits. Renewing 12,000 leases must hand the event loop back after every
-// RENEW_STEP leases, at most 1,000 (a 1,000-lease step held the loop about 27 ms at load 18, a 2,000-lease one 140 ms):
-// docs/DESIGN.md, "Rules learned in the field", 8. Pinned by its structure, which a loaded machine cannot blur.
+// RELIABILITY.md, "What they found" 6, and bench/RESULTS.md section 8a: on SQLite a lease renewal runs on the serving
+// thread, so the longest synchronous step of it is how long a request waits. Renewing 12,000 leases must hand the event
+// loop back after every RENEW_STEP leases, at most 1,000 (a 1,000-lease step held the loop about 27 ms at load 18, a
+// 2,000-lease one 140 ms): docs/DESIGN.md, "Rules learned in the field", 8. Pinned by its structure, which a loaded
+// machine cannot blur.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

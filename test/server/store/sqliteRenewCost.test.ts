@@ -1,4 +1,4 @@
-// Issue 20.3 and bench/RESULTS.md section 8a: on SQLite a renewal runs on the serving thread, one statement per step of
+// bench/RESULTS.md section 8a: on SQLite a renewal runs on the serving thread, one statement per step of
 // leases, so a step's cost is how long the event loop is blocked. It must not grow with the number of leases the
 // instance holds (docs/DESIGN.md, "Rules learned in the field", 8): the statement found its rows through the index on
 // lease_owner, visiting every open lease of the instance in every step (a 500-lease step took 6 to 14 times as long

@@ -318,7 +318,8 @@ describe('SqliteTaskStore group commit', () => {
 describe('SqliteTaskStore lease renewal at scale', () => {
   it('renews 12,000 leases in steps, leaving the event loop free between them', async () => {
     // invariant: SQLite runs on the serving thread, so renewing an instance's leases must not hold it for the whole
-    // set at once (issue 20.3); and each step costs what its leases cost, never a scan per lease
+    // set at once, and each step costs what its leases cost, never a scan per lease (RELIABILITY.md, "What they
+    // found" 6)
     const store = new SqliteTaskStore(':memory:');
     try {
       const T0 = 1_700_000_000_000;

@@ -2,7 +2,8 @@
 // creation and terminal results in the task store, the intent and the handle commit in the ledger: each is followed by
 // an fsync of the WAL before the call returns. `synchronous: 'normal'` is the explicit faster choice: the WAL is then
 // synced only at checkpoints. A power cut cannot be provoked here; what is checked is the system calls the process
-// really makes, counted with strace on a real process (issue 11, item 5).
+// really makes, counted with strace on a real process (RELIABILITY.md, "Power loss, disk growth and a hostile server's
+// text").
 import { execFile, spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';

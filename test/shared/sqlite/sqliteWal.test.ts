@@ -1,7 +1,8 @@
 // Invariant: the write-ahead logs of both SQLite files stay bounded. The task store's, under tasks created and
 // finished back to back for a bounded time: never past a few times its size limit, and back under that limit once
-// idle (issue 11, item 9: it grew without bound while the checkpoints never got to reset it). The ledger's, after a
-// reader held it open during a burst: back under the limit once the log can start over (it kept its largest size).
+// idle (it grew without bound while the checkpoints never got to reset it: RELIABILITY.md, "Power loss, disk growth and
+// a hostile server's text"). The ledger's, after a reader held it open during a burst: back under the limit once the
+// log can start over (it kept its largest size).
 import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
