@@ -3,7 +3,7 @@
  * by test/client/sdkGlue.test.ts so an SDK upgrade that changes it fails loudly:
  *
  * 1. The 2026 codec rejects a `tools/call` result with `resultType: "task"` (SdkError UNSUPPORTED_RESULT_TYPE) and
- *    drops the body, so `callTool` cannot see a task handle (notes/sdk-v2.md, "Client side").
+ *    drops the body, so `callTool` cannot see a task handle.
  * 2. A JSON-RPC error response reaches the caller as `ProtocolError` with its `code` and `data` intact
  *    (`ProtocolError.fromError` keeps unknown codes as they are).
  * 3. Transports deliver every inbound message through their public `onmessage` property, read at call time, and
@@ -22,7 +22,7 @@
  * 7. `Client.listen()` (2026-07-28 `subscriptions/listen`) sends its request through the transport's `send` with an id
  *    of its own, settles on the acknowledgement, on the listen's JSON-RPC answer and on the end of its stream, but
  *    passes on only the notification kinds it knows: `notifications/tasks` (SEP-2663, "Task Status Notifications")
- *    and the acknowledgement's `taskIds` do not reach the application (notes/sdk-v2.md: the SDK's schemas know
+ *    and the acknowledgement's `taskIds` do not reach the application (the SDK's schemas know
  *    `notifications/tasks/status` but not `notifications/tasks`, and the subscription filter schema it reads the
  *    acknowledgement with has no `taskIds`).
  *    `listenForTasks` keeps the SDK's stream life cycle and takes the task side off the wire below it. Pinned by
