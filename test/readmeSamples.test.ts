@@ -1,7 +1,8 @@
 // README.md shows each way of seeing the tasks as the CLI really shows it: both console screenshots (list and detail)
 // are linked and exist; the `closeout tasks` sample is the table and counts line the command renders for those rows;
 // every `closeout serve:` line of README.md and docs/cli.md has the shape of a line serve logs (serveActivity.ts).
-// (That README's `closeout tools` sample is lines the command prints is test/e2e/cliTools.test.ts.)
+// (That README's `closeout tools` sample is lines the command prints is test/e2e/cliTools.test.ts; that its `closeout
+// call` sample and docs/cli.md's are, test/e2e/cliSamples.test.ts.)
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -15,19 +16,11 @@ import type { TaskStatus } from '../src/protocol/index.js';
 import { TASK_STATUSES } from '../src/protocol/status.js';
 import type { TaskSummary } from '../src/server/store/listing/query.js';
 import type { TaskActivity } from '../src/server/taskServerOptions.js';
+import { sampleAfter } from './support/docSamples.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const README = readFileSync(join(ROOT, 'README.md'), 'utf8');
 const CLI_DOC = readFileSync(join(ROOT, 'docs/cli.md'), 'utf8');
-
-/** The lines of the first code block of `page` that follows the line `$ COMMAND`, the command line left out. */
-function sampleAfter(page: string, command: string): string[] {
-  const lines = page.split('\n');
-  const at = lines.findIndex((line) => line.trim() === `$ ${command}`);
-  expect(at, `a sample of \`${command}\``).toBeGreaterThan(0);
-  const end = lines.findIndex((line, i) => i > at && line.trim().startsWith('```'));
-  return lines.slice(at + 1, end);
-}
 
 /** A task id, a tool, durations and counts made alike: what is left is the line's shape. */
 function shape(line: string): string {
